@@ -1,0 +1,44 @@
+"""The ``fencewatch`` command. The only place that prints or exits.
+
+Each subcommand lives in its own module ``streams.cli.<name>`` exposing
+``register(subparsers)``; its handler returns the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+# Subcommand modules, imported lazily so that `fencewatch audit` on a file never
+# pays for (or needs) the Kafka client libraries.
+_COMMANDS: tuple[str, ...] = ("audit",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fencewatch",
+        description="Stale-owner (split-brain) detection and fencing for agents and workflows.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in _COMMANDS:
+        module = importlib.import_module(f"streams.cli.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    try:
+        return int(args.handler(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

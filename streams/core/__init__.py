@@ -1,0 +1,39 @@
+"""The pure core: records, validation, the detector state machine.
+
+Imports no Kafka client, Faust, asyncio, clock or environment; a test proves it.
+"""
+
+from __future__ import annotations
+
+from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, Detector, DetectorConfig, KeyState
+from streams.core.findings import ACTIONS, Evidence, Finding, finding_id
+from streams.core.records import (
+    SEVERITY_RANK,
+    Event,
+    EventType,
+    Kind,
+    Severity,
+    event_to_dict,
+)
+from streams.core.validate import DEFAULT_MAX_EVENT_BYTES, InvalidEvent, parse_event, to_event
+
+__all__ = [
+    "ACTIONS",
+    "DEFAULT_MAX_EVENTS_PER_KEY",
+    "DEFAULT_MAX_EVENT_BYTES",
+    "SEVERITY_RANK",
+    "Detector",
+    "DetectorConfig",
+    "Event",
+    "EventType",
+    "Evidence",
+    "Finding",
+    "InvalidEvent",
+    "Kind",
+    "KeyState",
+    "Severity",
+    "event_to_dict",
+    "finding_id",
+    "parse_event",
+    "to_event",
+]

@@ -1,0 +1,148 @@
+"""The finding record (SPEC §4, output): identity, recommended actions, JSON."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from streams.core.records import Kind, Severity
+
+__all__ = ["ACTIONS", "Evidence", "Finding", "finding_id"]
+
+#: Recommended response per kind (SPEC §4), carried on every finding so an
+#: on-call engineer reading one record knows what to do next.
+ACTIONS: dict[Kind, str] = {
+    Kind.STALE_ACTIVITY: (
+        "Stop or quarantine the old worker if that is authorized, then verify it emits "
+        "nothing more."
+    ),
+    Kind.STALE_ATTEMPT: (
+        "Keep the sink's answer (a rejection is the fence's receipt); find out why the "
+        "worker missed its lease loss; check the current owner still progresses."
+    ),
+    Kind.STALE_COMMIT: (
+        "Freeze further effects for this workflow, inspect the committed result, and decide "
+        "whether compensation is safe."
+    ),
+    Kind.DUPLICATE_COMMIT: (
+        "Check the destination is idempotent for this effect key; a same-owner repeat is a "
+        "client retry, a repeat across a handover means the new owner redid finished work."
+    ),
+    Kind.CONFLICTING_COMMIT: (
+        "Treat the outcome as uncertain until an external predicate or a person verifies it; "
+        "never fix it by retrying the current owner (that can make a third effect)."
+    ),
+    Kind.EPOCH_REUSE: (
+        "The coordination store handed one epoch to two workers: fence both, audit the "
+        "lease store, and verify every effect of this workflow."
+    ),
+    Kind.EPOCH_REGRESSION: (
+        "An acquisition went backwards: check the lease store's monotonicity and clock-free "
+        "allocation, and stop the worker that acquired the lower epoch."
+    ),
+}
+
+# duplicate_commit and conflicting_commit share one identity per effect key:
+# the record escalates from one kind to the other under the same id.
+_FAMILY: dict[Kind, str] = {
+    Kind.STALE_ACTIVITY: "stale_activity",
+    Kind.STALE_ATTEMPT: "stale_attempt",
+    Kind.STALE_COMMIT: "stale_commit",
+    Kind.DUPLICATE_COMMIT: "commit_repeat",
+    Kind.CONFLICTING_COMMIT: "commit_repeat",
+    Kind.EPOCH_REUSE: "epoch_reuse",
+    Kind.EPOCH_REGRESSION: "epoch_regression",
+}
+
+
+def finding_id(kind: Kind, workflow_key: str, epoch: int | None, effect_key: str | None) -> str:
+    """Deterministic id from the identity of SPEC §4 (kind family, key, epoch,
+    effect key): the same on every replay, restart and arrival order."""
+    parts = (
+        _FAMILY[kind],
+        workflow_key,
+        "" if epoch is None else str(epoch),
+        "" if effect_key is None else effect_key,
+    )
+    # Length-prefix each part so no choice of strings can collide by concatenation.
+    material = "".join(f"{len(p)}:{p}" for p in parts).encode("utf-8")
+    return "fw1-" + hashlib.blake2b(material, digest_size=12).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """One source event behind a finding. ``position`` is the event's ``seq``
+    when it has one, else its arrival (offset or line)."""
+
+    position: int
+    epoch: int
+    worker_id: str
+    type: str
+    effect_key: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "epoch": self.epoch,
+            "worker_id": self.worker_id,
+            "type": self.type,
+            "effect_key": self.effect_key,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    finding_id: str
+    revision: int
+    kind: Kind
+    severity: Severity
+    workflow_key: str
+    stale_epoch: int
+    stale_worker: str
+    current_epoch: int | None
+    current_worker: str | None
+    transition_seq: int | None
+    transition_implied: bool | None
+    epochs: tuple[int, ...] | None
+    event_type: str
+    event_seq: int | None
+    event_offset: int
+    effect_key: str | None
+    sink: str | None
+    sink_outcome: str | None
+    same_owner: bool | None
+    ordering: str
+    evidence: tuple[Evidence, ...]
+    action: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "finding_id": self.finding_id,
+            "revision": self.revision,
+            "kind": self.kind.value,
+            "severity": self.severity.value,
+            "workflow_key": self.workflow_key,
+            "stale_epoch": self.stale_epoch,
+            "stale_worker": self.stale_worker,
+            "current_epoch": self.current_epoch,
+            "current_worker": self.current_worker,
+            "transition_seq": self.transition_seq,
+            "transition_implied": self.transition_implied,
+            "epochs": None if self.epochs is None else list(self.epochs),
+            "event_type": self.event_type,
+            "event_seq": self.event_seq,
+            "event_offset": self.event_offset,
+            "effect_key": self.effect_key,
+            "sink": self.sink,
+            "sink_outcome": self.sink_outcome,
+            "same_owner": self.same_owner,
+            "ordering": self.ordering,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "action": self.action,
+        }
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.to_dict())

@@ -1,0 +1,158 @@
+"""Validation at the edge (SPEC §2, §7): raw bytes in, an :class:`Event` or one
+clear reason out.
+
+This runs once per event on the hot path, so it is written as straight-line
+dict lookups and ``type() is`` checks rather than a generic schema walk; the
+JSON Schema in ``schemas/`` states the same rules and the tests hold the two
+together.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from streams.core.records import MAX_INT63, Event, EventType
+
+__all__ = ["DEFAULT_MAX_EVENT_BYTES", "KNOWN_VERSIONS", "InvalidEvent", "parse_event", "to_event"]
+
+DEFAULT_MAX_EVENT_BYTES = 64 * 1024
+KNOWN_VERSIONS = frozenset({1})
+
+_TYPES: dict[str, EventType] = {t.value: t for t in EventType}
+_NEEDS_EFFECT_KEY = frozenset(
+    {"effect_attempted", "effect_committed", "effect_rejected", "outcome_verified"}
+)
+# Optional string fields and their length caps (characters).
+_OPTIONAL_STRINGS: tuple[tuple[str, int], ...] = (
+    ("sink", 1024),
+    ("event_id", 256),
+    ("run_id", 256),
+    ("ts", 64),
+)
+
+
+class InvalidEvent(ValueError):
+    """An event that breaks the contract; ``field`` names the culprit
+    (``None`` when the whole record is at fault, e.g. malformed JSON)."""
+
+    def __init__(self, field: str | None, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}" if field else reason)
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if type(value) is bool:
+        return "a boolean"
+    if type(value) is float:
+        return "a float"
+    if type(value) is int:
+        return "an integer"
+    if type(value) is str:
+        return "a string"
+    if type(value) is list:
+        return "an array"
+    if type(value) is dict:
+        return "an object"
+    return type(value).__name__
+
+
+def _string(doc: dict[str, Any], name: str, max_len: int, *, required: bool) -> str | None:
+    value = doc.get(name)
+    if value is None:
+        if required:
+            raise InvalidEvent(name, "is required")
+        return None
+    if type(value) is not str:
+        raise InvalidEvent(name, f"must be a string, got {_describe(value)}")
+    if not value:
+        raise InvalidEvent(name, "must not be empty")
+    if len(value) > max_len:
+        raise InvalidEvent(name, f"is {len(value)} characters, the limit is {max_len}")
+    return value
+
+
+def _int63(doc: dict[str, Any], name: str, *, required: bool) -> int | None:
+    value = doc.get(name)
+    if value is None:
+        if required:
+            raise InvalidEvent(name, "is required")
+        return None
+    # bool is a subclass of int in Python; JSON true is not an integer here.
+    if type(value) is not int:
+        raise InvalidEvent(name, f"must be an integer, got {_describe(value)}")
+    if value < 0 or value > MAX_INT63:
+        raise InvalidEvent(name, f"must be in [0, 2^63), got {value}")
+    return value
+
+
+def to_event(doc: Any, *, key: bytes | None = None) -> Event:
+    """Validate an already-decoded JSON document."""
+    if type(doc) is not dict:
+        raise InvalidEvent(None, f"event must be a JSON object, got {_describe(doc)}")
+    v = doc.get("v")
+    if v is None:
+        v = 1
+    elif type(v) is not int:
+        raise InvalidEvent("v", f"must be an integer, got {_describe(v)}")
+    elif v not in KNOWN_VERSIONS:
+        raise InvalidEvent("v", f"record version {v} is not known to this build (knows 1)")
+    raw_type = doc.get("type")
+    if raw_type is None:
+        raise InvalidEvent("type", "is required")
+    if type(raw_type) is not str:
+        raise InvalidEvent("type", f"must be a string, got {_describe(raw_type)}")
+    etype = _TYPES.get(raw_type)
+    if etype is None:
+        shown = raw_type if len(raw_type) <= 40 else raw_type[:40] + "..."
+        raise InvalidEvent("type", f"unknown event type {shown!r}")
+    workflow_key = _string(doc, "workflow_key", 512, required=True)
+    assert workflow_key is not None
+    if key is not None:
+        try:
+            key_text = key.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidEvent("key", "Kafka key is not valid UTF-8") from None
+        if key_text != workflow_key:
+            raise InvalidEvent(
+                "workflow_key", "differs from the Kafka message key (per-key order needs them equal)"
+            )
+    epoch = _int63(doc, "epoch", required=True)
+    assert epoch is not None
+    worker_id = _string(doc, "worker_id", 256, required=True)
+    assert worker_id is not None
+    seq = _int63(doc, "seq", required=False)
+    effect_key = _string(doc, "effect_key", 1024, required=raw_type in _NEEDS_EFFECT_KEY)
+    sink, event_id, run_id, ts = (
+        _string(doc, name, cap, required=False) for name, cap in _OPTIONAL_STRINGS
+    )
+    attrs = doc.get("attrs")
+    if attrs is not None and type(attrs) is not dict:
+        raise InvalidEvent("attrs", f"must be an object, got {_describe(attrs)}")
+    return Event(
+        etype, workflow_key, epoch, worker_id, seq, effect_key, sink, event_id, run_id, ts, attrs, v
+    )
+
+
+def parse_event(
+    data: bytes | bytearray | memoryview | str,
+    *,
+    key: bytes | None = None,
+    max_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+) -> Event:
+    """Parse and validate one event.
+
+    ``key`` is the Kafka message key when there is one: present and different
+    from ``workflow_key`` makes the event invalid. Raises :class:`InvalidEvent`.
+    """
+    if len(data) > max_bytes:
+        raise InvalidEvent(None, f"event is {len(data)} bytes, the limit is {max_bytes}")
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidEvent(None, f"malformed JSON: {exc}") from None
+    return to_event(doc, key=key)

@@ -7,7 +7,14 @@ at the boundary so the CLI and the processor handle one family of errors.
 
 from __future__ import annotations
 
-__all__ = ["BrokerError", "FencewatchError"]
+__all__ = [
+    "BrokerError",
+    "FencewatchError",
+    "LeaseHeld",
+    "LeaseLost",
+    "StaleOwner",
+    "StoreError",
+]
 
 
 class FencewatchError(Exception):
@@ -27,3 +34,48 @@ class BrokerError(FencewatchError):
         super().__init__(message)
         self.code = code
         self.retriable = retriable
+
+
+class StoreError(FencewatchError):
+    """A coordination-store or sink database operation failed (sqlite3/psycopg
+    errors, translated at the boundary). ``retriable`` is true for lock
+    timeouts, serialization failures and lost connections."""
+
+    def __init__(self, message: str, *, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+class LeaseHeld(FencewatchError):
+    """Another worker holds an unexpired lease on the workflow key."""
+
+    def __init__(self, key: str, holder: str, epoch: int, expires_at: float) -> None:
+        super().__init__(f"{key!r} is held by {holder!r} at epoch {epoch}")
+        self.key = key
+        self.holder = holder
+        self.epoch = epoch
+        self.expires_at = expires_at
+
+
+class LeaseLost(FencewatchError):
+    """The lease can no longer be renewed: expired by the store's clock,
+    released, or displaced by a higher epoch (``current_epoch``)."""
+
+    def __init__(self, key: str, epoch: int, current_epoch: int, reason: str) -> None:
+        super().__init__(f"lease on {key!r} at epoch {epoch} is lost: {reason}")
+        self.key = key
+        self.epoch = epoch
+        self.current_epoch = current_epoch
+        self.reason = reason
+
+
+class StaleOwner(FencewatchError):
+    """A displaced owner tried to act: its epoch is no longer current, or its
+    Kafka transactional producer was fenced by a newer owner's producer."""
+
+    def __init__(self, key: str, epoch: int, current_epoch: int | None, reason: str) -> None:
+        super().__init__(f"stale owner of {key!r} at epoch {epoch}: {reason}")
+        self.key = key
+        self.epoch = epoch
+        self.current_epoch = current_epoch
+        self.reason = reason

@@ -1,34 +1,300 @@
-"""The detector state machine (SPEC §3-4). Implementation in progress."""
+"""The detector state machine (SPEC §3-4).
+
+One :class:`Detector` serves the live processor, topic replay and the file
+audit. It keeps, per workflow key, a :class:`KeyState` holding the retained
+evidence in position order plus indexes derived from it, and returns the
+finding records whose content changed with each event.
+
+How it stays exact under any arrival order: every finding is a pure function
+of the retained evidence set (``_build``), never of the order it came in.
+After each event the detector rebuilds the findings that event can touch and
+re-emits those whose content changed. An event positioned after everything
+retained (the normal, in-order case) can only touch findings about itself,
+because nothing lies after it for a new acquisition to make stale; an event
+that lands in the middle (late evidence) can touch anything, so all of the
+key's candidate findings are rebuilt. Both paths run the same ``_build``.
+
+Bounds (what an SRE can count on):
+
+* ``max_events_per_key`` events are retained per key. Past it the oldest
+  *fresh* checkpoints (progress, lease_released, outcome_verified that are not
+  stale) are forgotten first, then, only if effects and acquisitions alone
+  exceed the cap, the oldest of anything. Forgotten events are never
+  re-classified: evidence that arrives positioned at or before the forgotten
+  horizon is still applied and classified against what is retained, and is
+  counted in ``late_beyond_horizon``.
+* ``max_findings_per_key`` finding identities are remembered per key for
+  revision numbering; past it the oldest identity is forgotten (counted in
+  ``findings_forgotten``) and would start again at revision 1.
+* Findings never disappear and never lose severity: a rebuilt finding that
+  would be weaker than what was emitted (possible only after forgetting) is
+  not re-emitted.
+"""
 
 from __future__ import annotations
 
+import hashlib
+from bisect import bisect_right, insort
 from dataclasses import dataclass
+from typing import Any
 
-from streams.core.findings import Finding
-from streams.core.records import Event
+import orjson
 
-__all__ = ["DEFAULT_MAX_EVENTS_PER_KEY", "Detector", "DetectorConfig", "KeyState"]
+from streams.core.findings import ACTIONS, Evidence, Finding, finding_id
+from streams.core.records import SEVERITY_RANK, Event, Kind
+
+__all__ = [
+    "DEFAULT_MAX_EVENTS_PER_KEY",
+    "DEFAULT_MAX_FINDINGS_PER_KEY",
+    "Detector",
+    "DetectorConfig",
+    "KeyState",
+    "StateError",
+]
 
 DEFAULT_MAX_EVENTS_PER_KEY = 1024
+DEFAULT_MAX_FINDINGS_PER_KEY = 512
+#: Evidence items carried on one finding (commit groups can be long).
+MAX_EVIDENCE = 32
+_STATE_VERSION = 1
+
+# Compact type codes for the serialized state; order is part of the format.
+_TYPE_CODES: tuple[str, ...] = (
+    "lease_acquired",
+    "lease_released",
+    "progress",
+    "effect_attempted",
+    "effect_committed",
+    "effect_rejected",
+    "outcome_verified",
+)
+_CODE_OF = {name: i for i, name in enumerate(_TYPE_CODES)}
+_ACQ, _REL, _PROG, _ATT, _COM, _REJ, _VER = range(7)
+# Kinds of checkpoint that no finding depends on unless stale: forgotten first.
+_CHEAP = frozenset({_REL, _PROG, _VER})
+
+# Index groups: (group tag, epoch, effect key). "k" groups are per effect key.
+_G_PROGRESS = "p"
+_G_ATTEMPT = "a"  # effect_attempted and effect_rejected
+_G_COMMIT = "c"
+_G_ACQUIRE = "l"
+_G_KEYCOMMITS = "k"
+
+_KIND_OF_FAMILY = {
+    "stale_activity": Kind.STALE_ACTIVITY,
+    "stale_attempt": Kind.STALE_ATTEMPT,
+    "stale_commit": Kind.STALE_COMMIT,
+    "epoch_reuse": Kind.EPOCH_REUSE,
+    "epoch_regression": Kind.EPOCH_REGRESSION,
+}
+
+Identity = tuple[str, int | None, str | None]  # (family, epoch, effect key)
+
+
+class StateError(ValueError):
+    """Serialized key state that cannot be decoded (corrupt or from a newer build)."""
 
 
 @dataclass(frozen=True, slots=True)
 class DetectorConfig:
     max_events_per_key: int = DEFAULT_MAX_EVENTS_PER_KEY
+    max_findings_per_key: int = DEFAULT_MAX_FINDINGS_PER_KEY
+
+    def __post_init__(self) -> None:
+        if self.max_events_per_key < 8:
+            raise ValueError("max_events_per_key must be at least 8")
+        if self.max_findings_per_key < 1:
+            raise ValueError("max_findings_per_key must be at least 1")
+
+
+class _Ev:
+    """One retained event. ``k`` is the sort key: position first, then a
+    content tie-break so that even a contract breach (two events sharing a
+    seq) orders the same way whatever the arrival order."""
+
+    __slots__ = ("code", "eid", "ek", "epoch", "k", "offset", "seq", "sink", "worker")
+
+    def __init__(
+        self,
+        major: int,
+        minor: int,
+        seq: int | None,
+        offset: int,
+        epoch: int,
+        code: int,
+        worker: str,
+        ek: str | None,
+        sink: str | None,
+        eid: str | None,
+    ) -> None:
+        self.k = (major, minor, code, epoch, worker, ek or "")
+        self.seq = seq
+        self.offset = offset
+        self.epoch = epoch
+        self.code = code
+        self.worker = worker
+        self.ek = ek
+        self.sink = sink
+        self.eid = eid
+
+    @property
+    def position(self) -> int:
+        return self.seq if self.seq is not None else self.offset
+
+    def row(self) -> list[Any]:
+        k = self.k
+        return [
+            k[0],
+            k[1],
+            self.seq,
+            self.offset,
+            self.epoch,
+            self.code,
+            self.worker,
+            self.ek,
+            self.sink,
+            self.eid,
+        ]
+
+
+def _key(ev: _Ev) -> tuple[Any, ...]:
+    return ev.k
 
 
 class KeyState:
-    """All the detector knows about one workflow key."""
+    """All the detector knows about one workflow key.
 
+    Serializes to bytes (orjson) for a changelog-backed table; the indexes are
+    derived and rebuilt on load, so the bytes hold each event once.
+    """
+
+    __slots__ = (
+        "_t_cache",
+        "acq",
+        "counters",
+        "emitted",
+        "event_ids",
+        "events",
+        "groups",
+        "horizon",
+        "max_major",
+    )
+
+    def __init__(self) -> None:
+        self.events: list[_Ev] = []
+        self.max_major = -1
+        # finding id -> [revision, content hash, severity rank]
+        self.emitted: dict[str, list[Any]] = {}
+        self.horizon: tuple[Any, ...] | None = None
+        self.counters = {
+            "events": 0,
+            "redeliveries_dropped": 0,
+            "evicted": 0,
+            "late_beyond_horizon": 0,
+            "findings_forgotten": 0,
+        }
+        # Derived.
+        self.acq: dict[int, _Ev] = {}
+        self.groups: dict[tuple[str, int | None, str | None], list[_Ev]] = {}
+        self.event_ids: set[str] = set()
+        self._t_cache: dict[int, tuple[Any, ...] | None] | None = None
+
+    # -- derived indexes ---------------------------------------------------
+    def _index(self, ev: _Ev, *, tail: bool) -> None:
+        code = ev.code
+        if code == _PROG:
+            gk: tuple[str, int | None, str | None] = (_G_PROGRESS, ev.epoch, None)
+        elif code in (_ATT, _REJ):
+            gk = (_G_ATTEMPT, ev.epoch, ev.ek)
+        elif code == _COM:
+            gk = (_G_COMMIT, ev.epoch, ev.ek)
+            self._add((_G_KEYCOMMITS, None, ev.ek), ev, tail)
+        elif code == _ACQ:
+            gk = (_G_ACQUIRE, ev.epoch, None)
+        else:
+            gk = ("", None, None)
+        if gk[0]:
+            self._add(gk, ev, tail)
+        cur = self.acq.get(ev.epoch)
+        if cur is None or ev.k < cur.k:
+            self.acq[ev.epoch] = ev
+            self._t_cache = None
+        if ev.eid is not None:
+            self.event_ids.add(ev.eid)
+
+    def _add(self, gk: tuple[str, int | None, str | None], ev: _Ev, tail: bool) -> None:
+        lst = self.groups.get(gk)
+        if lst is None:
+            self.groups[gk] = [ev]
+        elif tail or ev.k > lst[-1].k:
+            lst.append(ev)
+        else:
+            insort(lst, ev, key=_key)
+
+    def _reindex(self) -> None:
+        self.acq = {}
+        self.groups = {}
+        self.event_ids = set()
+        self._t_cache = None
+        for ev in self.events:
+            self._index(ev, tail=True)
+
+    def displaced_at(self) -> dict[int, tuple[Any, ...] | None]:
+        """epoch -> sort key of the earliest acquisition of any higher epoch
+        (None when no higher epoch exists): events of that epoch positioned
+        after it are stale."""
+        cache = self._t_cache
+        if cache is None:
+            cache = {}
+            best: tuple[Any, ...] | None = None
+            for epoch in sorted(self.acq, reverse=True):
+                cache[epoch] = best
+                k = self.acq[epoch].k
+                if best is None or k < best:
+                    best = k
+            self._t_cache = cache
+        return cache
+
+    # -- bytes -------------------------------------------------------------
     def to_bytes(self) -> bytes:
-        raise NotImplementedError
+        return orjson.dumps(
+            {
+                "v": _STATE_VERSION,
+                "e": [ev.row() for ev in self.events],
+                "m": self.max_major,
+                "f": self.emitted,
+                "h": None if self.horizon is None else list(self.horizon),
+                "c": self.counters,
+            }
+        )
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> KeyState:
-        raise NotImplementedError
+    def from_bytes(cls, data: bytes | bytearray | memoryview) -> KeyState:
+        try:
+            doc = orjson.loads(data)
+            if doc.get("v") != _STATE_VERSION:
+                raise StateError(f"state version {doc.get('v')!r} is not known to this build")
+            st = cls()
+            st.events = [_Ev(*row) for row in doc["e"]]
+            st.max_major = int(doc["m"])
+            st.emitted = dict(doc["f"])
+            h = doc["h"]
+            st.horizon = None if h is None else tuple(h)
+            st.counters.update(doc["c"])
+        except StateError:
+            raise
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise StateError(f"corrupt key state: {exc}") from None
+        st._reindex()
+        return st
+
+    def __len__(self) -> int:
+        return len(self.events)
 
 
 class Detector:
+    """Classifies ownership evidence per workflow key (SPEC §3-4)."""
+
     def __init__(self, config: DetectorConfig | None = None) -> None:
         self.config = config or DetectorConfig()
 
@@ -36,6 +302,351 @@ class Detector:
         return KeyState()
 
     def process(self, state: KeyState, event: Event, offset: int) -> list[Finding]:
-        """Apply ``event`` (arrived at ``offset``) to ``state`` in place; return
-        the finding records whose content changed (new, or revision + 1)."""
-        raise NotImplementedError
+        """Apply ``event`` (arrived at ``offset``: partition offset or line
+        number) to ``state`` in place; return the finding records whose content
+        changed (a new finding at revision 1, or a new revision)."""
+        st = state
+        st.counters["events"] += 1
+        if event.event_id is not None and event.event_id in st.event_ids:
+            st.counters["redeliveries_dropped"] += 1
+            return []
+        code = _CODE_OF[event.type.value]
+        seq = event.seq
+        events = st.events
+        if seq is not None:
+            major, minor = seq, 0
+            if seq <= st.max_major and self._is_redelivery(st, seq, code, event):
+                st.counters["redeliveries_dropped"] += 1
+                return []
+            if seq > st.max_major:
+                st.max_major = seq
+        else:
+            # Placed after every event of this key that arrived before it.
+            major, minor = st.max_major, 1 + offset
+        ev = _Ev(
+            major,
+            minor,
+            seq,
+            offset,
+            event.epoch,
+            code,
+            event.worker_id,
+            event.effect_key,
+            event.sink,
+            event.event_id,
+        )
+        tail = not events or ev.k > events[-1].k
+        if tail:
+            events.append(ev)
+        else:
+            if st.horizon is not None and ev.k <= st.horizon:
+                st.counters["late_beyond_horizon"] += 1
+            insort(events, ev, key=_key)
+        st._index(ev, tail=tail)
+
+        if tail:
+            out = self._emit(st, self._touched(st, ev), event.workflow_key)
+        else:
+            out = self._emit(st, self._all_identities(st), event.workflow_key)
+        if len(events) > self.config.max_events_per_key:
+            self._evict(st)
+        return out
+
+    # -- redelivery --------------------------------------------------------
+    @staticmethod
+    def _is_redelivery(st: KeyState, seq: int, code: int, event: Event) -> bool:
+        events = st.events
+        i = bisect_right(events, (seq, 0), key=lambda e: e.k[:2])
+        j = i - 1
+        while j >= 0 and events[j].k[0] == seq:
+            other = events[j]
+            if (
+                other.k[1] == 0
+                and other.code == code
+                and other.epoch == event.epoch
+                and other.ek == event.effect_key
+            ):
+                return True
+            j -= 1
+        return False
+
+    # -- which findings an event can change ----------------------------------
+    @staticmethod
+    def _touched(st: KeyState, ev: _Ev) -> list[Identity]:
+        code = ev.code
+        e = ev.epoch
+        if code == _PROG:
+            # Fast path: a checkpoint at the tail is stale only if a higher
+            # epoch exists at all (every acquisition lies before the tail).
+            if st.displaced_at().get(e) is None:
+                return []
+            return [("stale_activity", e, None)]
+        if code in (_ATT, _REJ):
+            if st.displaced_at().get(e) is None:
+                return []
+            return [("stale_attempt", e, ev.ek)]
+        if code == _COM:
+            out: list[Identity] = []
+            if st.displaced_at().get(e) is not None:
+                out += [("stale_commit", e, ev.ek), ("stale_attempt", e, ev.ek)]
+            if len(st.groups[(_G_KEYCOMMITS, None, ev.ek)]) > 1:
+                out.append(("commit_repeat", None, ev.ek))
+            return out
+        if code == _ACQ:
+            return [("epoch_reuse", e, None), ("epoch_regression", e, None)]
+        return []
+
+    @staticmethod
+    def _all_identities(st: KeyState) -> list[Identity]:
+        out: list[Identity] = []
+        for tag, epoch, ek in st.groups:
+            if tag == _G_PROGRESS:
+                out.append(("stale_activity", epoch, None))
+            elif tag == _G_ATTEMPT:
+                out.append(("stale_attempt", epoch, ek))
+            elif tag == _G_COMMIT:
+                out.append(("stale_commit", epoch, ek))
+                out.append(("stale_attempt", epoch, ek))
+            elif tag == _G_KEYCOMMITS:
+                out.append(("commit_repeat", None, ek))
+            elif tag == _G_ACQUIRE:
+                out.append(("epoch_reuse", epoch, None))
+                out.append(("epoch_regression", epoch, None))
+        # Stable order: emitted records come out in a deterministic sequence.
+        out = sorted(set(out), key=lambda i: (i[0], -1 if i[1] is None else i[1], i[2] or ""))
+        return out
+
+    # -- emission ------------------------------------------------------------
+    def _emit(self, st: KeyState, identities: list[Identity], wkey: str) -> list[Finding]:
+        if not identities:
+            return []
+        out: list[Finding] = []
+        cap = self.config.max_findings_per_key
+        for ident in identities:
+            built = _build(st, ident, wkey)
+            if built is None:
+                continue
+            fid, content = built
+            digest = hashlib.blake2b(
+                orjson.dumps(content, option=orjson.OPT_SORT_KEYS), digest_size=12
+            ).hexdigest()
+            sev = SEVERITY_RANK[content["severity"]]
+            prev = st.emitted.get(fid)
+            if prev is None:
+                rev = 1
+                if len(st.emitted) >= cap:
+                    del st.emitted[next(iter(st.emitted))]
+                    st.counters["findings_forgotten"] += 1
+            else:
+                if prev[1] == digest or sev < prev[2]:
+                    continue
+                rev = prev[0] + 1
+            st.emitted[fid] = [rev, digest, sev]
+            out.append(_finding(fid, rev, content))
+        return out
+
+    # -- bounds --------------------------------------------------------------
+    def _evict(self, st: KeyState) -> None:
+        cap = self.config.max_events_per_key
+        target = cap - max(1, cap // 8)  # evict in batches: amortized O(1) per event
+        drop = len(st.events) - target
+        disp = st.displaced_at()
+        acq_ids = {id(ev) for ev in st.acq.values()}
+        victims: set[int] = set()
+        for ev in st.events:
+            if len(victims) >= drop:
+                break
+            if ev.code in _CHEAP and id(ev) not in acq_ids:
+                t = disp.get(ev.epoch)
+                if t is None or ev.k < t:  # fresh: no finding rests on it
+                    victims.add(id(ev))
+        if len(victims) < drop:
+            for ev in st.events:
+                if len(victims) >= drop:
+                    break
+                victims.add(id(ev))
+        kept: list[_Ev] = []
+        horizon = st.horizon
+        for ev in st.events:
+            if id(ev) in victims:
+                if horizon is None or ev.k > horizon:
+                    horizon = ev.k
+            else:
+                kept.append(ev)
+        st.counters["evicted"] += len(st.events) - len(kept)
+        st.events = kept
+        st.horizon = horizon
+        st._reindex()
+
+
+# -- building findings (pure functions of the retained evidence) -------------
+def _first_after(lst: list[_Ev] | None, t: tuple[Any, ...] | None) -> _Ev | None:
+    if not lst or t is None:
+        return None
+    i = bisect_right(lst, t, key=_key)
+    return lst[i] if i < len(lst) else None
+
+
+def _current_at(st: KeyState, ev: _Ev) -> _Ev | None:
+    """The acquisition of the highest epoch acquired before ``ev``."""
+    best: _Ev | None = None
+    k = ev.k
+    for epoch, acq in st.acq.items():
+        if acq.k < k and (best is None or epoch > best.epoch):
+            best = acq
+    return best
+
+
+def _build(st: KeyState, ident: Identity, wkey: str) -> tuple[str, dict[str, Any]] | None:
+    family, epoch, ek = ident
+    groups = st.groups
+    disp = st.displaced_at()
+    sink_outcome: str | None = None
+    same_owner: bool | None = None
+    epochs: list[int] | None = None
+    extra: list[_Ev] = []
+    if family == "stale_activity":
+        assert epoch is not None
+        raising = _first_after(groups.get((_G_PROGRESS, epoch, None)), disp.get(epoch))
+        if raising is None:
+            return None
+        kind = Kind.STALE_ACTIVITY
+        stale_epoch, stale_worker = epoch, raising.worker
+    elif family == "stale_attempt":
+        assert epoch is not None
+        t = disp.get(epoch)
+        attempts = groups.get((_G_ATTEMPT, epoch, ek))
+        raising = _first_after(attempts, t)
+        if raising is None:
+            return None
+        kind = Kind.STALE_ATTEMPT
+        stale_epoch, stale_worker = epoch, raising.worker
+        commit = _first_after(groups.get((_G_COMMIT, epoch, ek)), t)
+        if commit is not None:
+            sink_outcome = "committed"
+            extra.append(commit)
+        else:
+            assert attempts is not None and t is not None
+            rejection = next((a for a in attempts if a.code == _REJ and a.k > t), None)
+            if rejection is not None:
+                sink_outcome = "rejected"
+                extra.append(rejection)
+            else:
+                sink_outcome = "unknown"
+    elif family == "stale_commit":
+        assert epoch is not None
+        raising = _first_after(groups.get((_G_COMMIT, epoch, ek)), disp.get(epoch))
+        if raising is None:
+            return None
+        kind = Kind.STALE_COMMIT
+        stale_epoch, stale_worker = epoch, raising.worker
+        sink_outcome = "committed"
+    elif family == "commit_repeat":
+        commits = groups.get((_G_KEYCOMMITS, None, ek))
+        if not commits or len(commits) < 2:
+            return None
+        first = commits[0]
+        raising = next((c for c in commits if c.epoch != first.epoch), commits[1])
+        epoch_set = {c.epoch for c in commits}
+        epochs = sorted(epoch_set)
+        conflicting = len(epochs) >= 2 and any(
+            (t := disp.get(c.epoch)) is not None and c.k > t for c in commits
+        )
+        kind = Kind.CONFLICTING_COMMIT if conflicting else Kind.DUPLICATE_COMMIT
+        same_owner = len(epochs) == 1
+        stale_epoch = epochs[0]
+        stale_worker = next(c.worker for c in commits if c.epoch == stale_epoch)
+        sink_outcome = "committed"
+        extra.extend(commits)
+    elif family == "epoch_reuse":
+        assert epoch is not None
+        acqs = groups.get((_G_ACQUIRE, epoch, None))
+        if not acqs or len(acqs) < 2:
+            return None
+        w0 = acqs[0].worker
+        found = next((a for a in acqs if a.worker != w0), None)
+        if found is None:
+            return None
+        raising = found
+        kind = Kind.EPOCH_REUSE
+        stale_epoch, stale_worker = epoch, raising.worker
+        extra.append(acqs[0])
+    elif family == "epoch_regression":
+        assert epoch is not None
+        raising = _first_after(groups.get((_G_ACQUIRE, epoch, None)), disp.get(epoch))
+        if raising is None:
+            return None
+        kind = Kind.EPOCH_REGRESSION
+        stale_epoch, stale_worker = epoch, raising.worker
+    else:  # pragma: no cover - identities are produced above
+        raise AssertionError(family)
+
+    transition = _current_at(st, raising)
+    evidence = {id(raising): raising}
+    if transition is not None:
+        evidence[id(transition)] = transition
+    own = st.acq.get(stale_epoch)
+    if own is not None and family != "commit_repeat":
+        evidence[id(own)] = own
+    for ev in extra:
+        evidence[id(ev)] = ev
+    ordered = sorted(evidence.values(), key=_key)
+    if len(ordered) > MAX_EVIDENCE:
+        # Keep the raising event and its transition; trim the rest evenly from the end.
+        must = {id(raising)} | ({id(transition)} if transition is not None else set())
+        rest = [e for e in ordered if id(e) not in must][: MAX_EVIDENCE - len(must)]
+        ordered = sorted([*rest, *(evidence[i] for i in must)], key=_key)
+    sink = raising.sink
+    if sink is None:
+        sink = next((e.sink for e in extra if e.sink is not None), None)
+    content: dict[str, Any] = {
+        "kind": kind,
+        "severity": kind.severity,
+        "workflow_key": wkey,
+        "stale_epoch": stale_epoch,
+        "stale_worker": stale_worker,
+        "current_epoch": None if transition is None else transition.epoch,
+        "current_worker": None if transition is None else transition.worker,
+        "transition_seq": None if transition is None else transition.seq,
+        "transition_implied": None if transition is None else transition.code != _ACQ,
+        "epochs": epochs,
+        "event_type": _TYPE_CODES[raising.code],
+        "event_seq": raising.seq,
+        "event_offset": raising.offset,
+        "effect_key": raising.ek,
+        "sink": sink,
+        "sink_outcome": sink_outcome,
+        "same_owner": same_owner,
+        "ordering": "authoritative" if all(e.seq is not None for e in ordered) else "arrival",
+        "evidence": [(e.position, e.epoch, e.worker, _TYPE_CODES[e.code], e.ek) for e in ordered],
+    }
+    fid = finding_id(kind, wkey, None if family == "commit_repeat" else stale_epoch, ek)
+    return fid, content
+
+
+def _finding(fid: str, rev: int, c: dict[str, Any]) -> Finding:
+    kind: Kind = c["kind"]
+    return Finding(
+        finding_id=fid,
+        revision=rev,
+        kind=kind,
+        severity=c["severity"],
+        workflow_key=c["workflow_key"],
+        stale_epoch=c["stale_epoch"],
+        stale_worker=c["stale_worker"],
+        current_epoch=c["current_epoch"],
+        current_worker=c["current_worker"],
+        transition_seq=c["transition_seq"],
+        transition_implied=c["transition_implied"],
+        epochs=None if c["epochs"] is None else tuple(c["epochs"]),
+        event_type=c["event_type"],
+        event_seq=c["event_seq"],
+        event_offset=c["event_offset"],
+        effect_key=c["effect_key"],
+        sink=c["sink"],
+        sink_outcome=c["sink_outcome"],
+        same_owner=c["same_owner"],
+        ordering=c["ordering"],
+        evidence=tuple(Evidence(p, e, w, t, k) for p, e, w, t, k in c["evidence"]),
+        action=ACTIONS[kind],
+    )

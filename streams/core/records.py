@@ -7,7 +7,7 @@ processor, replay, the SDK, the fences) speaks these types.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 __all__ = [
@@ -25,7 +25,7 @@ __all__ = [
 MAX_INT63 = (1 << 63) - 1
 
 
-class EventType(str, Enum):
+class EventType(StrEnum):
     LEASE_ACQUIRED = "lease_acquired"
     LEASE_RELEASED = "lease_released"
     PROGRESS = "progress"
@@ -57,7 +57,7 @@ STALE_TYPES = frozenset(
 )
 
 
-class Severity(str, Enum):
+class Severity(StrEnum):
     DIAGNOSTIC = "diagnostic"
     WARNING = "warning"
     INCIDENT = "incident"
@@ -72,7 +72,7 @@ SEVERITY_RANK: dict[Severity, int] = {
 }
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     STALE_ACTIVITY = "stale_activity"
     STALE_ATTEMPT = "stale_attempt"
     STALE_COMMIT = "stale_commit"

@@ -119,7 +119,8 @@ def to_event(doc: Any, *, key: bytes | None = None) -> Event:
             raise InvalidEvent("key", "Kafka key is not valid UTF-8") from None
         if key_text != workflow_key:
             raise InvalidEvent(
-                "workflow_key", "differs from the Kafka message key (per-key order needs them equal)"
+                "workflow_key",
+                "differs from the Kafka message key (per-key order needs them equal)",
             )
     epoch = _int63(doc, "epoch", required=True)
     assert epoch is not None

@@ -291,6 +291,13 @@ class KeyState:
     def __len__(self) -> int:
         return len(self.events)
 
+    def timeline(self) -> list[Evidence]:
+        """The retained evidence in position order (for reports)."""
+        return [
+            Evidence(ev.position, ev.epoch, ev.worker, _TYPE_CODES[ev.code], ev.ek)
+            for ev in self.events
+        ]
+
 
 class Detector:
     """Classifies ownership evidence per workflow key (SPEC §3-4)."""

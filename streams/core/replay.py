@@ -32,14 +32,19 @@ class Invalid:
     offset: int
     field: str | None
     reason: str
+    #: Line within ``source`` for files (``offset`` counts on across files).
+    line: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "source": self.source,
             "offset": self.offset,
             "field": self.field,
             "reason": self.reason,
         }
+        if self.line is not None:
+            out["line"] = self.line
+        return out
 
 
 def _position(f: Finding) -> int:
@@ -72,7 +77,13 @@ class Replay:
         self.revisions = 0
 
     def feed(
-        self, data: bytes, *, key: bytes | None = None, offset: int, source: str
+        self,
+        data: bytes,
+        *,
+        key: bytes | None = None,
+        offset: int,
+        source: str,
+        line: int | None = None,
     ) -> list[Finding]:
         """Validate one raw record and run it through the detector. Invalid
         records are recorded (never raised) and yield no findings."""
@@ -80,14 +91,16 @@ class Replay:
         try:
             event = parse_event(data, key=key, max_bytes=self.max_event_bytes)
         except InvalidEvent as exc:
-            self.reject(source, offset, exc.field, exc.reason)
+            self.reject(source, offset, exc.field, exc.reason, line=line)
             return []
         return self.feed_event(event, offset)
 
-    def reject(self, source: str, offset: int, field: str | None, reason: str) -> None:
+    def reject(
+        self, source: str, offset: int, field: str | None, reason: str, *, line: int | None = None
+    ) -> None:
         self.invalid_count += 1
         if len(self.invalid) < self.max_invalid_kept:
-            self.invalid.append(Invalid(source, offset, field, reason))
+            self.invalid.append(Invalid(source, offset, field, reason, line))
 
     def feed_event(self, event: Event, offset: int) -> list[Finding]:
         state = self.states.get(event.workflow_key)

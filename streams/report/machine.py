@@ -1,0 +1,25 @@
+"""Machine-readable reports (SPEC §6): one JSON document, or JSON Lines."""
+
+from __future__ import annotations
+
+import orjson
+
+from streams.core.replay import Replay
+
+__all__ = ["render_json", "render_jsonl"]
+
+
+def render_json(replay: Replay) -> str:
+    """``{"findings": [...], "invalid": [...], "summary": {...}}``, findings in
+    SPEC §6 order (workflow key, position, kind)."""
+    doc = {
+        "findings": [f.to_dict() for f in replay.latest_findings()],
+        "invalid": [i.to_dict() for i in replay.invalid],
+        "summary": replay.summary(),
+    }
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def render_jsonl(replay: Replay) -> str:
+    """One finding (latest revision) per line, same order as the JSON report."""
+    return "".join(f.to_json().decode() + "\n" for f in replay.latest_findings())

@@ -1,0 +1,114 @@
+"""The human report: findings grouped by workflow, severities easy to spot,
+one summary line at the end."""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+from streams.core.findings import Finding
+from streams.core.records import Kind, Severity
+from streams.core.replay import Replay
+
+__all__ = ["render_text"]
+
+_LABEL = {
+    Severity.CRITICAL: "CRITICAL",
+    Severity.INCIDENT: "INCIDENT",
+    Severity.WARNING: "WARNING ",
+    Severity.DIAGNOSTIC: "DIAG    ",
+}
+# ANSI colours, used only when the CLI says the output is a terminal.
+_COLOUR = {
+    Severity.CRITICAL: "\x1b[1;37;41m",
+    Severity.INCIDENT: "\x1b[1;31m",
+    Severity.WARNING: "\x1b[1;33m",
+    Severity.DIAGNOSTIC: "\x1b[36m",
+}
+_RESET = "\x1b[0m"
+_ORDER = (Severity.CRITICAL, Severity.INCIDENT, Severity.WARNING, Severity.DIAGNOSTIC)
+
+
+def _at(f: Finding) -> str:
+    return f"seq {f.event_seq}" if f.event_seq is not None else f"offset {f.event_offset}"
+
+
+def _owner(f: Finding) -> str:
+    if f.current_epoch is None:
+        return "no earlier acquisition"
+    how = "implied by its first evidence" if f.transition_implied else "acquired"
+    where = f" at seq {f.transition_seq}" if f.transition_seq is not None else ""
+    return f"current owner epoch {f.current_epoch} ({f.current_worker}, {how}{where})"
+
+
+def describe(f: Finding) -> str:
+    """One sentence saying what happened."""
+    who = f"epoch {f.stale_epoch} ({f.stale_worker})"
+    effect = f'"{f.effect_key}"' if f.effect_key else ""
+    if f.kind is Kind.STALE_ACTIVITY:
+        return f"{who} still reported progress after losing ownership; {_owner(f)}"
+    if f.kind is Kind.STALE_ATTEMPT:
+        return (
+            f"{who} attempted {effect} after losing ownership; sink outcome: "
+            f"{f.sink_outcome}; {_owner(f)}"
+        )
+    if f.kind is Kind.STALE_COMMIT:
+        sink = f" at {f.sink}" if f.sink else ""
+        return f"{who} COMMITTED {effect}{sink} after losing ownership; {_owner(f)}"
+    epochs = ", ".join(str(e) for e in f.epochs or ())
+    if f.kind is Kind.CONFLICTING_COMMIT:
+        return (
+            f"{effect} committed under epochs {epochs}, at least one stale: outcome "
+            f"uncertain until verified; {_owner(f)}"
+        )
+    if f.kind is Kind.DUPLICATE_COMMIT:
+        why = "same owner (a client retry)" if f.same_owner else "repeated across a handover"
+        return f"{effect} committed more than once by epochs {epochs}: {why}"
+    if f.kind is Kind.EPOCH_REUSE:
+        return f"epoch {f.stale_epoch} acquired by two workers (second: {f.stale_worker})"
+    return f"{who} acquired after a higher epoch; {_owner(f)}"
+
+
+def render_text(replay: Replay, *, colour: bool = False, fail_on: str = "warning") -> str:
+    findings = replay.latest_findings()
+    lines: list[str] = []
+    for wkey, group in groupby(findings, key=lambda f: f.workflow_key):
+        items = list(group)
+        worst = max(items, key=lambda f: _ORDER[::-1].index(f.severity)).severity
+        lines.append(
+            f"{wkey}  ({len(items)} finding{'s' if len(items) != 1 else ''}, worst {worst.value})"
+        )
+        for f in items:
+            label = _LABEL[f.severity]
+            if colour:
+                label = f"{_COLOUR[f.severity]}{label}{_RESET}"
+            lines.append(f"  {label}  {f.kind.value:<18} {_at(f):<10} {describe(f)}")
+            lines.append(f"            action: {f.action}")
+        lines.append("")
+    if replay.invalid_count:
+        lines.append(
+            f"invalid input ({replay.invalid_count} record"
+            f"{'s' if replay.invalid_count != 1 else ''}, skipped):"
+        )
+        for inv in replay.invalid[:50]:
+            where = (
+                f"{inv.source}:{inv.line}" if inv.line is not None else f"{inv.source}@{inv.offset}"
+            )
+            lines.append(f"  {where}: {inv.field + ': ' if inv.field else ''}{inv.reason}")
+        if replay.invalid_count > 50:
+            lines.append(f"  ... and {replay.invalid_count - 50} more (use --format json)")
+        lines.append("")
+    s = replay.summary()
+    by_sev = s["by_severity"]
+    counts = ", ".join(f"{by_sev[sev.value]} {sev.value}" for sev in _ORDER if sev.value in by_sev)
+    lines.append(
+        f"fencewatch audit: {s['events']} events, {s['invalid']} invalid, "
+        f"{s['workflows']} workflows; {s['findings']} findings"
+        + (f" ({counts})" if counts else "")
+        + (
+            f"; {s['redeliveries_dropped']} redeliveries dropped"
+            if s["redeliveries_dropped"]
+            else ""
+        )
+        + f"; fail-on {fail_on}"
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,209 @@
+"""Shared test fixtures: a real Kafka broker and unique topics.
+
+Where the broker comes from, first match wins:
+1. ``KAFKA_BOOTSTRAP`` (bring your own cluster; ``make test`` sets it to the
+   broker it started with ``scripts/kafka-local``);
+2. a testcontainers ``apache/kafka`` container, when the optional
+   ``testcontainers`` package is installed and a Docker engine answers;
+3. ``scripts/kafka-local``, started for this session in a temporary state
+   directory and stopped at the end.
+
+If none works the fixture fails the test with the reason: Kafka tests are
+never skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+KAFKA_LOCAL = REPO_ROOT / "scripts" / "kafka-local"
+KAFKA_VERSION = (REPO_ROOT / "scripts" / "kafka-version").read_text().strip()
+# First start may download ~45 MB of jars through Maven.
+_LOCAL_START_TIMEOUT_S = 600
+_READY_TIMEOUT_S = 60.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A test that uses the broker is a Kafka test whether or not its author
+    # remembered the marker, so `-m "not kafka"` really leaves Kafka out.
+    for item in items:
+        if "kafka_bootstrap" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.kafka)
+
+
+def _wait_until_answers(bootstrap: str, timeout_s: float) -> str | None:
+    """None when a metadata request succeeds within the timeout, else the error."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        meta = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        return str(exc)
+    return None if meta.brokers else "metadata lists no broker"
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-not-found]  # optional, with testcontainers
+    except ImportError:
+        return False
+    try:
+        docker.from_env(timeout=3).ping()
+    except Exception:  # any failure means "no usable engine": fall through to the local broker
+        return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _container_broker() -> Iterator[str] | None:
+    try:
+        from testcontainers.core.container import (  # type: ignore[import-not-found]
+            DockerContainer,
+        )
+    except ImportError:
+        return None
+    if not _docker_answers():
+        return None
+
+    def run() -> Iterator[str]:
+        # A fixed host port, so the advertised listener is right from the
+        # start; same single-node settings as scripts/kafka-local.
+        port = _free_port()
+        container = (
+            DockerContainer(f"apache/kafka:{KAFKA_VERSION}")
+            .with_bind_ports(9092, port)
+            .with_env("KAFKA_NODE_ID", "1")
+            .with_env("KAFKA_PROCESS_ROLES", "broker,controller")
+            .with_env("KAFKA_CONTROLLER_QUORUM_VOTERS", "1@localhost:9093")
+            .with_env("KAFKA_LISTENERS", "PLAINTEXT://:9092,CONTROLLER://:9093")
+            .with_env("KAFKA_ADVERTISED_LISTENERS", f"PLAINTEXT://127.0.0.1:{port}")
+            .with_env("KAFKA_CONTROLLER_LISTENER_NAMES", "CONTROLLER")
+            .with_env(
+                "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+            )
+            .with_env("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "1")
+            .with_env("KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS", "4")
+            .with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
+            .with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
+            .with_env("KAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS", "4")
+            .with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
+            .with_env("KAFKA_HEAP_OPTS", "-Xms128m -Xmx512m")
+        )
+        with container:
+            bootstrap = f"127.0.0.1:{port}"
+            error = _wait_until_answers(bootstrap, 120.0)
+            if error is not None:
+                pytest.fail(
+                    f"Kafka container did not answer at {bootstrap}: {error}", pytrace=False
+                )
+            yield bootstrap
+
+    return run()
+
+
+def _local_broker(state_dir: Path) -> Iterator[str]:
+    if shutil.which("java") is None:
+        pytest.fail(
+            "no Kafka broker: KAFKA_BOOTSTRAP is unset, no Docker engine answers, and Java is "
+            "missing for scripts/kafka-local (install Java 17+ and Maven, or run `make test`)",
+            pytrace=False,
+        )
+    env = dict(os.environ)
+    env["FENCEWATCH_KAFKA_DIR"] = str(state_dir)
+    # The script's watchdog stops the broker if this pytest dies without teardown.
+    env["FENCEWATCH_KAFKA_OWNER_PID"] = str(os.getpid())
+    try:
+        started = subprocess.run(
+            [str(KAFKA_LOCAL), "start"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=_LOCAL_START_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        subprocess.run([str(KAFKA_LOCAL), "stop"], env=env, capture_output=True, check=False)
+        pytest.fail(
+            f"scripts/kafka-local start did not finish in {_LOCAL_START_TIMEOUT_S}s", pytrace=False
+        )
+    if started.returncode != 0:
+        pytest.fail(
+            f"scripts/kafka-local start failed ({started.returncode}):\n{started.stderr[-4000:]}",
+            pytrace=False,
+        )
+    try:
+        yield started.stdout.strip().splitlines()[-1]
+    finally:
+        subprocess.run(
+            [str(KAFKA_LOCAL), "stop"], env=env, capture_output=True, timeout=120, check=False
+        )
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap address of a real Kafka broker for the whole session."""
+    given = os.environ.get("KAFKA_BOOTSTRAP", "").strip()
+    if given:
+        error = _wait_until_answers(given, _READY_TIMEOUT_S)
+        if error is not None:
+            pytest.fail(f"KAFKA_BOOTSTRAP={given} does not answer: {error}", pytrace=False)
+        yield given
+        return
+    container = _container_broker()
+    if container is not None:
+        yield from container
+        return
+    yield from _local_broker(tmp_path_factory.mktemp("kafka"))
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(kafka_bootstrap: str) -> object:
+    """A TopicAdmin on the session broker."""
+    from streams.kafka.admin import TopicAdmin
+
+    return TopicAdmin(kafka_bootstrap, timeout_s=30.0)
+
+
+@pytest.fixture
+def unique_topic(
+    request: pytest.FixtureRequest, kafka_admin: object
+) -> Iterator[Callable[..., str]]:
+    """Factory: ``unique_topic(partitions=1, prefix=None, config=None)`` creates
+    a topic no other test uses and returns its name; deleted after the test."""
+    from streams.kafka.admin import TopicAdmin, TopicSpec
+
+    assert isinstance(kafka_admin, TopicAdmin)
+    created: list[str] = []
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:80].strip("-") or "test"
+
+    def make(
+        partitions: int = 1, prefix: str | None = None, config: dict[str, str] | None = None
+    ) -> str:
+        name = f"{prefix or base}-{uuid.uuid4().hex[:10]}"
+        kafka_admin.ensure([TopicSpec(name, partitions, -1, config or {})])
+        created.append(name)
+        return name
+
+    yield make
+    if created:
+        # Cleanup only: a broker error here must not mask the test's result.
+        with contextlib.suppress(Exception):
+            kafka_admin.delete(created)

@@ -1,0 +1,98 @@
+"""The database port the fences are written against, and its factory.
+
+The lease store, the fenced sink and the outbox run the same SQL on SQLite and
+PostgreSQL; what differs (placeholders, row locks, the store's clock, error
+translation) lives in the two adapters. A :class:`Tx` is one database
+transaction holding the write boundary: on SQLite ``BEGIN IMMEDIATE`` (the
+whole database), on PostgreSQL row locks taken with ``FOR UPDATE``/``FOR SHARE``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Literal, Protocol
+
+__all__ = ["Clock", "Database", "Dialect", "Tx", "check_prefix", "open_database"]
+
+Dialect = Literal["sqlite", "postgres"]
+#: A store clock: seconds since the Unix epoch, as the store sees them.
+Clock = Callable[[], float]
+
+_PREFIX = re.compile(r"[a-z_][a-z0-9_]{0,30}")
+
+
+class Tx(Protocol):
+    """One open transaction. SQL uses ``?`` placeholders on both dialects."""
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a statement and return its rows."""
+        ...
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run a statement and return the number of rows it changed."""
+        ...
+
+    def now(self) -> float:
+        """The store's clock (never the worker's): seconds since the Unix epoch."""
+        ...
+
+    @property
+    def for_update(self) -> str:
+        """Row-lock suffix for a SELECT that precedes a write ("" on SQLite,
+        whose ``BEGIN IMMEDIATE`` already holds the write lock)."""
+        ...
+
+    @property
+    def for_share(self) -> str:
+        """Shared row-lock suffix for a SELECT whose answer must not change
+        before commit."""
+        ...
+
+
+class Database(Protocol):
+    """A connection factory handing out transactions; safe to share between
+    threads (each thread gets its own connection)."""
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    def transaction(self) -> AbstractContextManager[Tx]:
+        """Open a write transaction; commit on normal exit, roll back on error.
+        Database errors surface as :class:`streams.errors.StoreError`."""
+        ...
+
+    def close(self) -> None:
+        """Close every connection this object opened."""
+        ...
+
+
+def check_prefix(prefix: str) -> str:
+    """Table-name prefixes are spliced into SQL, so only a safe identifier passes."""
+    if not _PREFIX.fullmatch(prefix):
+        raise ValueError(f"table prefix must match {_PREFIX.pattern}, got {prefix!r}")
+    return prefix
+
+
+def open_database(url: str, *, clock: Clock | None = None) -> Database:
+    """``sqlite:///path/to/file.db`` (or a bare path) or ``postgresql://...``.
+
+    ``clock`` replaces SQLite's own clock (tests freeze it); PostgreSQL always
+    uses the server's ``clock_timestamp()``.
+    """
+    if url.startswith(("postgresql://", "postgres://")):
+        if clock is not None:
+            raise ValueError("PostgreSQL uses the server's clock; a clock cannot be injected")
+        from streams.fences.postgres_db import PostgresDatabase
+
+        return PostgresDatabase(url)
+    from streams.fences.sqlite_db import SqliteDatabase
+
+    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
+    return SqliteDatabase(path, clock=clock)
+
+

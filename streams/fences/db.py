@@ -94,5 +94,3 @@ def open_database(url: str, *, clock: Clock | None = None) -> Database:
 
     path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
     return SqliteDatabase(path, clock=clock)
-
-

@@ -102,7 +102,9 @@ def check_lease_args(key: str, worker_id: str | None = None, ttl: float | None =
     ):
         raise ValueError(f"worker id must be a string of 1-{MAX_WORKER_CHARS} characters")
     if ttl is not None and (
-        isinstance(ttl, bool) or not isinstance(ttl, int | float) or not math.isfinite(ttl)
+        isinstance(ttl, bool)
+        or not isinstance(ttl, int | float)
+        or not math.isfinite(ttl)
         or ttl <= 0
     ):
         raise ValueError(f"ttl must be a positive finite number of seconds, got {ttl!r}")

@@ -108,9 +108,7 @@ class SqlLeaseStore:
             reason = _lost_reason(epoch, worker_id, cur, holder, expires_at, now)
             if reason is not None:
                 raise LeaseLost(key, epoch, cur, reason)
-            tx.run(
-                f"UPDATE {p}leases SET expires_at = ? WHERE workflow_key = ?", (now + ttl, key)
-            )
+            tx.run(f"UPDATE {p}leases SET expires_at = ? WHERE workflow_key = ?", (now + ttl, key))
         return Lease(key, epoch, worker_id, acquired_seq, now + ttl)
 
     def release(self, key: str, epoch: int, worker_id: str) -> Stamp:

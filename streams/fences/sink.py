@@ -176,8 +176,16 @@ class FencedSink:
                 f"INSERT INTO {p}effects (sink, workflow_key, idempotency_key, effect_key, epoch,"
                 " fence_revision, payload, applied_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (sink, workflow_key, idempotency_key) DO NOTHING",
-                (sink, workflow_key, idem, effect_key, epoch, new_revision, bytes(payload),
-                 tx.now()),
+                (
+                    sink,
+                    workflow_key,
+                    idem,
+                    effect_key,
+                    epoch,
+                    new_revision,
+                    bytes(payload),
+                    tx.now(),
+                ),
             )
             tx.run(
                 f"UPDATE {p}fences SET epoch = ?, revision = ? WHERE sink = ? AND workflow_key = ?",

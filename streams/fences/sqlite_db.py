@@ -26,9 +26,7 @@ _NOW_SQL = "SELECT (julianday('now') - 2440587.5) * 86400.0"
 
 def _translate(exc: sqlite3.Error) -> StoreError:
     text = str(exc)
-    retriable = isinstance(exc, sqlite3.OperationalError) and (
-        "locked" in text or "busy" in text
-    )
+    retriable = isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
     return StoreError(f"sqlite: {text}", retriable=retriable)
 
 

@@ -73,6 +73,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _compose_kafka_env(port: int) -> dict[str, str]:
+    """The broker settings of docker-compose.yml (kept in step with
+    scripts/kafka-local by tests/kafka/test_compose.py), with one plain listener
+    advertised on the host port."""
+    import yaml
+
+    compose = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
+    env = {k: str(v) for k, v in compose["services"]["kafka"]["environment"].items()}
+    env.update(
+        {
+            "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@localhost:9093",
+            "KAFKA_LISTENERS": "PLAINTEXT://:9092,CONTROLLER://:9093",
+            "KAFKA_ADVERTISED_LISTENERS": f"PLAINTEXT://127.0.0.1:{port}",
+            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        }
+    )
+    env.pop("KAFKA_LOG_DIRS", None)  # no volume: the container's default path
+    return env
+
+
 def _container_broker() -> Iterator[str] | None:
     try:
         from testcontainers.core.container import (  # type: ignore[import-not-found]
@@ -84,29 +104,11 @@ def _container_broker() -> Iterator[str] | None:
         return None
 
     def run() -> Iterator[str]:
-        # A fixed host port, so the advertised listener is right from the
-        # start; same single-node settings as scripts/kafka-local.
+        # A fixed host port, so the advertised listener is right from the start.
         port = _free_port()
-        container = (
-            DockerContainer(f"apache/kafka:{KAFKA_VERSION}")
-            .with_bind_ports(9092, port)
-            .with_env("KAFKA_NODE_ID", "1")
-            .with_env("KAFKA_PROCESS_ROLES", "broker,controller")
-            .with_env("KAFKA_CONTROLLER_QUORUM_VOTERS", "1@localhost:9093")
-            .with_env("KAFKA_LISTENERS", "PLAINTEXT://:9092,CONTROLLER://:9093")
-            .with_env("KAFKA_ADVERTISED_LISTENERS", f"PLAINTEXT://127.0.0.1:{port}")
-            .with_env("KAFKA_CONTROLLER_LISTENER_NAMES", "CONTROLLER")
-            .with_env(
-                "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
-            )
-            .with_env("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "1")
-            .with_env("KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS", "4")
-            .with_env("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
-            .with_env("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
-            .with_env("KAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS", "4")
-            .with_env("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
-            .with_env("KAFKA_HEAP_OPTS", "-Xms128m -Xmx512m")
-        )
+        container = DockerContainer(f"apache/kafka:{KAFKA_VERSION}").with_bind_ports(9092, port)
+        for name, value in _compose_kafka_env(port).items():
+            container = container.with_env(name, value)
         with container:
             bootstrap = f"127.0.0.1:{port}"
             error = _wait_until_answers(bootstrap, 120.0)

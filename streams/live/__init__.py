@@ -1,0 +1,21 @@
+"""The live stream processor (faust-streaming) and the topic replay reader.
+
+Imports here are lazy-free on purpose: ``streams.live`` needs the ``kafka``
+extra (faust, aiokafka, confluent-kafka, prometheus-client).
+"""
+
+from __future__ import annotations
+
+from streams.live.processor import Outcome, OutRecord, Processor, SourceRecord
+from streams.live.settings import KafkaSecurity, LiveSettings, SettingsError, settings_from_env
+
+__all__ = [
+    "KafkaSecurity",
+    "LiveSettings",
+    "OutRecord",
+    "Outcome",
+    "Processor",
+    "SettingsError",
+    "SourceRecord",
+    "settings_from_env",
+]

@@ -1,0 +1,106 @@
+"""Prometheus metrics and the /health endpoint of the live processor.
+
+The registry is private to one processor (no process-global collectors), so
+two apps in one process never share counters. The HTTP server is a tiny
+aiohttp app on the worker's own event loop; port 0 disables it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["LiveMetrics", "MetricsServer"]
+
+log = logging.getLogger(__name__)
+
+
+class LiveMetrics:
+    """The processor's counters and gauges, in their own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.events = Counter(
+            "fencewatch_events", "Events consumed (valid or not)", registry=self.registry
+        )
+        self.invalid = Counter(
+            "fencewatch_invalid_events",
+            "Events sent to the dead-letter topic, by offending field",
+            ["field"],
+            registry=self.registry,
+        )
+        self.findings = Counter(
+            "fencewatch_findings",
+            "Finding revisions produced, by kind and severity",
+            ["kind", "severity"],
+            registry=self.registry,
+        )
+        self.keys = Gauge(
+            "fencewatch_state_keys", "Workflow keys held in the state table", registry=self.registry
+        )
+        self.lag = Gauge(
+            "fencewatch_consumer_lag",
+            "Records between the processed position and the high watermark, per partition",
+            ["partition"],
+            registry=self.registry,
+        )
+
+    def set_lag(self, lags: Mapping[int, int]) -> None:
+        # Drop partitions no longer assigned, so a moved partition's lag does
+        # not linger on the worker that lost it.
+        self.lag.clear()
+        for partition, value in lags.items():
+            self.lag.labels(partition=str(partition)).set(max(value, 0))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsServer:
+    """``GET /metrics`` (Prometheus text) and ``GET /health`` (JSON; 200 when
+    ``health()`` says ``ok``, else 503)."""
+
+    def __init__(
+        self,
+        metrics: LiveMetrics,
+        health: Callable[[], dict[str, Any]],
+        *,
+        host: str,
+        port: int,
+    ) -> None:
+        self.metrics = metrics
+        self.health = health
+        self.host = host
+        self.port = port
+        self._runner: Any = None
+
+    async def start(self) -> None:
+        from aiohttp import web
+
+        async def metrics_view(_request: web.Request) -> web.Response:
+            return web.Response(
+                body=self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+            )
+
+        async def health_view(_request: web.Request) -> web.Response:
+            doc = self.health()
+            return web.json_response(doc, status=200 if doc.get("ok") else 503)
+
+        app = web.Application()
+        app.router.add_get("/metrics", metrics_view)
+        app.router.add_get("/health", health_view)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        await site.start()
+        self._runner = runner
+        log.info("metrics on http://%s:%d/metrics, health on /health", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

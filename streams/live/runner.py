@@ -1,0 +1,37 @@
+"""Start the live processor: topics, app, faust worker. Used by
+``fencewatch run`` and by :mod:`streams.live.worker_app`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from streams.live.app import build_app
+from streams.live.settings import LiveSettings
+from streams.live.topics import ensure_topics
+
+__all__ = ["prepare_app", "run_worker"]
+
+log = logging.getLogger(__name__)
+
+
+def prepare_app(settings: LiveSettings) -> Any:
+    """Create missing topics, read the input's partition count, build the app."""
+    partitions = ensure_topics(settings)
+    log.info("starting %r with %d partitions", settings, partitions)
+    return build_app(settings, partitions=partitions)
+
+
+def run_worker(settings: LiveSettings) -> int:
+    """Run a faust worker for ``settings`` until SIGTERM/SIGINT (graceful:
+    commits the open transactions) and return the exit status."""
+    import faust
+
+    app = prepare_app(settings)
+    worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return 0

@@ -1,0 +1,147 @@
+"""The live processor's logic without a broker: bytes in, records and state out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from streams.core import Detector, Event, Finding, KeyState
+from streams.live.processor import (
+    HEADER_ERROR_FIELD,
+    HEADER_ERROR_REASON,
+    HEADER_FINDING_ID,
+    HEADER_REVISION,
+    HEADER_SEVERITY,
+    INTERNAL_ERROR,
+    Processor,
+    SourceRecord,
+    headers_dict,
+)
+
+FIXTURE = Path(__file__).resolve().parents[2] / "examples" / "reference.jsonl"
+
+
+def fixture_lines() -> list[bytes]:
+    return [line.strip().encode() for line in FIXTURE.read_text().splitlines() if line.strip()]
+
+
+def make(detector: Detector | None = None, **kw: Any) -> Processor:
+    return Processor(detector or Detector(), findings_topic="f", dlq_topic="e.dlq", **kw)
+
+
+def feed(
+    proc: Processor, store: dict[bytes, bytes], values: list[bytes], start: int = 0
+) -> list[Any]:
+    outcomes = []
+    for offset, value in enumerate(values, start):
+        key = json.loads(value)["workflow_key"].encode() if value.startswith(b"{") else b"k"
+        out = proc.process(SourceRecord("e", 0, offset, key, value), store.get)
+        if out.state_key is not None and out.state is not None:
+            store[out.state_key] = out.state
+        outcomes.append(out)
+    return outcomes
+
+
+def test_reference_fixture_gives_the_four_expected_findings_with_headers() -> None:
+    """The SPEC §5 fixture yields stale_activity, stale_attempt, stale_commit and
+    conflicting_commit on export-ledger, each record keyed and headed."""
+    store: dict[bytes, bytes] = {}
+    outcomes = feed(make(), store, fixture_lines())
+    records = [r for o in outcomes for r in o.records]
+    assert all(r.topic == "f" and r.key == b"export-ledger" for r in records)
+    latest: dict[str, dict[str, Any]] = {}
+    for r in records:
+        doc = json.loads(r.value)
+        h = headers_dict(r.headers)
+        assert h[HEADER_FINDING_ID] == doc["finding_id"]
+        assert h[HEADER_REVISION] == str(doc["revision"])
+        assert h[HEADER_SEVERITY] == doc["severity"]
+        latest[doc["finding_id"]] = doc
+    kinds = sorted((d["kind"], d["event_seq"]) for d in latest.values())
+    assert kinds == [
+        ("conflicting_commit", 9),
+        ("stale_activity", 6),
+        ("stale_attempt", 7),
+        ("stale_commit", 8),
+    ]
+    assert set(store) == {b"export-ledger", b"report-index", b"checkout-sync"}
+
+
+def test_invalid_event_goes_to_dlq_with_original_bytes_and_reason() -> None:
+    """Malformed JSON becomes one dead-letter record carrying the original
+    bytes, the reason and the source position; no state is written."""
+    proc = make()
+    out = proc.process(SourceRecord("e", 3, 41, b"k", b"{nope"), {}.get)
+    assert out.state_key is None and out.findings == ()
+    (rec,) = out.records
+    assert rec.topic == "e.dlq" and rec.value == b"{nope" and rec.key == b"k"
+    h = headers_dict(rec.headers)
+    assert "JSON" in h[HEADER_ERROR_REASON]
+    assert h["fencewatch-source-topic"] == "e"
+    assert h["fencewatch-source-partition"] == "3"
+    assert h["fencewatch-source-offset"] == "41"
+
+
+def test_key_mismatch_names_the_field() -> None:
+    """A Kafka key that differs from workflow_key is rejected naming workflow_key."""
+    value = fixture_lines()[0]
+    out = make().process(SourceRecord("e", 0, 0, b"other", value), {}.get)
+    assert out.error is not None and out.error[0] == "workflow_key"
+    assert headers_dict(out.records[0].headers)[HEADER_ERROR_FIELD] == "workflow_key"
+
+
+def test_null_value_is_a_dead_letter_not_a_crash() -> None:
+    """A tombstone (null value) is rejected like any malformed record."""
+    out = make().process(SourceRecord("e", 0, 0, b"k", None), {}.get)
+    assert out.error is not None and out.records[0].topic == "e.dlq"
+
+
+class ExplodingDetector(Detector):
+    """Raises on one workflow key, to stand in for a detector bug."""
+
+    def process(self, state: KeyState, event: Event, offset: int) -> list[Finding]:
+        if event.workflow_key == "export-ledger" and offset == 5:
+            super().process(state, event, offset)  # mutate, then fail
+            raise RuntimeError("boom")
+        return super().process(state, event, offset)
+
+
+def test_unexpected_exception_is_dead_lettered_and_processing_goes_on() -> None:
+    """A detector exception on one event sends it to the DLQ as an internal
+    error, leaves that key's stored state unchanged, and later events still run."""
+    store: dict[bytes, bytes] = {}
+    lines = fixture_lines()
+    proc = make(ExplodingDetector())
+    outcomes = feed(proc, store, lines[:5])
+    before = store.get(b"export-ledger")
+    bad = proc.process(SourceRecord("e", 0, 5, b"export-ledger", lines[5]), store.get)
+    assert bad.error == (None, INTERNAL_ERROR) and bad.state_key is None
+    assert store.get(b"export-ledger") == before
+    outcomes += feed(proc, store, lines[6:], start=6)
+    assert len(store) == 3 and all(o.error is None for o in outcomes)
+
+
+def test_cached_state_is_not_used_when_the_table_holds_other_bytes() -> None:
+    """After the table is restored to other bytes (e.g. from the changelog),
+    the processor decodes the stored state, not its cached object."""
+    lines = [v for v in fixture_lines() if b"export-ledger" in v]
+    proc = make()
+    store: dict[bytes, bytes] = {}
+    feed(proc, store, lines[:3])
+    # Roll the table back to an empty state for this key, as a restore of an
+    # older changelog position would.
+    store[b"export-ledger"] = Detector().new_state().to_bytes()
+    cold = make()
+    cold_store = {b"export-ledger": store[b"export-ledger"]}
+    a = feed(proc, store, lines[3:], start=3)
+    b = feed(cold, cold_store, lines[3:], start=3)
+    assert [r.value for o in a for r in o.records] == [r.value for o in b for r in o.records]
+
+
+def test_state_cache_is_bounded() -> None:
+    """The decoded-state cache never holds more than cache_keys entries."""
+    proc = make(cache_keys=2)
+    store: dict[bytes, bytes] = {}
+    feed(proc, store, fixture_lines())
+    assert len(proc._cache) <= 2

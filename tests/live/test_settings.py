@@ -1,0 +1,65 @@
+"""Live settings: environment, flags, validation and redaction."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.live.settings import SettingsError, settings_from_env
+
+
+def test_defaults_follow_the_spec_topic_names() -> None:
+    """Only bootstrap servers are required; topics default to the SPEC names."""
+    s = settings_from_env({"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1"})
+    assert (s.events_topic, s.findings_topic, s.dlq) == (
+        "ownership.events",
+        "ownership.findings",
+        "ownership.events.dlq",
+    )
+    assert s.exactly_once and s.store == "memory://" and s.metrics_port == 0
+
+
+def test_flags_override_environment() -> None:
+    """A CLI value wins over its FENCEWATCH_* variable; None means not given."""
+    env = {"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1", "FENCEWATCH_EVENTS_TOPIC": "a"}
+    s = settings_from_env(env, {"events_topic": "b", "findings_topic": None})
+    assert s.events_topic == "b" and s.dlq == "b.dlq" and s.findings_topic == "ownership.findings"
+
+
+def test_missing_bootstrap_is_an_error() -> None:
+    """Without bootstrap servers the settings are refused with the flag's name."""
+    with pytest.raises(SettingsError, match="bootstrap"):
+        settings_from_env({})
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("FENCEWATCH_STORE", "redis://"),
+        ("FENCEWATCH_COMMIT_INTERVAL", "0"),
+        ("FENCEWATCH_PARTITIONS", "zero"),
+        ("FENCEWATCH_SECURITY_PROTOCOL", "SASL_SSL"),
+        ("FENCEWATCH_EXACTLY_ONCE", "maybe"),
+        ("FENCEWATCH_METRICS_PORT", "70000"),
+    ],
+)
+def test_bad_values_are_refused(name: str, value: str) -> None:
+    """An out-of-range or unparsable setting raises SettingsError."""
+    with pytest.raises(SettingsError):
+        settings_from_env({"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1", name: value})
+
+
+def test_credentials_never_appear_in_repr() -> None:
+    """The SASL password and SSL key password are redacted in repr/str."""
+    env = {
+        "FENCEWATCH_BOOTSTRAP_SERVERS": "h:1",
+        "FENCEWATCH_SECURITY_PROTOCOL": "sasl_ssl",
+        "FENCEWATCH_SASL_MECHANISM": "SCRAM-SHA-512",
+        "FENCEWATCH_SASL_USERNAME": "svc",
+        "FENCEWATCH_SASL_PASSWORD": "hunter2-secret",
+        "FENCEWATCH_SSL_KEY_PASSWORD": "keypass-secret",
+    }
+    s = settings_from_env(env)
+    assert s.security.protocol == "SASL_SSL" and s.security.sasl_password == "hunter2-secret"
+    for text in (repr(s), str(s), repr(s.security), f"{s}"):
+        assert "hunter2" not in text and "keypass" not in text
+        assert "svc" in text

@@ -70,7 +70,7 @@ def workflow_events(
     owners = [draw(st.sampled_from(WORKERS)) for _ in epochs]
     # About a quarter of the epochs are acquired only implicitly (they act first).
     implied = [draw(st.integers(0, 3)) == 0 for _ in epochs]
-    steps = draw(st.lists(st.sampled_from(_ACTIONS), min_size=1, max_size=max_steps))
+    steps = draw(st.lists(st.sampled_from(_ACTIONS), min_size=2, max_size=max_steps))
 
     out: list[Event] = []
     seq = draw(st.integers(0, 5))
@@ -103,7 +103,7 @@ def workflow_events(
 
     def actor() -> int:
         # Mostly the current owner; sometimes a displaced one resuming (stale).
-        lag = draw(st.sampled_from((0, 0, 0, 1, 2)))
+        lag = draw(st.sampled_from((0, 0, 1, 1, 2)))
         return max(0, current - lag)
 
     for step in steps:
@@ -139,7 +139,7 @@ def workflow_events(
         elif step == "redeliver" and out:
             # An exact copy of an earlier event (same seq, same event_id).
             out.append(out[draw(st.integers(0, len(out) - 1))])
-        elif step == "reuse":
+        elif step == "reuse" and draw(st.integers(0, 2)) == 0:
             others = [w for w in WORKERS if w != owners[current]]
             emit(EventType.LEASE_ACQUIRED, current, worker=draw(st.sampled_from(others)))
         elif step == "regress" and current > 0:

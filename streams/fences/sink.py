@@ -29,12 +29,14 @@ from streams.fences.schema import ensure_schema
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "MAX_EFFECT_KEY_CHARS",
     "AppliedEffect",
     "EffectSink",
     "FencedSink",
     "Receipt",
     "ReceiptStatus",
     "UnfencedSink",
+    "check_effect_args",
 ]
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -92,7 +94,10 @@ class EffectSink(Protocol):
     ) -> Receipt: ...
 
 
-def _check(workflow_key: str, epoch: int, effect_key: str, payload: bytes, cap: int) -> None:
+def check_effect_args(
+    workflow_key: str, epoch: int, effect_key: str, payload: bytes, cap: int
+) -> None:
+    """Refuse what the sink cannot store or would turn into invalid evidence."""
     check_lease_args(workflow_key)
     if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
         raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
@@ -142,7 +147,7 @@ class FencedSink:
         """Compare ``epoch`` with the key's current epoch and, if it is not
         lower, write the effect once under ``idempotency_key`` (default: the
         effect key, so one effect key is one effect per workflow)."""
-        _check(workflow_key, epoch, effect_key, payload, self.max_payload_bytes)
+        check_effect_args(workflow_key, epoch, effect_key, payload, self.max_payload_bytes)
         idem = effect_key if idempotency_key is None else idempotency_key
         if not 1 <= len(idem) <= MAX_EFFECT_KEY_CHARS:
             raise ValueError(f"idempotency key must be 1-{MAX_EFFECT_KEY_CHARS} characters")
@@ -256,7 +261,7 @@ class UnfencedSink:
         *,
         idempotency_key: str | None = None,
     ) -> Receipt:
-        _check(workflow_key, epoch, effect_key, payload, self.max_payload_bytes)
+        check_effect_args(workflow_key, epoch, effect_key, payload, self.max_payload_bytes)
         idem = effect_key if idempotency_key is None else idempotency_key
         with self.db.transaction() as tx:
             tx.run(

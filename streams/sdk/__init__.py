@@ -1,0 +1,11 @@
+"""The agent SDK: report ownership evidence (lease transitions, progress,
+effect boundaries) to Kafka, stamped with the lease store's authoritative seq.
+
+See docs/sdk.md and examples/agent_worker.py.
+"""
+
+from __future__ import annotations
+
+from streams.sdk.reporter import EffectBoundary, OwnershipReporter, Report, ReporterSettings
+
+__all__ = ["EffectBoundary", "OwnershipReporter", "Report", "ReporterSettings"]

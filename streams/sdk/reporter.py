@@ -1,0 +1,319 @@
+"""The agent SDK: report ownership evidence to Kafka, stamped by the lease store.
+
+An :class:`OwnershipReporter` publishes SPEC §2 events to ``ownership.events``
+keyed by workflow key, through an idempotent producer (``acks=all``), each
+validated before it leaves the process and stamped with an authoritative
+``seq`` from the lease store and a unique ``event_id``. It is also the lease
+store's :class:`~streams.fences.lease.EventPublisher`, so ``lease_acquired``
+can be published by the store itself.
+
+The effect boundary::
+
+    with reporter.effect(key, epoch, "release-index", sink="ledger") as fx:
+        fx.record(sink.apply(key, epoch, "release-index", payload))
+
+emits ``effect_attempted`` on entry and, from the sink's receipt,
+``effect_committed`` (written) or ``effect_rejected`` (refused as stale, or
+refused as a duplicate of an effect already in place: ``attrs.receipt`` says
+which). If the block raises before a receipt is recorded the outcome is
+unknown and only the attempt stands, which is what the detector should see.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from streams.core.records import Event, EventType, event_to_dict
+from streams.core.validate import to_event
+from streams.errors import BrokerError
+from streams.fences.lease import Lease, LeaseStore, Stamp
+from streams.fences.sink import EffectSink, Receipt
+
+__all__ = ["EffectBoundary", "OwnershipReporter", "Report", "ReporterSettings"]
+
+DEFAULT_TOPIC = "ownership.events"
+_MAX_KEPT_ERRORS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class ReporterSettings:
+    """Where and as whom to report. ``extra`` is passed to the Kafka producer
+    (it cannot turn idempotence or ``acks=all`` off)."""
+
+    bootstrap_servers: str
+    worker_id: str
+    topic: str = DEFAULT_TOPIC
+    run_id: str | None = None
+    linger_ms: int = 5
+    delivery_timeout_ms: int = 30_000
+    # How long produce() may wait for room in the local queue before failing.
+    queue_full_wait_s: float = 5.0
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What was published, and what the lease store said when stamping it:
+    ``current`` is False once a higher epoch was acquired (the worker has been
+    displaced and should stop); None when the reporter has no lease store."""
+
+    event: Event
+    current: bool | None
+    current_epoch: int | None
+
+
+class EffectBoundary:
+    """The open effect boundary handed out by :meth:`OwnershipReporter.effect`."""
+
+    def __init__(self, reporter: OwnershipReporter, attempted: Report, sink: str | None) -> None:
+        self._reporter = reporter
+        self._sink = sink
+        self.attempted = attempted
+        self.result: Report | None = None
+
+    def record(self, receipt: Receipt) -> Report:
+        """Report the destination's receipt (once)."""
+        if self.result is not None:
+            raise RuntimeError("the receipt of this effect was already recorded")
+        ev = self.attempted.event
+        if (receipt.workflow_key, receipt.epoch) != (ev.workflow_key, ev.epoch):
+            raise ValueError("the receipt is for another workflow key or epoch")
+        self.result = self._reporter.effect_result(receipt, sink=self._sink)
+        return self.result
+
+
+class OwnershipReporter:
+    """Publishes ownership evidence for one worker. Thread-safe (the Kafka
+    producer is); use as a context manager or call :meth:`close`."""
+
+    def __init__(
+        self,
+        settings: ReporterSettings,
+        *,
+        leases: LeaseStore | None = None,
+    ) -> None:
+        if not settings.worker_id or len(settings.worker_id) > 256:
+            raise ValueError("worker_id must be 1-256 characters")
+        self.settings = settings
+        self.leases = leases
+        conf: dict[str, Any] = {
+            **settings.extra,
+            "bootstrap.servers": settings.bootstrap_servers,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": settings.linger_ms,
+            "delivery.timeout.ms": settings.delivery_timeout_ms,
+        }
+        try:
+            self._producer = Producer(conf)
+        except KafkaException as exc:
+            raise _broker_error(exc) from exc
+        # Delivery failures arrive on the poll thread; kept (bounded) until
+        # the next flush() reports them.
+        self._failed = 0
+        self._errors: list[str] = []
+        self._closed = False
+
+    # -- the port the lease store uses -----------------------------------
+
+    def publish(self, event: Event) -> None:
+        """Validate and produce one event (asynchronously; :meth:`flush` waits).
+        Raises InvalidEvent for an event that breaks the contract, BrokerError
+        when Kafka refuses it or the local queue stays full."""
+        if self._closed:
+            raise RuntimeError("reporter is closed")
+        doc = event_to_dict(event)
+        to_event(doc)  # never publish what the processor would reject
+        value = orjson.dumps(doc)
+        key = event.workflow_key.encode("utf-8")
+        waited = 0.0
+        while True:
+            try:
+                self._producer.produce(
+                    self.settings.topic, value=value, key=key, on_delivery=self._on_delivery
+                )
+                break
+            except BufferError:
+                # Local queue full: serve delivery reports to make room, bounded.
+                if waited >= self.settings.queue_full_wait_s:
+                    raise BrokerError(
+                        "local producer queue stayed full", code="_QUEUE_FULL", retriable=True
+                    ) from None
+                self._producer.poll(0.1)
+                waited += 0.1
+            except KafkaException as exc:
+                raise _broker_error(exc) from exc
+        self._producer.poll(0)
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._failed += 1
+            if len(self._errors) < _MAX_KEPT_ERRORS:
+                self._errors.append(f"{err.name()}: {err.str()}")
+
+    # -- helpers ----------------------------------------------------------
+
+    def _emit(
+        self,
+        etype: EventType,
+        key: str,
+        epoch: int,
+        *,
+        effect_key: str | None = None,
+        sink: str | None = None,
+        attrs: dict[str, Any] | None = None,
+        stamp: Stamp | None = None,
+        seq: int | None = None,
+    ) -> Report:
+        if stamp is None and seq is None and self.leases is not None:
+            stamp = self.leases.stamp(key, epoch)
+        event = Event(
+            etype,
+            key,
+            epoch,
+            self.settings.worker_id,
+            seq=stamp.seq if stamp is not None else seq,
+            effect_key=effect_key,
+            sink=sink,
+            event_id=uuid.uuid4().hex,
+            run_id=self.settings.run_id,
+            # Informational only: worker clocks never order anything.
+            ts=datetime.now(UTC).isoformat(timespec="milliseconds"),
+            attrs=attrs,
+        )
+        self.publish(event)
+        if stamp is None:
+            return Report(event, None, None)
+        return Report(event, stamp.current, stamp.current_epoch)
+
+    def lease_acquired(self, lease: Lease, *, attrs: dict[str, Any] | None = None) -> Report:
+        """Report an acquisition (not needed when the lease store publishes
+        through this reporter); its seq is the acquisition's store revision."""
+        if lease.worker_id != self.settings.worker_id:
+            raise ValueError("the lease belongs to another worker")
+        return self._emit(
+            EventType.LEASE_ACQUIRED, lease.key, lease.epoch, seq=lease.seq, attrs=attrs
+        )
+
+    def lease_released(self, key: str, epoch: int, *, stamp: Stamp | None = None) -> Report:
+        """Report a release; pass the Stamp that ``LeaseStore.release`` returned."""
+        return self._emit(EventType.LEASE_RELEASED, key, epoch, stamp=stamp)
+
+    def release(self, lease: Lease) -> Report:
+        """Release the lease in the store and report it."""
+        if self.leases is None:
+            raise RuntimeError("release() needs a lease store")
+        stamp = self.leases.release(lease.key, lease.epoch, lease.worker_id)
+        return self.lease_released(lease.key, lease.epoch, stamp=stamp)
+
+    def progress(self, key: str, epoch: int, *, attrs: dict[str, Any] | None = None) -> Report:
+        """A checkpoint. ``report.current`` tells a displaced worker to stop."""
+        return self._emit(EventType.PROGRESS, key, epoch, attrs=attrs)
+
+    def effect_attempted(
+        self, key: str, epoch: int, effect_key: str, *, sink: str | None = None
+    ) -> Report:
+        return self._emit(EventType.EFFECT_ATTEMPTED, key, epoch, effect_key=effect_key, sink=sink)
+
+    def effect_result(self, receipt: Receipt, *, sink: str | None = None) -> Report:
+        """``effect_committed`` for a write, ``effect_rejected`` for a refusal
+        (``attrs.receipt`` is ``rejected`` or ``duplicate``)."""
+        attrs: dict[str, Any] = {"receipt": receipt.status, "current_epoch": receipt.current_epoch}
+        if receipt.reason is not None:
+            attrs["reason"] = receipt.reason
+        etype = (
+            EventType.EFFECT_COMMITTED
+            if receipt.status == "committed"
+            else EventType.EFFECT_REJECTED
+        )
+        return self._emit(
+            etype,
+            receipt.workflow_key,
+            receipt.epoch,
+            effect_key=receipt.effect_key,
+            sink=sink or receipt.sink,
+            attrs=attrs,
+        )
+
+    @contextmanager
+    def effect(
+        self, key: str, epoch: int, effect_key: str, *, sink: str | None = None
+    ) -> Iterator[EffectBoundary]:
+        """The effect boundary: ``effect_attempted`` now, the receipt's event
+        when :meth:`EffectBoundary.record` is called inside the block."""
+        attempted = self.effect_attempted(key, epoch, effect_key, sink=sink)
+        yield EffectBoundary(self, attempted, sink)
+
+    def apply_effect(
+        self,
+        sink: EffectSink,
+        key: str,
+        epoch: int,
+        effect_key: str,
+        payload: bytes,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Receipt:
+        """Attempt, apply through ``sink``, report the receipt; returns it."""
+        with self.effect(key, epoch, effect_key, sink=sink.name) as fx:
+            receipt = sink.apply(key, epoch, effect_key, payload, idempotency_key=idempotency_key)
+            fx.record(receipt)
+        return receipt
+
+    # -- lifecycle --------------------------------------------------------
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait for every event to be acknowledged. Raises BrokerError when
+        some are still undelivered after ``timeout`` or failed since the last
+        flush (the count and the first errors are in the message)."""
+        try:
+            remaining = self._producer.flush(timeout)
+        except KafkaException as exc:
+            raise _broker_error(exc) from exc
+        failed, errors = self._failed, self._errors
+        self._failed, self._errors = 0, []
+        if failed:
+            raise BrokerError(
+                f"{failed} event(s) were not delivered: {'; '.join(errors)}", code="_DELIVERY"
+            )
+        if remaining:
+            raise BrokerError(
+                f"{remaining} event(s) still undelivered after {timeout}s",
+                code="_TIMED_OUT",
+                retriable=True,
+            )
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Flush and stop; idempotent."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            self._closed = True
+
+    def __enter__(self) -> OwnershipReporter:
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        # Do not let a flush failure hide the exception that ended the block.
+        if exc_type is None:
+            self.close()
+        else:
+            with suppress(BrokerError):
+                self.close()
+
+
+def _broker_error(exc: KafkaException) -> BrokerError:
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    if err is None:
+        return BrokerError(str(exc))
+    return BrokerError(err.str(), code=err.name(), retriable=bool(err.retriable()))

@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 
 from streams.core.findings import ACTIONS, Evidence, Finding, finding_id
-from streams.core.records import SEVERITY_RANK, Event, Kind
+from streams.core.records import SEVERITY_RANK, Event, EventType, Kind
 
 __all__ = [
     "DEFAULT_MAX_EVENTS_PER_KEY",
@@ -68,7 +68,7 @@ _TYPE_CODES: tuple[str, ...] = (
     "effect_rejected",
     "outcome_verified",
 )
-_CODE_OF = {name: i for i, name in enumerate(_TYPE_CODES)}
+_CODE_OF = {EventType(name): i for i, name in enumerate(_TYPE_CODES)}
 _ACQ, _REL, _PROG, _ATT, _COM, _REJ, _VER = range(7)
 # Kinds of checkpoint that no finding depends on unless stale: forgotten first.
 _CHEAP = frozenset({_REL, _PROG, _VER})
@@ -202,22 +202,31 @@ class KeyState:
     # -- derived indexes ---------------------------------------------------
     def _index(self, ev: _Ev, *, tail: bool) -> None:
         code = ev.code
+        epoch = ev.epoch
+        gk: tuple[str, int | None, str | None] | None
         if code == _PROG:
-            gk: tuple[str, int | None, str | None] = (_G_PROGRESS, ev.epoch, None)
-        elif code in (_ATT, _REJ):
-            gk = (_G_ATTEMPT, ev.epoch, ev.ek)
+            gk = (_G_PROGRESS, epoch, None)
         elif code == _COM:
-            gk = (_G_COMMIT, ev.epoch, ev.ek)
+            gk = (_G_COMMIT, epoch, ev.ek)
             self._add((_G_KEYCOMMITS, None, ev.ek), ev, tail)
+        elif code in (_ATT, _REJ):
+            gk = (_G_ATTEMPT, epoch, ev.ek)
         elif code == _ACQ:
-            gk = (_G_ACQUIRE, ev.epoch, None)
+            gk = (_G_ACQUIRE, epoch, None)
         else:
-            gk = ("", None, None)
-        if gk[0]:
-            self._add(gk, ev, tail)
-        cur = self.acq.get(ev.epoch)
+            gk = None
+        if gk is not None:
+            groups = self.groups
+            lst = groups.get(gk)
+            if lst is None:
+                groups[gk] = [ev]
+            elif tail or ev.k > lst[-1].k:
+                lst.append(ev)
+            else:
+                insort(lst, ev, key=_key)
+        cur = self.acq.get(epoch)
         if cur is None or ev.k < cur.k:
-            self.acq[ev.epoch] = ev
+            self.acq[epoch] = ev
             self._t_cache = None
         if ev.eid is not None:
             self.event_ids.add(ev.eid)
@@ -313,47 +322,75 @@ class Detector:
         number) to ``state`` in place; return the finding records whose content
         changed (a new finding at revision 1, or a new revision)."""
         st = state
-        st.counters["events"] += 1
-        if event.event_id is not None and event.event_id in st.event_ids:
-            st.counters["redeliveries_dropped"] += 1
+        counters = st.counters
+        counters["events"] += 1
+        eid = event.event_id
+        if eid is not None and eid in st.event_ids:
+            counters["redeliveries_dropped"] += 1
             return []
-        code = _CODE_OF[event.type.value]
+        code = _CODE_OF[event.type]
         seq = event.seq
-        events = st.events
+        epoch = event.epoch
         if seq is not None:
-            major, minor = seq, 0
-            if seq <= st.max_major and self._is_redelivery(st, seq, code, event):
-                st.counters["redeliveries_dropped"] += 1
-                return []
             if seq > st.max_major:
                 st.max_major = seq
+            elif self._is_redelivery(st, seq, code, event):
+                counters["redeliveries_dropped"] += 1
+                return []
+            ev = _Ev(
+                seq, 0, seq, offset, epoch, code, event.worker_id, event.effect_key, event.sink, eid
+            )
         else:
             # Placed after every event of this key that arrived before it.
-            major, minor = st.max_major, 1 + offset
-        ev = _Ev(
-            major,
-            minor,
-            seq,
-            offset,
-            event.epoch,
-            code,
-            event.worker_id,
-            event.effect_key,
-            event.sink,
-            event.event_id,
-        )
-        tail = not events or ev.k > events[-1].k
-        if tail:
+            ev = _Ev(
+                st.max_major,
+                1 + offset,
+                None,
+                offset,
+                epoch,
+                code,
+                event.worker_id,
+                event.effect_key,
+                event.sink,
+                eid,
+            )
+        events = st.events
+        if not events or ev.k > events[-1].k:
             events.append(ev)
+            st._index(ev, tail=True)
+            # In-order fast path: only findings about this event can change, and
+            # a non-acquisition is stale only if some higher epoch exists at all.
+            if code == _ACQ:
+                touched: list[Identity] = []
+                if len(st.groups[(_G_ACQUIRE, epoch, None)]) > 1:
+                    touched.append(("epoch_reuse", epoch, None))
+                if st.displaced_at().get(epoch) is not None:
+                    touched.append(("epoch_regression", epoch, None))
+            elif code in (_REL, _VER):
+                touched = []
+            else:
+                cache = st._t_cache
+                if cache is None:
+                    cache = st.displaced_at()
+                stale = cache.get(epoch) is not None
+                if code == _PROG:
+                    touched = [("stale_activity", epoch, None)] if stale else []
+                elif code == _COM:
+                    ek = ev.ek
+                    touched = (
+                        [("stale_commit", epoch, ek), ("stale_attempt", epoch, ek)] if stale else []
+                    )
+                    if len(st.groups[(_G_KEYCOMMITS, None, ek)]) > 1:
+                        touched.append(("commit_repeat", None, ek))
+                else:  # attempted, rejected
+                    touched = [("stale_attempt", epoch, ev.ek)] if stale else []
+            out = self._emit(st, touched, event.workflow_key) if touched else []
         else:
             if st.horizon is not None and ev.k <= st.horizon:
-                st.counters["late_beyond_horizon"] += 1
+                counters["late_beyond_horizon"] += 1
             insort(events, ev, key=_key)
-        st._index(ev, tail=tail)
-
-        if tail:
-            out = self._emit(st, self._touched(st, ev), event.workflow_key)
-        else:
+            st._index(ev, tail=False)
+            # Late evidence can restate anything of this key: rebuild it all.
             out = self._emit(st, self._all_identities(st), event.workflow_key)
         if len(events) > self.config.max_events_per_key:
             self._evict(st)
@@ -378,31 +415,6 @@ class Detector:
         return False
 
     # -- which findings an event can change ----------------------------------
-    @staticmethod
-    def _touched(st: KeyState, ev: _Ev) -> list[Identity]:
-        code = ev.code
-        e = ev.epoch
-        if code == _PROG:
-            # Fast path: a checkpoint at the tail is stale only if a higher
-            # epoch exists at all (every acquisition lies before the tail).
-            if st.displaced_at().get(e) is None:
-                return []
-            return [("stale_activity", e, None)]
-        if code in (_ATT, _REJ):
-            if st.displaced_at().get(e) is None:
-                return []
-            return [("stale_attempt", e, ev.ek)]
-        if code == _COM:
-            out: list[Identity] = []
-            if st.displaced_at().get(e) is not None:
-                out += [("stale_commit", e, ev.ek), ("stale_attempt", e, ev.ek)]
-            if len(st.groups[(_G_KEYCOMMITS, None, ev.ek)]) > 1:
-                out.append(("commit_repeat", None, ev.ek))
-            return out
-        if code == _ACQ:
-            return [("epoch_reuse", e, None), ("epoch_regression", e, None)]
-        return []
-
     @staticmethod
     def _all_identities(st: KeyState) -> list[Identity]:
         out: list[Identity] = []

@@ -6,9 +6,10 @@ processor, replay, the SDK, the fences) speaks these types.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 __all__ = [
     "EFFECT_TYPES",
@@ -23,6 +24,7 @@ __all__ = [
 ]
 
 MAX_INT63 = (1 << 63) - 1
+Int63 = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT63)]
 
 
 class EventType(StrEnum):
@@ -97,24 +99,32 @@ _KIND_SEVERITY: dict[Kind, Severity] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
-    """One validated ownership event (SPEC §2).
+class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """One validated ownership event (SPEC §2): a frozen, slotted record.
 
     Optional fields are ``None`` when absent (a JSON ``null`` counts as absent).
-    ``attrs`` is kept as given; it is never interpreted.
+    ``attrs`` is kept as given; it is never interpreted. Derive a changed copy
+    with ``msgspec.structs.replace``.
+
+    A msgspec Struct rather than a frozen dataclass on purpose: one is built
+    per event on the hot path, and msgspec decodes *and* type-checks the JSON
+    straight into it in C. A frozen dataclass's ``__init__`` alone
+    (``object.__setattr__`` per field) measured 1.7 µs here, more than parsing
+    the JSON. The field annotations state the SPEC §2 limits; the rules they
+    cannot state (effect key required by type, record version, Kafka key) are
+    checked in :mod:`streams.core.validate`.
     """
 
     type: EventType
-    workflow_key: str
-    epoch: int
-    worker_id: str
-    seq: int | None = None
-    effect_key: str | None = None
-    sink: str | None = None
-    event_id: str | None = None
-    run_id: str | None = None
-    ts: str | None = None
+    workflow_key: Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+    epoch: Int63
+    worker_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
+    seq: Int63 | None = None
+    effect_key: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
+    sink: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)] | None = None
+    event_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    run_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    ts: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
     attrs: dict[str, Any] | None = None
     v: int = 1
 

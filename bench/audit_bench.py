@@ -1,0 +1,116 @@
+"""Audit throughput against a bare parse of the same file (issue 2).
+
+Generates a JSON Lines file of N events (default 100,000: 10,000 workflows of
+10 events, interleaved, ~5% of them with a stale owner), then times, in one
+process and one run:
+
+* bare:  ``orjson.loads`` of every line (the floor: parsing alone);
+* audit: the audit path (validation + detector + latest findings + JSON report).
+
+Prints events/s for both and their ratio. Usage:
+    python bench/audit_bench.py [--events N] [--repeat R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from streams.cli.audit import run_files
+from streams.core.replay import Replay
+from streams.report import render_json
+
+
+def generate(path: Path, n_events: int, seed: int = 7) -> None:
+    rng = random.Random(seed)
+    per = 10
+    n_keys = max(1, n_events // per)
+    flows = []
+    for k in range(n_keys):
+        key = f"tenant-{k % 97}/export/{k}"
+        evs = [("lease_acquired", 1, "w-a", None)]
+        stale = rng.random() < 0.05
+        for i in range(per - 1):
+            if i == 4:
+                evs.append(("lease_acquired", 2, "w-b", None))
+            elif stale and i == 5:
+                evs.append(("effect_attempted", 1, "w-a", f"effect-{k}"))
+            elif stale and i == 6:
+                evs.append(("effect_committed", 1, "w-a", f"effect-{k}"))
+            elif i == per - 2:
+                evs.append(("effect_committed", 2 if i > 4 else 1, "w-b", f"effect-{k}"))
+            else:
+                evs.append(("progress", 2 if i > 4 else 1, "w-b" if i > 4 else "w-a", None))
+        flows.append((key, evs))
+    # Interleave workflows in arrival order; per-key order preserved.
+    cursors = [0] * n_keys
+    live = list(range(n_keys))
+    with path.open("wb") as fh:
+        written = 0
+        while live and written < n_events:
+            j = rng.randrange(len(live))
+            k = live[j]
+            key, evs = flows[k]
+            t, epoch, worker, ek = evs[cursors[k]]
+            cursors[k] += 1
+            doc = {"type": t, "workflow_key": key, "epoch": epoch, "worker_id": worker,
+                   "seq": cursors[k], "event_id": f"{k}-{cursors[k]}",
+                   "ts": "2026-07-26T02:00:00Z"}
+            if ek is not None:
+                doc["effect_key"] = ek
+                doc["sink"] = "bucket"
+            fh.write(orjson.dumps(doc) + b"\n")
+            written += 1
+            if cursors[k] == len(evs):
+                live[j] = live[-1]
+                live.pop()
+
+
+def bare(path: Path) -> float:
+    t0 = time.perf_counter()
+    with path.open("rb") as fh:
+        for line in fh:
+            orjson.loads(line)
+    return time.perf_counter() - t0
+
+
+def audit(path: Path) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    replay = Replay()
+    with path.open("rb") as fh:
+        run_files(replay, [(str(path), fh)], strict=False)
+    render_json(replay)
+    return time.perf_counter() - t0, len(replay.latest)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    data = Path(__file__).parent / "data"
+    data.mkdir(exist_ok=True)
+    path = data / f"audit-{args.events}.jsonl"
+    if not path.exists():
+        generate(path, args.events)
+    n = sum(1 for _ in path.open("rb"))
+    bare_t = statistics.median(bare(path) for _ in range(args.repeat))
+    runs = [audit(path) for _ in range(args.repeat)]
+    audit_t = statistics.median(t for t, _ in runs)
+    findings = runs[0][1]
+    print(f"file: {path} ({n} events, {findings} findings)")
+    print(f"bare orjson.loads loop: {n / bare_t:12,.0f} events/s  ({bare_t * 1000:.1f} ms)")
+    print(f"audit path:             {n / audit_t:12,.0f} events/s  ({audit_t * 1000:.1f} ms)")
+    print(f"ratio audit/bare time:  {audit_t / bare_t:.2f}x  (target <= 3x; "
+          f"absolute target >= 250,000 events/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

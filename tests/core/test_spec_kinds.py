@@ -389,3 +389,54 @@ def test_findings_of_different_workflows_have_different_ids() -> None:
     found = run(events).of_kind("stale_activity")
     assert sorted(f.workflow_key for f in found) == ["k1", "k2"]
     assert found[0].finding_id != found[1].finding_id
+
+
+def test_conflict_names_lowest_committing_epoch_even_when_the_stale_commit_is_higher() -> None:
+    """17 commits cleanly, 18 takes over and commits, 19 takes over, 18 commits again
+    (stale): conflicting_commit with stale_epoch 17 (the lowest committing epoch, per the
+    record table), epochs [17, 18], raised by 18's first commit."""
+    result = run(
+        [
+            acq(17, "a", 1),
+            com(17, "a", 2, "X"),
+            acq(18, "b", 3),
+            com(18, "b", 4, "X"),
+            acq(19, "c", 5),
+            com(18, "b", 6, "X"),
+        ]
+    )
+    f = result.only("conflicting_commit")
+    assert (f.stale_epoch, f.stale_worker, f.epochs, f.event_seq) == (17, "a", (17, 18), 4)
+    assert (f.current_epoch, f.transition_seq) == (18, 3)
+    assert result.only("stale_commit").stale_epoch == 18
+
+
+def test_stale_attempt_outcome_needs_a_stale_commit() -> None:
+    """A commit of the effect by the same epoch positioned before the takeover is not a
+    stale commit: the later stale attempt's outcome stays unknown."""
+    result = run([acq(17, "a", 1), com(17, "a", 2, "X"), acq(18, "b", 3), att(17, "a", 4, "X")])
+    assert result.kinds() == ["stale_attempt"]
+    assert result.only("stale_attempt").sink_outcome == "unknown"
+
+
+def test_three_workers_on_one_epoch_is_one_reuse() -> None:
+    """Three workers acquiring epoch 5 give a single epoch_reuse finding for (key, 5)."""
+    result = run([acq(5, "A", 1), acq(5, "B", 2), acq(5, "C", 3)])
+    assert result.kinds() == ["epoch_reuse"]
+    assert result.only("epoch_reuse").event_seq == 2
+
+
+def test_two_regressing_acquisitions_of_one_epoch_are_one_regression() -> None:
+    """Two lease_acquired of epoch 7 after 8's acquisition give one epoch_regression,
+    raised by the first (by position)."""
+    result = run([acq(8, "B", 1), acq(7, "A", 3), acq(7, "A", 2)])
+    assert result.kinds() == ["epoch_regression"]
+    assert result.only("epoch_regression").event_seq == 2
+
+
+def test_regressed_owner_activity_is_also_stale() -> None:
+    """An owner that regressed to epoch 7 after 8 was acquired and then makes progress is
+    both an epoch_regression and a stale_activity."""
+    result = run([acq(8, "B", 1), acq(7, "A", 2), prog(7, "A", 3)])
+    assert result.kinds() == ["epoch_regression", "stale_activity"]
+    assert result.only("stale_activity").current_epoch == 8

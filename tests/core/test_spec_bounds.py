@@ -1,0 +1,76 @@
+"""Bounded per-key state (issue 2: "a documented cap per key on retained evidence").
+
+Reading: the cap bounds memory and the serialized state, not correctness of the
+small per-epoch facts: an epoch's acquisition survives however much evidence
+follows it, and findings stay monotone when old evidence is evicted.
+"""
+
+from __future__ import annotations
+
+from streams.core import KeyState
+from tests.core.conftest import acq, att, com, make_detector, prog, run
+
+
+def _state_size_after(n: int, cap: int) -> int:
+    det = make_detector(cap)
+    state = det.new_state()
+    det.process(state, acq(17, "a", 1), 1)
+    for s in range(2, n + 2):
+        det.process(state, prog(17, "a", s), s)
+    return len(state.to_bytes())
+
+
+def test_serialized_state_stays_bounded() -> None:
+    """Ten times more events for one key does not make its serialized state grow past the
+    cap's worth: the size after 4000 events is within 1.5x of the size after 400."""
+    assert _state_size_after(4000, 32) <= 1.5 * _state_size_after(400, 32) + 1024
+
+
+def test_finding_evidence_stays_bounded() -> None:
+    """A stale owner that keeps emitting for thousands of events gives one finding whose
+    evidence list stays within the per-key cap."""
+    events = [acq(17, "a", 1), acq(18, "b", 2)] + [prog(17, "a", s) for s in range(3, 3003)]
+    result = run(events, detector=make_detector(64))
+    f = result.only("stale_activity")
+    assert f.event_seq == 3
+    assert len(f.evidence) <= 64
+
+
+def test_acquisition_survives_eviction_of_old_evidence() -> None:
+    """Reading: with a small cap, an acquisition followed by hundreds of events is still
+    the transition a late-resuming old owner is stale against."""
+    events = [acq(17, "a", 1), acq(18, "b", 2)]
+    events += [prog(18, "b", s) for s in range(3, 503)]
+    events += [com(17, "a", 503, "X")]
+    result = run(events, detector=make_detector(32))
+    f = result.only("stale_commit")
+    assert (f.stale_epoch, f.current_epoch, f.current_worker, f.transition_seq) == (
+        17,
+        18,
+        "b",
+        2,
+    )
+
+
+def test_late_acquisition_beyond_the_window_still_flags_retained_evidence() -> None:
+    """A late acquisition positioned before the retained window still makes the retained
+    lower-epoch evidence after it stale (whatever was evicted)."""
+    events = [acq(17, "a", 1)] + [prog(17, "a", s) for s in range(2, 500)]
+    events += [att(17, "a", 500, "X"), acq(18, "b", 250)]
+    result = run(events, detector=make_detector(32))
+    assert result.of_kind("stale_activity") or result.of_kind("stale_attempt")
+    for f in result.findings():
+        assert (f.stale_epoch, f.current_epoch, f.transition_seq) == (17, 18, 250)
+
+
+def test_bounded_state_round_trips() -> None:
+    """A state at its cap serializes and restores to the same bytes-level behaviour."""
+    det = make_detector(16)
+    state = det.new_state()
+    for s in range(1, 200):
+        det.process(state, prog(17, "a", s), s)
+    restored = KeyState.from_bytes(state.to_bytes())
+    a = det.process(state, acq(18, "b", 100), 300)
+    b = make_detector(16).process(restored, acq(18, "b", 100), 300)
+    assert [f.to_dict() for f in a] == [f.to_dict() for f in b]
+    assert state.to_bytes() == restored.to_bytes()

@@ -239,6 +239,9 @@ class OutboxProducer:
         self.transactional_id = transactional_id_for(workflow_key, settings.transactional_id_prefix)
         self._producer: Producer | None = None
         self._fenced = False
+        #: Times this owner found itself fenced while its lease was still
+        #: current (a stale worker's init slipped in) and took the id back.
+        self.inversions = 0
 
     # -- initialization ---------------------------------------------------
 
@@ -314,9 +317,10 @@ class OutboxProducer:
     def publish_pending(self) -> int:
         """Publish up to ``batch_size`` staged rows in one Kafka transaction and
         mark them sent; returns how many. Raises StaleOwner when this owner
-        was displaced or its producer fenced (after reporting each row of the
-        batch as ``effect_rejected``), BrokerError for other Kafka failures
-        (the transaction is aborted, the rows stay staged for a retry)."""
+        was displaced or its producer fenced by a newer owner (after marking
+        the batch ``fenced`` and reporting each row as ``effect_rejected``),
+        BrokerError for other Kafka failures (the transaction is aborted, the
+        rows stay staged for a retry)."""
         producer = self._producer
         if producer is None:
             raise RuntimeError("call init() first")
@@ -335,17 +339,41 @@ class OutboxProducer:
         try:
             self._send(producer, rows)
         except KafkaException as exc:
-            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-            if err is not None and err.code() in _FENCED_CODES:
+            if not _is_fenced(exc):
+                raise self._abort(producer, exc) from exc
+            # Fenced. Either we are stale (a newer owner initialized), or a
+            # stale worker slipped an init in past its lease check and fenced
+            # us, the rightful owner: then take the transactional id back
+            # once and resend (the idempotency keys make the resend safe).
+            with self.db.transaction() as tx:
+                problem = _lease_problem(
+                    tx, self.prefix, self.workflow_key, self.epoch, self.worker_id
+                )
+            if problem is not None:
                 self._fenced = True
-                self._reject(rows, f"Kafka fenced the producer ({err.name()})")
-            if err is not None and err.txn_requires_abort():
-                # The rows stay staged either way.
-                with suppress(KafkaException):
-                    producer.abort_transaction(self.settings.op_timeout_s)
-            raise _broker_error(exc, "transaction") from exc
+                self._reject(rows, f"Kafka fenced the producer ({_code_name(exc)}); {problem}")
+            self.inversions += 1
+            self.close()
+            self.init()
+            producer = self._producer
+            assert producer is not None
+            try:
+                self._send(producer, rows)
+            except KafkaException as exc2:
+                if _is_fenced(exc2):
+                    self._fenced = True
+                    self._reject(rows, f"Kafka fenced the producer again ({_code_name(exc2)})")
+                raise self._abort(producer, exc2) from exc2
         self._mark_sent(rows)
         return len(rows)
+
+    def _abort(self, producer: Producer, exc: KafkaException) -> BrokerError:
+        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if err is not None and err.txn_requires_abort():
+            # The rows stay staged either way.
+            with suppress(KafkaException):
+                producer.abort_transaction(self.settings.op_timeout_s)
+        return _broker_error(exc, "transaction")
 
     def _send(self, producer: Producer, rows: Sequence[StagedEffect]) -> None:
         producer.begin_transaction()
@@ -414,6 +442,16 @@ class OutboxProducer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _is_fenced(exc: KafkaException) -> bool:
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    return err is not None and err.code() in _FENCED_CODES
+
+
+def _code_name(exc: KafkaException) -> str:
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    return err.name() if err is not None else "unknown"
 
 
 def _close_quietly(producer: Producer) -> None:

@@ -57,7 +57,7 @@ def test_importing_the_core_loads_no_adapter_module() -> None:
 
 
 def test_core_sources_import_no_clock_environment_or_io() -> None:
-    """No module under streams/core imports os, time, datetime, random, sys, asyncio and the like."""
+    """No module under streams/core imports os, time, datetime, random, sys or asyncio."""
     offenders: list[str] = []
     files = sorted(CORE.glob("*.py"))
     assert len(files) >= 5

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,3 +127,36 @@ class FrozenClock:
 def frozen_clock() -> FrozenClock:
     """A fresh frozen store clock."""
     return FrozenClock()
+
+
+def read_topic(bootstrap: str, topic: str, *, isolation: str = "read_committed") -> list[Any]:
+    """Every message of a one-partition topic, read to its end (the last
+    stable offset under read_committed), in offset order."""
+    from confluent_kafka import Consumer, KafkaError
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"fences-test-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "isolation.level": isolation,
+        }
+    )
+    out: list[Any] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    return out
+                raise AssertionError(f"consumer error: {msg.error()}")
+            out.append(msg)
+        raise AssertionError(f"did not reach the end of {topic} within 60s")
+    finally:
+        consumer.close()

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from streams.core import Detector, DetectorConfig
 from streams.core.records import Event, EventType
 from streams.core.validate import InvalidEvent, parse_event
 from streams.errors import BrokerError
@@ -109,6 +110,15 @@ def test_takeover_story_is_published_valid_keyed_and_stamped(
         "reason": "stale_epoch",
     }
     assert events[1].run_id == "run-1" and events[1].attrs == {"step": 1}
+    # What the detector makes of it, in arrival order: a rejected near miss.
+    detector = Detector(DetectorConfig())
+    state = detector.new_state()
+    findings = [f for i, (_, e) in enumerate(got) for f in detector.process(state, e, i)]
+    latest = {f.finding_id: f for f in findings}.values()
+    assert sorted((f.kind.value, f.to_dict()["sink_outcome"]) for f in latest) == [
+        ("stale_activity", None),
+        ("stale_attempt", "rejected"),
+    ]
 
 
 def test_duplicate_receipt_is_reported_as_a_rejection_marked_duplicate(

@@ -11,6 +11,8 @@ hold the SPEC's "any arrival order gives the same findings" against it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 from streams.core import Event, EventType
@@ -47,6 +49,7 @@ _ACTIONS = (
     "redeliver",
     "reuse",
     "regress",
+    "split_brain",
 )
 
 
@@ -142,6 +145,12 @@ def workflow_events(
         elif step == "reuse" and draw(st.integers(0, 2)) == 0:
             others = [w for w in WORKERS if w != owners[current]]
             emit(EventType.LEASE_ACQUIRED, current, worker=draw(st.sampled_from(others)))
+        elif step == "split_brain" and current > 0:
+            # A displaced owner and the current one both commit the same effect.
+            old = draw(st.integers(0, current - 1))
+            pair = [old, current] if draw(st.booleans()) else [current, old]
+            for idx in pair:
+                last_commit = emit(EventType.EFFECT_COMMITTED, idx, effect)
         elif step == "regress" and current > 0:
             emit(EventType.LEASE_ACQUIRED, draw(st.integers(0, current - 1)))
     if not out:
@@ -189,11 +198,11 @@ _EVENT_FIELDS = (
 )
 
 
-def _with(event: Event, **changes: object) -> Event:
+def _with(event: Event, **changes: Any) -> Event:
     """A copy of ``event`` with some fields changed (works whatever Event's base class)."""
-    fields = {name: getattr(event, name) for name in _EVENT_FIELDS}
+    fields: dict[str, Any] = {name: getattr(event, name) for name in _EVENT_FIELDS}
     fields.update(changes)
-    return Event(**fields)  # type: ignore[arg-type]
+    return Event(**fields)
 
 
 @st.composite

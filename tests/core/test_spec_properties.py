@@ -189,13 +189,16 @@ def test_no_lower_epoch_event_after_takeover_means_no_stale_finding(events: list
     """A workflow where no event of a lower epoch is positioned after a higher epoch's
     earliest evidence (clean handovers only) has no stale_* and no epoch_regression."""
     first_pos: dict[int, int] = {}
+    seqs: list[tuple[Event, int]] = []
     for e in events:
         assert e.seq is not None
+        seqs.append((e, e.seq))
         first_pos[e.epoch] = min(first_pos.get(e.epoch, e.seq), e.seq)
+    # lease_released is never a finding and outcome_verified is never stale.
     clean = all(
-        not (a > e.epoch and first_pos[a] < e.seq)
-        for e in events
-        if e.type.value not in ("outcome_verified",)
+        not (a > e.epoch and first_pos[a] < seq)
+        for e, seq in seqs
+        if e.type.value not in ("outcome_verified", "lease_released")
         for a in first_pos
     )
     kinds = {f.kind for f in run(events).findings()}

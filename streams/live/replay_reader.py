@@ -1,0 +1,188 @@
+"""Read a Kafka topic once, from a start bound to an end bound, for the audit
+(SPEC §6: ``fencewatch audit --topic``).
+
+::
+
+    for key, value, partition, offset in iter_topic("127.0.0.1:9092", "ownership.events"):
+        replay.feed(value, key=key, offset=offset, source=f"{topic}/{partition}")
+
+* All partitions are assigned (no consumer group, nothing committed).
+* The end is a snapshot taken at start: by default each partition's high
+  watermark then, so a topic that keeps growing still gives a finite read.
+* Records come in per-partition offset order; partitions interleave, which
+  does not matter to the detector because a workflow key lives in one
+  partition.
+* ``isolation.level`` is ``read_committed``: records of aborted transactions
+  are never audited. A partition whose last records are control markers (or
+  an open transaction) ends at partition EOF instead of waiting.
+* Arrival position for the detector is the partition offset; the ``source``
+  of an invalid entry is ``topic/partition``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from streams.errors import BrokerError
+
+__all__ = ["BEGINNING", "END", "Bound", "Offset", "Timestamp", "TopicRecord", "iter_topic"]
+
+
+class TopicRecord(NamedTuple):
+    """One record; unpacks as ``key, value, partition, offset``."""
+
+    key: bytes | None
+    value: bytes | None
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Offset:
+    """The same offset in every partition (clamped to what the partition holds)."""
+
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
+class Timestamp:
+    """The first record whose timestamp is >= ``ms`` (epoch milliseconds)."""
+
+    ms: int
+
+
+class _Edge(NamedTuple):
+    name: str
+
+
+#: Start at each partition's log start.
+BEGINNING = _Edge("beginning")
+#: End at each partition's high watermark, snapshotted when the read starts.
+END = _Edge("end")
+
+Bound = Offset | Timestamp | _Edge
+
+
+def _broker_error(exc: Exception, what: str) -> BrokerError:
+    err: Any = exc.args[0] if exc.args else None
+    if err is not None and hasattr(err, "name") and hasattr(err, "str"):
+        return BrokerError(
+            f"{what}: {err.str()}", code=err.name(), retriable=bool(err.retriable())
+        )
+    return BrokerError(f"{what}: {exc}")
+
+
+def iter_topic(
+    bootstrap: str,
+    topic: str,
+    *,
+    start: Bound = BEGINNING,
+    end: Bound = END,
+    config: Mapping[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> Iterator[TopicRecord]:
+    """Yield the records of ``topic`` with ``start <= position < end`` per
+    partition (end exclusive; a :class:`Timestamp` end stops before the first
+    record at or after it). ``config`` adds librdkafka settings (security).
+
+    Raises :class:`~streams.errors.BrokerError` for an unknown topic or a
+    broker failure."""
+    from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+
+    conf: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "fencewatch-audit-reader",  # required by the client; never joined
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+        # Bounded prefetch: at most ~8 MiB queued in the client.
+        "queued.max.messages.kbytes": 8192,
+    }
+    conf.update(config or {})
+    consumer = Consumer(conf)
+    try:
+        try:
+            meta = consumer.list_topics(topic, timeout=timeout)
+        except KafkaException as exc:
+            raise _broker_error(exc, f"topic {topic}") from None
+        tmeta = meta.topics.get(topic)
+        if tmeta is None or tmeta.error is not None or not tmeta.partitions:
+            reason = tmeta.error.str() if tmeta is not None and tmeta.error else "no such topic"
+            raise BrokerError(f"topic {topic}: {reason}", code="UNKNOWN_TOPIC_OR_PART")
+        partitions = sorted(tmeta.partitions)
+        try:
+            lows: dict[int, int] = {}
+            highs: dict[int, int] = {}
+            for p in partitions:
+                lo, hi = consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=timeout, cached=False
+                )
+                lows[p], highs[p] = lo, hi
+            begin = _resolve(consumer, topic, partitions, start, lows, highs, timeout)
+            stop = _resolve(consumer, topic, partitions, end, lows, highs, timeout, is_end=True)
+        except KafkaException as exc:
+            raise _broker_error(exc, f"offsets of {topic}") from None
+        pending = {p for p in partitions if begin[p] < stop[p]}
+        if not pending:
+            return
+        consumer.assign([TopicPartition(topic, p, begin[p]) for p in sorted(pending)])
+        while pending:
+            msg = consumer.poll(timeout)
+            if msg is None:
+                raise BrokerError(
+                    f"no record from {topic} within {timeout:.0f} s", code="TIMEOUT", retriable=True
+                )
+            err = msg.error()
+            p = msg.partition()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(p)
+                    continue
+                raise BrokerError(
+                    f"reading {topic}: {err.str()}", code=err.name(), retriable=err.retriable()
+                )
+            offset = msg.offset()
+            if p is None or offset is None or p not in pending:
+                continue
+            if offset >= stop[p]:
+                pending.discard(p)
+                consumer.incremental_unassign([TopicPartition(topic, p, OFFSET_END)])
+                continue
+            yield TopicRecord(msg.key(), msg.value(), p, offset)
+            if offset + 1 >= stop[p]:
+                pending.discard(p)
+                consumer.incremental_unassign([TopicPartition(topic, p, OFFSET_END)])
+    finally:
+        consumer.close()
+
+
+def _resolve(
+    consumer: Any,
+    topic: str,
+    partitions: list[int],
+    bound: Bound,
+    lows: dict[int, int],
+    highs: dict[int, int],
+    timeout: float,
+    *,
+    is_end: bool = False,
+) -> dict[int, int]:
+    from confluent_kafka import TopicPartition
+
+    if bound == BEGINNING:
+        return dict(lows)
+    if bound == END:
+        return dict(highs)
+    if isinstance(bound, Offset):
+        if bound.value < 0:
+            raise ValueError("offset bound must be >= 0")
+        return {p: min(max(bound.value, lows[p]), highs[p]) for p in partitions}
+    if isinstance(bound, Timestamp):
+        asked = [TopicPartition(topic, p, bound.ms) for p in partitions]
+        found = consumer.offsets_for_times(asked, timeout=timeout)
+        # -1: no record at or after the time: everything is before it.
+        return {tp.partition: highs[tp.partition] if tp.offset < 0 else tp.offset for tp in found}
+    raise TypeError(f"not a bound: {bound!r}")

@@ -1,0 +1,343 @@
+"""Harness for live-processor tests: real broker, real worker subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "examples" / "reference.jsonl"
+READY_TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fixture_events() -> list[tuple[bytes, bytes]]:
+    out = []
+    for line in FIXTURE.read_text().splitlines():
+        if line.strip():
+            out.append((json.loads(line)["workflow_key"].encode(), line.strip().encode()))
+    return out
+
+
+def scenario_events(n_keys: int, epochs: int, seed: int = 7) -> list[tuple[bytes, bytes]]:
+    """Per key: a chain of handovers where the displaced worker sometimes keeps
+    going (stale progress, attempts, commits); keys interleaved at random,
+    and now and then an event delivered late (after its successor)."""
+    rng = random.Random(seed)
+    per_key: list[list[tuple[bytes, bytes]]] = []
+    for k in range(n_keys):
+        wkey = f"wf-{k:05d}"
+        evs: list[dict[str, Any]] = []
+
+        def add(
+            kind: str,
+            epoch: int,
+            worker: str,
+            effect: str | None = None,
+            *,
+            wkey: str = wkey,
+            evs: list[dict[str, Any]] = evs,
+        ) -> None:
+            seq = len(evs) + 1
+            doc: dict[str, Any] = {
+                "type": kind,
+                "workflow_key": wkey,
+                "epoch": epoch,
+                "worker_id": worker,
+                "seq": seq,
+                "event_id": f"{wkey}-{seq}",
+            }
+            if effect is not None:
+                doc["effect_key"] = effect
+            evs.append(doc)
+
+        for e in range(1, epochs + 1):
+            worker = f"w{e}"
+            add("lease_acquired", e, worker)
+            add("progress", e, worker)
+            if e > 1 and rng.random() < 0.5:
+                old = f"w{e - 1}"
+                add("progress", e - 1, old)
+                if rng.random() < 0.5:
+                    fx = f"fx-{e % 3}"
+                    add("effect_attempted", e - 1, old, fx)
+                    add(rng.choice(["effect_committed", "effect_rejected"]), e - 1, old, fx)
+            add("effect_attempted", e, worker, f"fx-{e % 3}")
+            add("effect_committed", e, worker, f"fx-{e % 3}")
+        raw = [(wkey.encode(), json.dumps(d).encode()) for d in evs]
+        for i in range(1, len(raw)):
+            if rng.random() < 0.05:
+                raw[i - 1], raw[i] = raw[i], raw[i - 1]
+        per_key.append(raw)
+    out: list[tuple[bytes, bytes]] = []
+    cursors = [0] * n_keys
+    live = list(range(n_keys))
+    while live:
+        k = rng.choice(live)
+        out.append(per_key[k][cursors[k]])
+        cursors[k] += 1
+        if cursors[k] == len(per_key[k]):
+            live.remove(k)
+    return out
+
+
+class Worker:
+    """One ``fencewatch run`` subprocess with its health endpoint."""
+
+    def __init__(self, harness: LiveHarness, name: str, store: str, extra: dict[str, str]) -> None:
+        self.port = free_port()
+        self.name = name
+        self.log_path = harness.tmp / f"{name}.log"
+        env = dict(os.environ)
+        env.update(harness.env())
+        env.update(
+            {
+                "FENCEWATCH_METRICS_PORT": str(self.port),
+                "FENCEWATCH_DATA_DIR": str(harness.tmp / f"data-{name}"),
+                "FENCEWATCH_STORE": store,
+            }
+        )
+        env.update(extra)
+        self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streams", "run"],
+            cwd=REPO,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def health(self) -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                return dict(json.loads(r.read()))
+        except Exception:
+            return None
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
+            return str(r.read().decode())
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker {self.name} exited: {self.tail()}")
+            h = self.health()
+            if h and h.get("ok") and h.get("partitions") and not h.get("recovering"):
+                return h
+            time.sleep(0.2)
+        raise AssertionError(f"worker {self.name} not ready in {timeout} s: {self.tail()}")
+
+    def wait_processed(self, n: int, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            h = self.health()
+            if h and h.get("processed", 0) >= n:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"worker {self.name} did not process {n} events: {self.tail()}")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+
+    def tail(self, n: int = 4000) -> str:
+        self.log.flush()
+        return self.log_path.read_bytes()[-n:].decode("utf-8", "replace")
+
+
+class LiveHarness:
+    fixture_events = staticmethod(fixture_events)
+    scenario_events = staticmethod(scenario_events)
+
+    def __init__(
+        self, bootstrap: str, unique_topic: Callable[..., str], tmp: Path, partitions: int
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.partitions = partitions
+        self.tmp = tmp
+        self.events = unique_topic(partitions, prefix="live-events")
+        self.findings = unique_topic(partitions, prefix="live-findings")
+        self.dlq = unique_topic(partitions, prefix="live-dlq")
+        self.app_id = f"fw-test-{uuid.uuid4().hex[:10]}"
+        self.workers: list[Worker] = []
+
+    def env(self) -> dict[str, str]:
+        return {
+            "FENCEWATCH_BOOTSTRAP_SERVERS": self.bootstrap,
+            "FENCEWATCH_EVENTS_TOPIC": self.events,
+            "FENCEWATCH_FINDINGS_TOPIC": self.findings,
+            "FENCEWATCH_DLQ_TOPIC": self.dlq,
+            "FENCEWATCH_APP_ID": self.app_id,
+            "FENCEWATCH_COMMIT_INTERVAL": "0.1",
+            "FENCEWATCH_SESSION_TIMEOUT": "6",
+            "FENCEWATCH_HEARTBEAT_INTERVAL": "1",
+            "FENCEWATCH_LOG_LEVEL": "info",
+        }
+
+    def start(
+        self, name: str = "w1", store: str = "memory://", extra: dict[str, str] | None = None
+    ) -> Worker:
+        w = Worker(self, name, store, extra or {})
+        self.workers.append(w)
+        return w
+
+    def produce(self, records: Iterable[tuple[bytes | None, bytes]]) -> None:
+        from confluent_kafka import Producer
+
+        # murmur2: the partitioner of the Java client and of aiokafka.
+        p = Producer({"bootstrap.servers": self.bootstrap, "partitioner": "murmur2_random"})
+        for key, value in records:
+            while True:
+                try:
+                    p.produce(self.events, value, key=key)
+                    break
+                except BufferError:
+                    p.poll(0.1)
+        assert p.flush(30) == 0
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "probe"})
+        try:
+            return {
+                p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                for p in range(self.partitions)
+            }
+        finally:
+            c.close()
+
+    def committed(self) -> dict[int, int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": self.app_id})
+        try:
+            tps = [TopicPartition(self.events, p) for p in range(self.partitions)]
+            return {tp.partition: tp.offset for tp in c.committed(tps, timeout=10)}
+        finally:
+            c.close()
+
+    def wait_all_committed(self, timeout: float = 60.0) -> None:
+        """Until the group's committed offsets reach the input's end: every
+        output of every event is then committed too (same transactions)."""
+        end = self.end_offsets(self.events)
+        deadline = time.monotonic() + timeout
+        last: dict[int, int] = {}
+        while time.monotonic() < deadline:
+            last = self.committed()
+            if all(end[p] == 0 or last.get(p, -1) >= end[p] for p in end):
+                return
+            time.sleep(0.2)
+        logs = "\n".join(w.tail() for w in self.workers)
+        raise AssertionError(f"committed {last} never reached {end}\n{logs}")
+
+    def read(self, topic: str) -> list[Any]:
+        """Every committed record of ``topic`` (read_committed, to the end)."""
+        from streams.live.replay_reader import iter_topic
+
+        return list(iter_topic(self.bootstrap, topic, timeout=20))
+
+    def read_with_headers(self, topic: str) -> list[tuple[bytes | None, bytes, dict[str, str]]]:
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        c = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "probe",
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "enable.auto.commit": False,
+            }
+        )
+        out: list[tuple[bytes | None, bytes, dict[str, str]]] = []
+        try:
+            c.assign([TopicPartition(topic, p, 0) for p in range(self.partitions)])
+            pending = set(range(self.partitions))
+            deadline = time.monotonic() + 20
+            while pending and time.monotonic() < deadline:
+                m = c.poll(1.0)
+                if m is None:
+                    continue
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        pending.discard(m.partition())
+                    continue
+                hdrs = {k: v.decode() for k, v in (m.headers() or [])}
+                out.append((m.key(), m.value(), hdrs))
+        finally:
+            c.close()
+        return out
+
+    def audit(self) -> dict[str, dict[str, Any]]:
+        """Latest revision per finding id from the core detector over the
+        events topic in partition order (what ``fencewatch audit --topic`` does)."""
+        from streams.core.replay import Replay
+        from streams.live.replay_reader import iter_topic
+
+        r = Replay()
+        for key, value, partition, offset in iter_topic(self.bootstrap, self.events):
+            r.feed(value or b"", key=key, offset=offset, source=f"{self.events}/{partition}")
+        return {f.finding_id: f.to_dict() for f in r.latest_findings()}
+
+    def live_findings(self) -> tuple[dict[str, dict[str, Any]], list[tuple[str, int]]]:
+        """(latest revision per id, every (id, revision) seen) on the findings topic."""
+        latest: dict[str, dict[str, Any]] = {}
+        seen: list[tuple[str, int]] = []
+        for _key, value, _p, _o in self.read(self.findings):
+            doc = json.loads(value or b"{}")
+            seen.append((doc["finding_id"], doc["revision"]))
+            cur = latest.get(doc["finding_id"])
+            if cur is None or doc["revision"] > cur["revision"]:
+                latest[doc["finding_id"]] = doc
+        return latest, seen
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+
+
+@pytest.fixture
+def live(
+    kafka_bootstrap: str, unique_topic: Callable[..., str], tmp_path: Path
+) -> Iterator[Callable[..., LiveHarness]]:
+    """Factory: ``live(partitions=3)`` -> a harness with fresh topics and app id."""
+    made: list[LiveHarness] = []
+
+    def make(partitions: int = 3) -> LiveHarness:
+        h = LiveHarness(kafka_bootstrap, unique_topic, tmp_path, partitions)
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.close()

@@ -10,6 +10,10 @@ Where the broker comes from, first match wins:
 
 If none works the fixture fails the test with the reason: Kafka tests are
 never skipped.
+
+``restartable_kafka`` is a separate, module-scoped ``scripts/kafka-local``
+broker with ``restart()``, ``stop()``, ``start()`` and ``kill9()`` for
+recovery tests (the address stays the same across restarts).
 """
 
 from __future__ import annotations
@@ -18,13 +22,17 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from streams.kafka.admin import TopicAdmin, TopicSpec
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_LOCAL = REPO_ROOT / "scripts" / "kafka-local"
@@ -38,7 +46,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # A test that uses the broker is a Kafka test whether or not its author
     # remembered the marker, so `-m "not kafka"` really leaves Kafka out.
     for item in items:
-        if "kafka_bootstrap" in getattr(item, "fixturenames", ()):
+        names = getattr(item, "fixturenames", ())
+        if "kafka_bootstrap" in names or "restartable_kafka" in names:
             item.add_marker(pytest.mark.kafka)
 
 
@@ -159,6 +168,72 @@ def _local_broker(state_dir: Path) -> Iterator[str]:
         )
 
 
+class LocalKafka:
+    """A private ``scripts/kafka-local`` broker that a test may stop, restart
+    or kill -9 (recovery tests); the bootstrap address survives restarts."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.bootstrap = ""
+
+    def _run(self, *args: str, timeout: float = _LOCAL_START_TIMEOUT_S) -> str:
+        env = dict(os.environ)
+        env["FENCEWATCH_KAFKA_DIR"] = str(self.state_dir)
+        env["FENCEWATCH_KAFKA_OWNER_PID"] = str(os.getpid())
+        done = subprocess.run(
+            [str(KAFKA_LOCAL), *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise AssertionError(
+                f"scripts/kafka-local {' '.join(args)} failed ({done.returncode}):\n"
+                f"{done.stderr[-4000:]}"
+            )
+        return done.stdout.strip()
+
+    def start(self) -> str:
+        out = self._run("start").splitlines()[-1]
+        if self.bootstrap and out != self.bootstrap:
+            raise AssertionError(f"broker came back at {out}, not {self.bootstrap}")
+        self.bootstrap = out
+        return out
+
+    def stop(self) -> None:
+        self._run("stop", timeout=120)
+
+    def restart(self) -> str:
+        """Clean stop (SIGTERM) and start on the same data directory and port."""
+        self.stop()
+        return self.start()
+
+    def kill9(self) -> None:
+        """SIGKILL the broker: no clean shutdown, as in a crash."""
+        pid = int((self.state_dir / "pid").read_text().strip())
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def restartable_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalKafka]:
+    """A broker private to this test module (started), for stop/restart/kill -9
+    tests; a test that stops it must start it again. Needs Java even when
+    KAFKA_BOOTSTRAP is set; fails, never skips, without it."""
+    if shutil.which("java") is None:
+        pytest.fail("restartable_kafka needs Java 17+ for scripts/kafka-local", pytrace=False)
+    broker = LocalKafka(tmp_path_factory.mktemp("kafka-restartable"))
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Bootstrap address of a real Kafka broker for the whole session."""
@@ -177,22 +252,17 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def kafka_admin(kafka_bootstrap: str) -> object:
+def kafka_admin(kafka_bootstrap: str) -> TopicAdmin:
     """A TopicAdmin on the session broker."""
-    from streams.kafka.admin import TopicAdmin
-
     return TopicAdmin(kafka_bootstrap, timeout_s=30.0)
 
 
 @pytest.fixture
 def unique_topic(
-    request: pytest.FixtureRequest, kafka_admin: object
+    request: pytest.FixtureRequest, kafka_admin: TopicAdmin
 ) -> Iterator[Callable[..., str]]:
     """Factory: ``unique_topic(partitions=1, prefix=None, config=None)`` creates
     a topic no other test uses and returns its name; deleted after the test."""
-    from streams.kafka.admin import TopicAdmin, TopicSpec
-
-    assert isinstance(kafka_admin, TopicAdmin)
     created: list[str] = []
     base = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name)[:80].strip("-") or "test"
 

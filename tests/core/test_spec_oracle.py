@@ -254,3 +254,42 @@ def test_detector_matches_a_literal_reading_of_the_spec(data: st.DataObject) -> 
     )
     for fid, exp in expected.items():
         assert _observed(latest[fid], exp) == exp
+
+
+@settings(max_examples=200, deadline=None)
+@given(multi_workflow_events(with_seq=False))
+def test_detector_matches_the_spec_without_seq(events: list[Event]) -> None:
+    """Without seq, position is arrival: the final findings are the oracle's over the same
+    events with each one's offset as its position (event_offset in place of event_seq;
+    Reading: transition_seq is not compared, SPEC names no seq to report)."""
+    positioned = [_with_seq(e, n) for n, e in enumerate(events, start=1)]
+    expected = oracle(positioned)
+    latest = run(events).latest
+    assert sorted(latest) == sorted(expected)
+    for fid, exp in expected.items():
+        f = latest[fid]
+        assert f.event_seq is None
+        assert f.ordering == "arrival"
+        got = _observed(f, exp)
+        got = _replace(
+            got,
+            event_seq=f.event_offset,
+            current=None if got.current is None else (*got.current[:2], None, got.current[3]),
+        )
+        want = _replace(
+            exp,
+            current=None if exp.current is None else (*exp.current[:2], None, exp.current[3]),
+        )
+        assert got == want
+
+
+def _with_seq(e: Event, seq: int) -> Event:
+    return Event(
+        type=e.type,
+        workflow_key=e.workflow_key,
+        epoch=e.epoch,
+        worker_id=e.worker_id,
+        seq=seq,
+        effect_key=e.effect_key,
+        event_id=e.event_id,
+    )

@@ -15,8 +15,10 @@ of the lowest committing epoch's first commit.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -194,10 +196,8 @@ def oracle_for_key(key: str, events: list[Event]) -> dict[str, Expected]:
     return out
 
 
-def _replace(exp: Expected, **changes: object) -> Expected:
-    fields = dict(exp.__dict__)
-    fields.update(changes)
-    return Expected(**fields)  # type: ignore[arg-type]
+def _replace(exp: Expected, **changes: Any) -> Expected:
+    return dataclasses.replace(exp, **changes)
 
 
 def oracle(events: list[Event]) -> dict[str, Expected]:

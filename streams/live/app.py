@@ -217,9 +217,11 @@ def build_app(
     table = app.Table(
         TABLE_NAME,
         partitions=partitions,
-        schema=faust.Schema(
-            key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
-        ),
+        # bytes/bytes is what makes faust use the raw codec for the changelog
+        # (a ``schema=`` argument is ignored by Table for serialization, and a
+        # decode error during recovery is only logged: the key would be lost).
+        key_type=bytes,
+        value_type=bytes,
     )
     detector = Detector(DetectorConfig(max_events_per_key=settings.max_events_per_key))
     processor = Processor(

@@ -7,7 +7,10 @@ follows it, and findings stay monotone when old evidence is evicted.
 
 from __future__ import annotations
 
-from streams.core import KeyState
+import orjson
+
+from streams.core import KeyState, event_to_dict
+from streams.core.replay import Replay
 from tests.core.conftest import acq, att, com, make_detector, prog, run
 
 
@@ -28,12 +31,15 @@ def test_serialized_state_stays_bounded() -> None:
 
 def test_finding_evidence_stays_bounded() -> None:
     """A stale owner that keeps emitting for thousands of events gives one finding whose
-    evidence list stays within the per-key cap."""
+    evidence stays within the documented 32 items (README "Bounds"), always keeping the
+    raising event and its transition."""
     events = [acq(17, "a", 1), acq(18, "b", 2)] + [prog(17, "a", s) for s in range(3, 3003)]
-    result = run(events, detector=make_detector(64))
+    result = run(events)
     f = result.only("stale_activity")
     assert f.event_seq == 3
-    assert len(f.evidence) <= 64
+    assert len(f.evidence) <= 32
+    kept = {(e.position, e.type) for e in f.evidence}
+    assert {(2, "lease_acquired"), (3, "progress")} <= kept
 
 
 def test_acquisition_survives_eviction_of_old_evidence() -> None:
@@ -74,3 +80,16 @@ def test_bounded_state_round_trips() -> None:
     b = make_detector(16).process(restored, acq(18, "b", 100), 300)
     assert [f.to_dict() for f in a] == [f.to_dict() for f in b]
     assert state.to_bytes() == restored.to_bytes()
+
+
+def test_late_evidence_behind_the_horizon_is_counted() -> None:
+    """Late evidence positioned behind the forgotten horizon is still classified and is
+    counted as late_beyond_horizon in the replay summary (README "Bounds")."""
+    r = Replay(make_detector(16))
+    events = [prog(17, "a", s) for s in range(1, 200)]
+    events += [acq(18, "b", 50), prog(17, "a", 60)]
+    for n, e in enumerate(events, start=1):
+        r.feed(orjson.dumps(event_to_dict(e)), key=None, offset=n, source="f")
+    summary = r.summary()
+    assert summary["late_beyond_horizon"] >= 1
+    assert [f.kind.value for f in r.latest_findings()] == ["stale_activity"]

@@ -380,3 +380,54 @@ def test_redelivered_rejection_does_not_change_outcome() -> None:
     result = run([acq(17, "a", 1), acq(18, "b", 2), att(17, "a", 3, "X"), r, r])
     assert result.per_call[4] == []
     assert result.only("stale_attempt").sink_outcome == "rejected"
+
+
+def test_same_event_id_in_another_workflow_is_not_a_redelivery() -> None:
+    """Redeliveries are recognised within one workflow key: the same event_id (and seq)
+    in another key is a different event and is classified."""
+    result = run(
+        [
+            acq(17, "a", 1, key="k1", event_id="x1"),
+            acq(18, "b", 2, key="k1", event_id="x2"),
+            prog(17, "a", 3, key="k1", event_id="x3"),
+            acq(17, "a", 1, key="k2", event_id="x1"),
+            acq(18, "b", 2, key="k2", event_id="x2"),
+            prog(17, "a", 3, key="k2", event_id="x3"),
+        ]
+    )
+    assert sorted(f.workflow_key for f in result.of_kind("stale_activity")) == ["k1", "k2"]
+
+
+def test_extreme_epochs_and_seqs() -> None:
+    """Epochs and seqs up to 2^63 - 1 classify and survive the state round trip."""
+    top = (1 << 63) - 1
+    events = [acq(top - 1, "a", top - 3), acq(top, "b", top - 2), prog(top - 1, "a", top - 1)]
+    plain = run(events)
+    f = plain.only("stale_activity")
+    assert (f.stale_epoch, f.current_epoch, f.event_seq, f.transition_seq) == (
+        top - 1,
+        top,
+        top - 1,
+        top - 2,
+    )
+    assert comparable(run(events, roundtrip="every").latest) == comparable(plain.latest)
+
+
+def test_unicode_keys_classify_and_round_trip() -> None:
+    """Non-ASCII workflow and effect keys (quotes, emoji, separators) classify normally and
+    survive the state round trip; ids differ between near-identical effect keys."""
+    key = 'tenant/ünïcode/"q"/\u2028/🚀'
+    events = [
+        acq(17, "\u03b1", 1, key=key),
+        acq(18, "\u03b2", 2, key=key),
+        com(17, "\u03b1", 3, "release \u00e9/1", key=key),
+        com(17, "\u03b1", 4, "release e\u0301/1", key=key),
+    ]
+    plain = run(events)
+    commits = plain.of_kind("stale_commit")
+    assert sorted(f.effect_key or "" for f in commits) == sorted(
+        ["release \u00e9/1", "release e\u0301/1"]
+    )
+    assert commits[0].finding_id != commits[1].finding_id
+    assert all(f.workflow_key == key for f in commits)
+    assert comparable(run(events, roundtrip="every").latest) == comparable(plain.latest)

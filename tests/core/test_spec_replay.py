@@ -69,9 +69,20 @@ def test_replay_key_mismatch_is_invalid_and_skipped() -> None:
 
 
 def test_replay_never_raises_on_garbage() -> None:
-    """Arbitrary bad records (non-UTF-8, huge, wrong shapes) are recorded, never raised."""
+    """Arbitrary bad records (non-UTF-8, huge, wrong shapes, pathologically nested) are
+    recorded as invalid, never raised."""
     r = Replay(make_detector())
-    garbage = [b"\xff\xfe\x00", b"[]", b"{}", b"null", b'{"type":"progress"}', b"x" * 70_000]
+    deep = b'{"type":"progress","workflow_key":"k","epoch":1,"worker_id":"w","x":'
+    deep += b"[" * 5_000 + b"]" * 5_000 + b"}"
+    garbage = [
+        b"\xff\xfe\x00",
+        b"[]",
+        b"{}",
+        b"null",
+        b'{"type":"progress"}',
+        b"x" * 70_000,
+        deep,
+    ]
     for n, raw in enumerate(garbage, start=1):
         assert r.feed(raw, key=None, offset=n, source="g") == []
     assert [_get(i, "offset") for i in r.invalid] == list(range(1, len(garbage) + 1))

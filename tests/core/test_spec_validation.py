@@ -312,3 +312,25 @@ def test_rejection_is_a_value_error_with_field_and_reason() -> None:
     assert isinstance(err, ValueError)
     assert err.field == "epoch"
     assert "epoch" in str(err) or err.reason in str(err)
+
+
+def _nested(depth: int, where: str) -> bytes:
+    head = b'{"type": "progress", "workflow_key": "k", "epoch": 1, "worker_id": "w", '
+    return head + f'"{where}": '.encode() + b"[" * depth + b"]" * depth + b"}"
+
+
+@pytest.mark.parametrize("where", ["attrs_inner", "unknown_extra"])
+@pytest.mark.parametrize("depth", [1_000, 5_000, 30_000])
+def test_deeply_nested_json_is_rejected_not_a_crash(where: str, depth: int) -> None:
+    """Pathologically nested JSON inside the size cap (in attrs or an ignored extra field)
+    is an InvalidEvent with a reason, never a RecursionError or other crash (SPEC §7:
+    nothing crashes the processor)."""
+    if where == "attrs_inner":
+        raw = _nested(depth, "attrs").replace(b'"attrs": [', b'"attrs": {"a": [', 1) + b"}"
+    else:
+        raw = _nested(depth, "zzz")
+    assert len(raw) <= 64 * 1024
+    try:
+        parse_event(raw)
+    except InvalidEvent as err:
+        assert err.reason

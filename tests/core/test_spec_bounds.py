@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import orjson
 
-from streams.core import KeyState, event_to_dict
+from streams.core import Event, KeyState, event_to_dict
 from streams.core.replay import Replay
 from tests.core.conftest import acq, att, com, make_detector, prog, run
 
@@ -93,3 +93,27 @@ def test_late_evidence_behind_the_horizon_is_counted() -> None:
     summary = r.summary()
     assert summary["late_beyond_horizon"] >= 1
     assert [f.kind.value for f in r.latest_findings()] == ["stale_activity"]
+
+
+def test_state_bounded_over_many_epochs_and_effects() -> None:
+    """Thousands of chain takeovers, or thousands of distinct stale effects, keep the
+    serialized key state within 1.5x of its size after a tenth as many."""
+
+    def chain(i: int) -> list[Event]:
+        return [acq(i, f"w{i % 7}", 2 * i), prog(i, f"w{i % 7}", 2 * i + 1)]
+
+    def stale_effects(i: int) -> list[Event]:
+        if i == 1:
+            return [acq(1, "a", 1), acq(2, "b", 2)]
+        return [att(1, "a", i + 2, f"E{i}"), com(1, "a", i + 5000, f"E{i}")]
+
+    for make in (chain, stale_effects):
+        sizes = []
+        for n in (300, 3000):
+            det = make_detector(32)
+            state = det.new_state()
+            for i in range(1, n + 1):
+                for e in make(i):
+                    det.process(state, e, i)
+            sizes.append(len(state.to_bytes()))
+        assert sizes[1] <= 1.5 * sizes[0] + 1024, (make.__name__, sizes)

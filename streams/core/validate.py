@@ -153,7 +153,9 @@ def _explain(doc: Any, key: bytes | None) -> Event:
 
 
 _DECODER = msgspec.json.Decoder(Event)
-_FAST_ERRORS = (msgspec.ValidationError, msgspec.DecodeError)
+# RecursionError: msgspec refuses deeply nested documents that way (attrs or an
+# ignored extra field nested ~1000 deep); the slow path then rejects them cleanly.
+_FAST_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
 
 
 def _accept(event: Event, key: bytes | None) -> bool:
@@ -211,4 +213,6 @@ def parse_event(
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise InvalidEvent(None, f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidEvent(None, "malformed JSON: nested too deeply") from None
     return _explain(doc, key)

@@ -18,6 +18,7 @@ from typing import Any
 import faust
 
 from streams.core import Detector, DetectorConfig
+from streams.live.faust_fixes import apply_faust_fixes
 from streams.live.metrics import LiveMetrics, MetricsServer
 from streams.live.processor import OutRecord, Processor, SourceRecord
 from streams.live.settings import KafkaSecurity, LiveSettings
@@ -202,6 +203,7 @@ def build_app(
     read_committed: RocksDB keeps writes of transactions that were later
     aborted (a crash mid-transaction), the changelog does not."""
     settings.validate()
+    apply_faust_fixes()
     app = faust.App(settings.app_id, **_app_config(settings, partitions))
     if settings.store_kind == "rocksdb":
         shutil.rmtree(app.conf.tabledir, ignore_errors=True)

@@ -38,4 +38,4 @@ def apply_faust_fixes() -> None:
         return await consumer.end_offsets(list(partitions))
 
     setattr(_highwaters, _MARK, True)
-    AIOKafkaConsumerThread._highwaters = _highwaters
+    setattr(AIOKafkaConsumerThread, "_highwaters", _highwaters)  # noqa: B010

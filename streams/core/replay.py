@@ -14,7 +14,7 @@ from typing import Any
 
 from streams.core.detector import Detector
 from streams.core.findings import Finding
-from streams.core.records import SEVERITY_RANK, Event, Severity
+from streams.core.records import SEVERITY_RANK, Event, Kind, Severity
 from streams.core.validate import DEFAULT_MAX_EVENT_BYTES, InvalidEvent, parse_event
 
 __all__ = ["DEFAULT_MAX_INVALID_KEPT", "Invalid", "Replay", "sort_findings"]
@@ -51,10 +51,16 @@ def _position(f: Finding) -> int:
     return f.event_seq if f.event_seq is not None else f.event_offset
 
 
+_KIND_ORDER = {k: i for i, k in enumerate(Kind)}
+
+
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """SPEC §6 order: workflow key, then position of the raising event, then kind."""
+    """SPEC §6 order: workflow key, then position of the raising event, then
+    kind (in the SPEC §4 table's order, so a stale commit comes before the
+    conflicting commit it raised at the same position)."""
     return sorted(
-        findings, key=lambda f: (f.workflow_key, _position(f), f.kind.value, f.finding_id)
+        findings,
+        key=lambda f: (f.workflow_key, _position(f), _KIND_ORDER[f.kind], f.finding_id),
     )
 
 

@@ -118,8 +118,20 @@ def _time_ms(text: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
+def _bound(offset: int | None, time_text: str | None, default: Any) -> Any:
+    from streams.live.replay_reader import Offset, Timestamp
+
+    if offset is not None and time_text is not None:
+        raise ValueError("give an offset or a time for each end of the replay, not both")
+    if offset is not None:
+        return Offset(offset)
+    if time_text is not None:
+        return Timestamp(_time_ms(time_text))
+    return default
+
+
 def _run_topic(replay: Replay, args: argparse.Namespace) -> None:
-    from streams.live.replay_reader import iter_topic  # Kafka only when asked for
+    from streams.live.replay_reader import BEGINNING, END, iter_topic  # Kafka only when asked
 
     config: dict[str, str] = {}
     for item in args.kafka_config:
@@ -127,19 +139,13 @@ def _run_topic(replay: Replay, args: argparse.Namespace) -> None:
         if not sep:
             raise ValueError(f"--kafka-config wants KEY=VALUE, got {item!r}")
         config[k] = v
-    kwargs: dict[str, Any] = {"config": config}
-    if args.from_offset is not None:
-        kwargs["start_offset"] = args.from_offset
-    if args.to_offset is not None:
-        kwargs["end_offset"] = args.to_offset
-    if args.since is not None:
-        kwargs["start_time_ms"] = _time_ms(args.since)
-    if args.until is not None:
-        kwargs["end_time_ms"] = _time_ms(args.until)
-    for rec in iter_topic(args.bootstrap_servers, args.topic, **kwargs):
+    start = _bound(args.from_offset, args.since, BEGINNING)
+    end = _bound(args.to_offset, args.until, END)
+    source = args.topic
+    for rec in iter_topic(args.bootstrap_servers, args.topic, start=start, end=end, config=config):
         before = replay.invalid_count
         replay.feed(
-            rec.value or b"", key=rec.key, offset=rec.offset, source=f"{rec.topic}/{rec.partition}"
+            rec.value or b"", key=rec.key, offset=rec.offset, source=f"{source}/{rec.partition}"
         )
         if args.strict and replay.invalid_count != before:
             raise _StrictStop

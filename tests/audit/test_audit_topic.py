@@ -52,6 +52,7 @@ def test_topic_replay_gives_the_fixture_findings(
     assert doc["summary"]["events"] == 16 and doc["invalid"] == []
     # Against the file audit: the same findings apart from arrival fields.
     file_code, file_doc = _audit_json(capsys, str(FIXTURE))
+    assert file_code == code
     strip = [
         {k: v for k, v in f.items() if k not in ("event_offset", "revision")}
         for f in file_doc["findings"]

@@ -1,0 +1,207 @@
+"""``fencewatch demo``: the demos a person runs against a real broker
+(docs/demo.md).
+
+- ``demo live``: the SPEC §5 fixture through the live processor;
+- ``demo split-brain [--unfenced]``: two worker processes, one paused past
+  its lease, fenced (or not) at the destination;
+- ``demo worker``: one agent worker (what split-brain starts twice).
+
+Exit status: 0 when the outcome is the expected one, 1 when it is not or the
+demo could not finish (timeout, processor down), 2 for usage errors; the
+worker exits 0 (effect in place), 3 (refused as stale) or 2 (failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+
+def _out(line: str) -> None:
+    print(line, flush=True)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the live or split-brain demo against a Kafka broker",
+        description="Demos against a real broker (docs/demo.md).",
+    )
+    sub = parser.add_subparsers(dest="demo_command", metavar="DEMO")
+    sub.required = True
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--bootstrap-servers",
+            default=os.environ.get("KAFKA_BOOTSTRAP"),
+            metavar="HOST:PORT",
+            help="the broker (default: $KAFKA_BOOTSTRAP)",
+        )
+        p.add_argument(
+            "--timeout",
+            type=float,
+            default=60.0,
+            metavar="SECONDS",
+            help="bound of each wait: processor start, all events processed (default 60)",
+        )
+        p.add_argument(
+            "--keep-topics",
+            action="store_true",
+            help="leave the run's topics on the broker (for fencewatch audit --topic)",
+        )
+
+    live = sub.add_parser(
+        "live",
+        help="the SPEC §5 fixture through the broker and the live processor",
+        description=(
+            "Start the live processor on run-unique topics, publish the reference fixture, "
+            "read the findings back (read_committed) and check they are SPEC §5's four."
+        ),
+    )
+    common(live)
+    live.add_argument(
+        "--fixture",
+        type=Path,
+        default=None,
+        help="JSON Lines events (default examples/reference.jsonl)",
+    )
+    live.set_defaults(handler=_live)
+
+    split = sub.add_parser(
+        "split-brain",
+        help="two workers, one paused past its lease; fenced or unfenced destination",
+        description=(
+            "Two real worker processes and the live processor: worker-a is paused with "
+            "SIGSTOP past its lease, worker-b takes over and commits, worker-a resumes and "
+            "tries the same effect. Fenced: rejected near miss. --unfenced: stale and "
+            "conflicting commits."
+        ),
+    )
+    common(split)
+    split.add_argument("--unfenced", action="store_true", help="use the naive destination")
+    split.add_argument("--ttl", type=float, default=2.0, help="lease TTL, s (default 2)")
+    split.add_argument(
+        "--tool-seconds",
+        type=float,
+        default=1.0,
+        help="worker-a's tool call, during which it is paused (default 1)",
+    )
+    split.set_defaults(handler=_split_brain)
+
+    worker = sub.add_parser(
+        "worker",
+        help="one agent worker: lease, checkpoints, optional tool call, one effect",
+        description=(
+            "Acquire a lease, checkpoint, optionally run a long tool call, apply one effect "
+            "through the fenced (or --unfenced) sink, release. Exit 0: effect in place; "
+            "3: refused as stale; 2: failed."
+        ),
+    )
+    _worker_args(worker)
+    worker.add_argument("--json", action="store_true", help="one JSON object per step")
+    worker.set_defaults(handler=_worker)
+
+
+def _worker_args(p: argparse.ArgumentParser) -> None:
+    a = p.add_argument
+    a(
+        "--bootstrap-servers",
+        "--bootstrap",
+        dest="bootstrap_servers",
+        default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+    )
+    a("--topic", default="ownership.events")
+    a("--db", default=".run/agent.db", help="SQLite file (or postgresql:// DSN)")
+    a("--key", default="tenant/export/2026-07-26")
+    a("--worker", required=True)
+    a("--effect", default="release-index")
+    a("--steps", type=int, default=3)
+    a("--step-seconds", type=float, default=0.5)
+    a("--tool-seconds", type=float, default=0.0, help="a long tool call after the checkpoints")
+    a("--ttl", type=float, default=5.0)
+    a("--wait-seconds", type=float, default=60.0, help="give up acquiring after")
+    a("--unfenced", action="store_true", help="use the naive sink (demo baseline)")
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from streams.demo.session import DemoSettings
+
+    if not args.bootstrap_servers:
+        raise ValueError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP)")
+    return DemoSettings(args.bootstrap_servers, timeout=args.timeout, keep_topics=args.keep_topics)
+
+
+def _demo(run: Any, args: argparse.Namespace) -> int:
+    from streams.errors import FencewatchError
+
+    try:
+        ok = run(_settings(args))
+    except ValueError as exc:
+        print(f"fencewatch demo: {exc}", file=sys.stderr)
+        return 2
+    except FencewatchError as exc:
+        print(f"fencewatch demo: FAILED: {exc}", file=sys.stderr)
+        return 1
+    return 0 if ok else 1
+
+
+def _live(args: argparse.Namespace) -> int:
+    from streams.demo.live import run_live
+
+    return _demo(lambda s: run_live(s, _out, fixture=args.fixture), args)
+
+
+def _split_brain(args: argparse.Namespace) -> int:
+    from streams.demo.split_brain import SplitBrainPlan, run_split_brain
+
+    def run(settings: Any) -> bool:
+        plan = SplitBrainPlan(unfenced=args.unfenced, ttl=args.ttl, tool_seconds=args.tool_seconds)
+        return run_split_brain(settings, plan, _out)
+
+    return _demo(run, args)
+
+
+def _worker_plan(args: argparse.Namespace) -> Any:
+    """The WorkerPlan for parsed ``demo worker`` arguments."""
+    from streams.demo.worker import WorkerPlan
+
+    return WorkerPlan(
+        bootstrap_servers=args.bootstrap_servers,
+        db_url=args.db,
+        workflow_key=args.key,
+        worker_id=args.worker,
+        effect_key=args.effect,
+        topic=args.topic,
+        steps=args.steps,
+        step_seconds=args.step_seconds,
+        tool_seconds=args.tool_seconds,
+        ttl=args.ttl,
+        wait_seconds=args.wait_seconds,
+        unfenced=args.unfenced,
+    )
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from streams.demo.worker import EXIT_FAILED, Step, run_worker
+    from streams.errors import FencewatchError
+
+    def emit(step: Step) -> None:
+        if args.json:
+            sys.stdout.buffer.write(step.to_json() + b"\n")
+            sys.stdout.flush()
+        else:
+            _out(f"[{step.worker}] {step.describe()}")
+
+    try:
+        return run_worker(_worker_plan(args), emit)
+    except ValueError as exc:
+        print(f"[{args.worker}] invalid: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except FencewatchError as exc:
+        print(f"[{args.worker}] error: {exc}", file=sys.stderr)
+        return EXIT_FAILED

@@ -1,0 +1,251 @@
+"""What both demos share: run-unique topics and app id, a temporary
+directory, the live processor as a child process, a clock for the story, and
+the final read of the findings topic.
+
+Output goes through the ``out`` callback the CLI passes in (only the CLI
+prints). Every line of the story is prefixed with the time since the demo
+started.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from streams.core.findings import Finding
+from streams.demo import kafka_io
+from streams.demo.findings import finding_from_dict
+from streams.demo.processes import Child, Children
+from streams.errors import FencewatchError
+
+__all__ = ["DemoError", "DemoSession", "DemoSettings", "Output"]
+
+Output = Callable[[str], None]
+
+# faust names a table's changelog "<app id>-<table name>-changelog" and keeps
+# partition assignment in "<app id>-__assignor-__leader"; the table name is
+# streams.live.app.TABLE_NAME (not imported: that would load faust here).
+_INTERNAL_TOPICS = ("{app}-owner-state-changelog", "{app}-__assignor-__leader")
+
+
+class DemoError(FencewatchError):
+    """The demo could not run to its end (processor down, timeout, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSettings:
+    """``timeout`` bounds each wait (processor start, all events committed);
+    ``keep_topics`` leaves the run's topics on the broker for a later
+    ``fencewatch audit --topic``."""
+
+    bootstrap_servers: str
+    timeout: float = 60.0
+    partitions: int = 3
+    keep_topics: bool = False
+    commit_interval: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap_servers.strip():
+            raise ValueError("bootstrap servers are required")
+        if self.timeout <= 0 or self.partitions < 1:
+            raise ValueError("timeout and partitions must be positive")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class DemoSession:
+    """One demo run. Use as a context manager: leaving it stops every child,
+    deletes the run's topics (unless kept) and removes the temporary directory
+    (kept, and named, when the demo failed)."""
+
+    def __init__(self, settings: DemoSettings, name: str, out: Output) -> None:
+        self.settings = settings
+        self.out = out
+        self.run_id = uuid.uuid4().hex[:8]
+        prefix = f"fencewatch-demo-{self.run_id}"
+        self.app_id = prefix
+        self.events_topic = f"{prefix}.events"
+        self.findings_topic = f"{prefix}.findings"
+        self.dlq_topic = f"{prefix}.events.dlq"
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
+        self.children = Children()
+        self.processor: Child | None = None
+        self.failed = True  # until the demo says otherwise
+        self._t0 = time.monotonic()
+        self.say(f"fencewatch demo {name} (run {self.run_id})")
+        self.say(
+            f"topics: {self.events_topic} -> {self.findings_topic} (dead letters: {self.dlq_topic})"
+        )
+
+    # -- the story ------------------------------------------------------
+
+    def elapsed(self, at: float | None = None) -> float:
+        return (time.monotonic() if at is None else at) - self._t0
+
+    def say(self, text: str, *, at: float | None = None) -> None:
+        self.out(f"{self.elapsed(at):+7.2f}s  {text}")
+
+    # -- the live processor --------------------------------------------
+
+    def start_processor(self) -> None:
+        """Start ``fencewatch run`` on this run's topics and wait until it has
+        its partitions (it creates the topics if they are missing)."""
+        s = self.settings
+        port = _free_port()
+        argv = [
+            sys.executable,
+            "-m",
+            "streams",
+            "run",
+            "--bootstrap-servers",
+            s.bootstrap_servers,
+            "--events-topic",
+            self.events_topic,
+            "--findings-topic",
+            self.findings_topic,
+            "--dlq-topic",
+            self.dlq_topic,
+            "--app-id",
+            self.app_id,
+            "--partitions",
+            str(s.partitions),
+            "--data-dir",
+            str(self.tmp / "live"),
+            "--commit-interval",
+            str(s.commit_interval),
+            "--metrics-port",
+            str(port),
+            "--log-level",
+            "warning",
+        ]
+        self.say(f"starting the live processor (fencewatch run, app id {self.app_id})")
+        self.processor = self.children.start(
+            "processor", argv, log_path=self.tmp / "processor.log", death_signal=signal.SIGTERM
+        )
+        deadline = time.monotonic() + s.timeout
+        while True:
+            problem = self.processor_problem()
+            if problem is not None:
+                raise DemoError(problem)
+            health = _health(port)
+            if (
+                health is not None
+                and health.get("ok")
+                and health.get("partitions")
+                and not health.get("recovering")
+            ):
+                break
+            if time.monotonic() >= deadline:
+                raise DemoError(
+                    f"the live processor was not ready within {s.timeout:g} s; its log ends:\n"
+                    + self.processor.tail()
+                )
+            time.sleep(0.2)
+        self.say(f"live processor ready (partitions {', '.join(map(str, health['partitions']))})")
+
+    def processor_problem(self) -> str | None:
+        """Why the processor is not running, or None while it runs."""
+        if self.processor is None:
+            return "the live processor was not started"
+        status = self.processor.poll()
+        if status is None:
+            return None
+        return f"the live processor exited with status {status}; its log ends:\n" + (
+            self.processor.tail()
+        )
+
+    def settled_findings(self) -> tuple[list[Finding], int]:
+        """Wait until the processor has committed every event on the events
+        topic, then read the findings topic (read_committed): the latest
+        revision of each finding, and how many records (revisions) it held."""
+        self.say("waiting for the processor to commit every event ...")
+        try:
+            end = kafka_io.wait_committed(
+                self.settings.bootstrap_servers,
+                self.app_id,
+                self.events_topic,
+                self.settings.timeout,
+                alive=self.processor_problem,
+            )
+        except kafka_io.ProcessorStalled as exc:
+            raise DemoError(f"{exc}\nprocessor log ends:\n{self._processor_tail()}") from None
+        latest, revisions = kafka_io.latest_findings(
+            self.settings.bootstrap_servers, self.findings_topic
+        )
+        self.say(
+            f"all {sum(end.values())} events processed; {revisions} finding record"
+            f"{'s' if revisions != 1 else ''} on {self.findings_topic}"
+        )
+        return [finding_from_dict(doc) for doc in latest.values()], revisions
+
+    def audit_agrees(self, live: list[Finding]) -> bool:
+        """Whether an audit of the events topic (the core detector, offline)
+        gives exactly the live findings."""
+        audit = kafka_io.audit_topic(self.settings.bootstrap_servers, self.events_topic)
+        return audit == {f.finding_id: f.to_dict() for f in live}
+
+    def dead_letters(self) -> int:
+        return kafka_io.record_count(self.settings.bootstrap_servers, self.dlq_topic)
+
+    def _processor_tail(self) -> str:
+        return self.processor.tail() if self.processor is not None else ""
+
+    # -- cleanup ----------------------------------------------------------
+
+    def close(self) -> None:
+        try:
+            self.children.stop_all()
+        finally:
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self.settings.keep_topics:
+            self.out(
+                f"topics kept; replay them with: fencewatch audit --topic {self.events_topic} "
+                f"--bootstrap-servers {self.settings.bootstrap_servers}"
+            )
+        else:
+            from streams.kafka.admin import TopicAdmin
+
+            internal = [t.format(app=self.app_id) for t in _INTERNAL_TOPICS]
+            try:
+                TopicAdmin(self.settings.bootstrap_servers, timeout_s=15).delete(
+                    [self.events_topic, self.findings_topic, self.dlq_topic, *internal]
+                )
+            except FencewatchError as exc:
+                self.out(f"warning: could not delete the demo's topics: {exc}")
+        if self.failed:
+            self.out(f"logs kept in {self.tmp}")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self) -> DemoSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _health(port: int) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            doc = json.loads(r.read())
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -184,3 +184,43 @@ def test_two_workers_split_partitions_and_fail_over(live: Live) -> None:
     assert set(b.health()["partitions"]) == set(range(4))
     latest = assert_exactly_once_and_audit(h)
     assert len(latest) > 50
+
+
+@pytest.mark.timeout(120)
+def test_rocksdb_write_of_an_aborted_transaction_does_not_survive_restart(live: Live) -> None:
+    """RocksDB values written by a transaction that never committed (what a
+    crash mid-transaction leaves) are discarded on restart: the events are
+    processed again and their finding is emitted, as the audit says."""
+    from rocksdict import Options, Rdict
+
+    from streams.core import Detector, parse_event
+
+    h = live(partitions=1)
+    w = h.start("w", store="rocksdb://")
+    w.wait_ready()
+    h.produce(h.fixture_events())
+    h.wait_all_committed()
+    w.stop()
+    # Two events of a new key; their state as an aborted transaction would
+    # have left it in RocksDB (the findings and offsets were never committed).
+    ghost = [
+        (b"ghost", ev("ghost", "lease_acquired", 2, "b", 2)),
+        (b"ghost", ev("ghost", "progress", 1, "a", 3)),
+    ]
+    det = Detector()
+    state = det.new_state()
+    offset = h.end_offsets(h.events)[0]
+    found = []
+    for i, (key, value) in enumerate(ghost):
+        found += det.process(state, parse_event(value, key=key), offset + i)
+    assert [f.kind.value for f in found] == ["stale_activity"]
+    (db_path,) = list((h.tmp / "data-w").rglob("*owner-state-0.db"))
+    db = Rdict(str(db_path), Options(raw_mode=True))
+    db[b"ghost"] = state.to_bytes()
+    db.close()
+    h.produce(ghost)
+    w2 = h.start("w", store="rocksdb://")
+    w2.wait_ready()
+    h.wait_all_committed()
+    latest = assert_exactly_once_and_audit(h)
+    assert "ghost" in {d["workflow_key"] for d in latest.values()}

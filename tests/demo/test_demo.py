@@ -1,0 +1,246 @@
+"""``fencewatch demo``: the live and split-brain demos against the real broker,
+their findings read back independently from the findings topic, and their
+children always stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streams.cli import main
+from streams.kafka.admin import TopicAdmin
+from streams.live.replay_reader import iter_topic
+
+REPO = Path(__file__).resolve().parents[2]
+_TOPICS = re.compile(r"topics: (\S+) -> (\S+) \(dead letters: (\S+)\)")
+_RUN = re.compile(r"\(run ([0-9a-f]{8})\)")
+
+
+def run_ids_alive(run_id: str) -> list[str]:
+    """Command lines of live processes that belong to a demo run."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if run_id in cmd:
+            found.append(cmd)
+    return found
+
+
+def delete_run(bootstrap: str, run_id: str) -> None:
+    """Remove what a demo run kept (or left behind when killed)."""
+    app = f"fencewatch-demo-{run_id}"
+    TopicAdmin(bootstrap).delete(
+        [
+            f"{app}.events",
+            f"{app}.findings",
+            f"{app}.events.dlq",
+            f"{app}-owner-state-changelog",
+            f"{app}-__assignor-__leader",
+        ]
+    )
+    for leftover in Path(tempfile.gettempdir()).glob(f"{app}-*"):
+        shutil.rmtree(leftover, ignore_errors=True)
+
+
+class Demo:
+    """One in-process ``fencewatch demo ... --keep-topics`` run."""
+
+    def __init__(self, bootstrap: str, capsys: pytest.CaptureFixture[str], *args: str) -> None:
+        self.bootstrap = bootstrap
+        self.status = main(["demo", *args, "--bootstrap-servers", bootstrap, "--keep-topics"])
+        self.out = capsys.readouterr().out
+        topics = _TOPICS.search(self.out)
+        run = _RUN.search(self.out)
+        assert topics and run, self.out
+        self.events, self.findings, self.dlq = topics.groups()
+        self.run_id = run.group(1)
+
+    def latest(self) -> dict[str, dict[str, Any]]:
+        """Latest revision of each finding, read here (read_committed)."""
+        latest: dict[str, dict[str, Any]] = {}
+        for rec in iter_topic(self.bootstrap, self.findings, timeout=20):
+            doc = json.loads(rec.value or b"")
+            if (
+                doc["finding_id"] not in latest
+                or doc["revision"] > latest[doc["finding_id"]]["revision"]
+            ):
+                latest[doc["finding_id"]] = doc
+        return latest
+
+    def cleanup(self) -> None:
+        delete_run(self.bootstrap, self.run_id)
+
+
+@pytest.fixture
+def demo(kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]) -> Iterator[Any]:
+    made: list[Demo] = []
+
+    def run(*args: str) -> Demo:
+        d = Demo(kafka_bootstrap, capsys, *args)
+        made.append(d)
+        return d
+
+    yield run
+    for d in made:
+        d.cleanup()
+
+
+def kinds(latest: dict[str, dict[str, Any]]) -> list[tuple[str, Any]]:
+    return sorted(
+        (d["kind"], d["sink_outcome"] if d["kind"] == "stale_attempt" else d["event_seq"])
+        for d in latest.values()
+    )
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(90)
+def test_demo_live_exits_0_with_the_four_spec_findings_on_the_topic(demo: Any) -> None:
+    """`demo live` exits 0, prints the four SPEC §5 findings, which are exactly
+    what the findings topic holds (latest revisions), and leaves no process."""
+    d = demo("live")
+    assert d.status == 0, d.out
+    latest = d.latest()
+    assert sorted((x["workflow_key"], x["kind"], x["event_seq"]) for x in latest.values()) == [
+        ("export-ledger", "conflicting_commit", 9),
+        ("export-ledger", "stale_activity", 6),
+        ("export-ledger", "stale_attempt", 7),
+        ("export-ledger", "stale_commit", 8),
+    ]
+    for kind in ("stale_activity", "stale_attempt", "stale_commit", "conflicting_commit"):
+        assert re.search(rf"^\s+\w+\s+{kind}\s+seq \d", d.out, re.M), d.out
+    assert run_ids_alive(d.run_id) == []
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(90)
+def test_demo_split_brain_fenced_shows_a_rejected_near_miss(demo: Any) -> None:
+    """Fenced: worker-a's late effect is rejected; the findings topic holds its
+    stale progress and a stale_attempt with sink outcome rejected, and no
+    stale_commit or conflicting_commit; exit 0; no process left."""
+    d = demo("split-brain")
+    assert d.status == 0, d.out
+    latest = d.latest()
+    assert [
+        (x["kind"], x["sink_outcome"]) for x in latest.values() if x["kind"] == "stale_attempt"
+    ] == [("stale_attempt", "rejected")]
+    assert sorted(x["kind"] for x in latest.values()) == ["stale_activity", "stale_attempt"]
+    assert {(x["stale_epoch"], x["stale_worker"], x["current_epoch"]) for x in latest.values()} == {
+        (1, "worker-a", 2)
+    }
+    assert "rejected (stale_epoch, current epoch 2)" in d.out
+    assert run_ids_alive(d.run_id) == []
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(90)
+def test_demo_split_brain_unfenced_shows_stale_and_conflicting_commits(demo: Any) -> None:
+    """Unfenced: worker-a's late effect is written; the findings topic holds
+    stale_commit and conflicting_commit (epochs 1 and 2) next to the stale
+    progress and the committed stale_attempt; exit 0."""
+    d = demo("split-brain", "--unfenced")
+    assert d.status == 0, d.out
+    latest = d.latest()
+    by_kind = {x["kind"]: x for x in latest.values()}
+    assert sorted(by_kind) == [
+        "conflicting_commit",
+        "stale_activity",
+        "stale_attempt",
+        "stale_commit",
+    ]
+    assert len(latest) == 4
+    assert by_kind["stale_attempt"]["sink_outcome"] == "committed"
+    assert by_kind["conflicting_commit"]["epochs"] == [1, 2]
+    assert by_kind["stale_commit"]["stale_worker"] == "worker-a"
+    assert "written 2 time(s)" in d.out
+    assert run_ids_alive(d.run_id) == []
+
+
+def _start_demo(bootstrap: str) -> tuple[subprocess.Popen[str], str]:
+    """A split-brain demo in a subprocess, read until worker-a is frozen;
+    returns it and its run id."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streams",
+            "demo",
+            "split-brain",
+            "--bootstrap-servers",
+            bootstrap,
+            "--tool-seconds",
+            "2",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert proc.stdout is not None
+    run_id, seen = "", []
+    for line in proc.stdout:
+        seen.append(line)
+        if m := _RUN.search(line):
+            run_id = m.group(1)
+        if "SIGSTOP worker-a" in line:
+            break
+    assert run_id and "SIGSTOP worker-a" in seen[-1], "".join(seen)
+    assert len(run_ids_alive(run_id)) >= 3  # processor, worker-a, worker-b (and guards exec'd)
+    return proc, run_id
+
+
+def _gone(run_id: str, timeout: float = 30.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while (left := run_ids_alive(run_id)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(90)
+def test_ctrl_c_stops_every_child_including_the_paused_worker(kafka_bootstrap: str) -> None:
+    """SIGINT to the demo alone (its children do not get it) while worker-a is
+    frozen: the demo exits 130 and the processor and both workers are gone."""
+    proc, run_id = _start_demo(kafka_bootstrap)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert _gone(run_id, timeout=5) == []
+    delete_run(kafka_bootstrap, run_id)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(90)
+def test_children_die_with_a_killed_demo(kafka_bootstrap: str) -> None:
+    """SIGKILL of the demo (no cleanup code runs): the processor and both
+    workers still end, through the parent-death signal."""
+    proc, run_id = _start_demo(kafka_bootstrap)
+    proc.kill()
+    proc.wait(10)
+    assert _gone(run_id) == []
+    delete_run(kafka_bootstrap, run_id)
+
+
+def test_demo_without_a_broker_address_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No --bootstrap-servers and no KAFKA_BOOTSTRAP: exit 2 with a message."""
+    monkeypatch.delenv("KAFKA_BOOTSTRAP", raising=False)
+    assert main(["demo", "live"]) == 2
+    assert "--bootstrap-servers is required" in capsys.readouterr().err

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from streams.demo import kafka_io
-from streams.demo.findings import check_reference, render_findings
+from streams.demo.findings import check_reference
 from streams.demo.session import DemoError, DemoSession, DemoSettings, Output
 
 __all__ = ["default_fixture", "run_live"]
@@ -37,25 +37,15 @@ def run_live(settings: DemoSettings, out: Output, *, fixture: Path | None = None
         s.start_processor()
         n = kafka_io.publish(settings.bootstrap_servers, s.events_topic, records)
         s.say(f"published {n} events from {path.name}, keyed by workflow_key")
-        findings, _ = s.settled_findings()
-        dead = s.dead_letters()
-        out("")
-        out(f"findings read from {s.findings_topic} (latest revision of each):")
-        for line in render_findings(findings):
-            out("  " + line)
-        out("")
+        findings = s.show_findings()
         problems = check_reference(findings)
+        dead = s.dead_letters()
         if dead:
             problems.append(f"{dead} event(s) in the dead-letter topic")
-        if not s.audit_agrees(findings):
-            problems.append("an audit of the events topic gives different findings")
-        if problems:
-            out("MISMATCH with SPEC §5: " + "; ".join(problems))
-            return False
-        s.failed = False
-        out(
+        return s.conclude(
+            findings,
+            problems,
             "as expected (SPEC §5): stale_activity seq 6, stale_attempt seq 7, stale_commit "
             "seq 8, conflicting_commit seq 9, all on export-ledger; nothing on report-index or "
-            "checkout-sync; no dead letters; the offline audit agrees"
+            "checkout-sync; no dead letters; an offline audit of the events topic agrees",
         )
-        return True

@@ -26,7 +26,7 @@ from typing import Any
 
 from streams.core.findings import Finding
 from streams.demo import kafka_io
-from streams.demo.findings import finding_from_dict
+from streams.demo.findings import finding_from_dict, render_findings
 from streams.demo.processes import Child, Children
 from streams.errors import FencewatchError
 
@@ -193,6 +193,28 @@ class DemoSession:
             f"{'s' if revisions != 1 else ''} on {self.findings_topic}"
         )
         return [finding_from_dict(doc) for doc in latest.values()], revisions
+
+    def show_findings(self) -> list[Finding]:
+        """:meth:`settled_findings`, told in the audit report's style."""
+        findings, _ = self.settled_findings()
+        self.out("")
+        self.out(f"findings read from {self.findings_topic} (latest revision of each):")
+        for line in render_findings(findings):
+            self.out("  " + line)
+        self.out("")
+        return findings
+
+    def conclude(self, findings: list[Finding], problems: list[str], expected: str) -> bool:
+        """The verdict: ``problems`` plus a disagreement with an offline audit
+        of the events topic make it a mismatch; otherwise say ``expected``."""
+        if not self.audit_agrees(findings):
+            problems = [*problems, "an audit of the events topic gives different findings"]
+        if problems:
+            self.out("NOT as expected: " + "; ".join(problems))
+            return False
+        self.failed = False
+        self.out(expected)
+        return True
 
     def audit_agrees(self, live: list[Finding]) -> bool:
         """Whether an audit of the events topic (the core detector, offline)

@@ -146,3 +146,34 @@ class Finding:
 
     def to_json(self) -> bytes:
         return orjson.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> Finding:
+        """Inverse of :meth:`to_dict` (e.g. a record read back from the
+        findings topic). Raises KeyError/ValueError/TypeError for a record that
+        is not a finding."""
+        epochs = doc["epochs"]
+        return cls(
+            finding_id=doc["finding_id"],
+            revision=int(doc["revision"]),
+            kind=Kind(doc["kind"]),
+            severity=Severity(doc["severity"]),
+            workflow_key=doc["workflow_key"],
+            stale_epoch=doc["stale_epoch"],
+            stale_worker=doc["stale_worker"],
+            current_epoch=doc["current_epoch"],
+            current_worker=doc["current_worker"],
+            transition_seq=doc["transition_seq"],
+            transition_implied=doc["transition_implied"],
+            epochs=None if epochs is None else tuple(epochs),
+            event_type=doc["event_type"],
+            event_seq=doc["event_seq"],
+            event_offset=doc["event_offset"],
+            effect_key=doc["effect_key"],
+            sink=doc["sink"],
+            sink_outcome=doc["sink_outcome"],
+            same_owner=doc["same_owner"],
+            ordering=doc["ordering"],
+            evidence=tuple(Evidence(**e) for e in doc["evidence"]),
+            action=doc["action"],
+        )

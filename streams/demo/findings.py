@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import groupby
-from typing import Any
 
-from streams.core.findings import Evidence, Finding
-from streams.core.records import Kind, Severity
+from streams.core.findings import Finding
+from streams.core.records import Kind
 from streams.core.replay import sort_findings
 from streams.report.text import describe
 
@@ -16,7 +15,6 @@ __all__ = [
     "REFERENCE_EXPECTED",
     "check_reference",
     "check_split_brain",
-    "finding_from_dict",
     "render_findings",
 ]
 
@@ -29,36 +27,6 @@ REFERENCE_EXPECTED = frozenset(
         ("export-ledger", "conflicting_commit", 9),
     }
 )
-
-
-def finding_from_dict(doc: dict[str, Any]) -> Finding:
-    """A finding record (``Finding.to_dict`` output) as a :class:`Finding`.
-    Raises KeyError/ValueError/TypeError for a record that is not one."""
-    epochs = doc["epochs"]
-    return Finding(
-        finding_id=doc["finding_id"],
-        revision=int(doc["revision"]),
-        kind=Kind(doc["kind"]),
-        severity=Severity(doc["severity"]),
-        workflow_key=doc["workflow_key"],
-        stale_epoch=doc["stale_epoch"],
-        stale_worker=doc["stale_worker"],
-        current_epoch=doc["current_epoch"],
-        current_worker=doc["current_worker"],
-        transition_seq=doc["transition_seq"],
-        transition_implied=doc["transition_implied"],
-        epochs=None if epochs is None else tuple(epochs),
-        event_type=doc["event_type"],
-        event_seq=doc["event_seq"],
-        event_offset=doc["event_offset"],
-        effect_key=doc["effect_key"],
-        sink=doc["sink"],
-        sink_outcome=doc["sink_outcome"],
-        same_owner=doc["same_owner"],
-        ordering=doc["ordering"],
-        evidence=tuple(Evidence(**e) for e in doc["evidence"]),
-        action=doc["action"],
-    )
 
 
 def render_findings(findings: Iterable[Finding]) -> list[str]:

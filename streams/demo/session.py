@@ -26,7 +26,7 @@ from typing import Any
 
 from streams.core.findings import Finding
 from streams.demo import kafka_io
-from streams.demo.findings import finding_from_dict, render_findings
+from streams.demo.findings import render_findings
 from streams.demo.processes import Child, Children
 from streams.errors import FencewatchError
 
@@ -192,7 +192,7 @@ class DemoSession:
             f"all {sum(end.values())} events processed; {revisions} finding record"
             f"{'s' if revisions != 1 else ''} on {self.findings_topic}"
         )
-        return [finding_from_dict(doc) for doc in latest.values()], revisions
+        return [Finding.from_dict(doc) for doc in latest.values()], revisions
 
     def show_findings(self) -> list[Finding]:
         """:meth:`settled_findings`, told in the audit report's style."""

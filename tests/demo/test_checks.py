@@ -9,7 +9,7 @@ import pytest
 
 from streams.core.findings import Finding
 from streams.core.replay import Replay
-from streams.demo.findings import check_reference, check_split_brain, finding_from_dict
+from streams.demo.findings import check_reference, check_split_brain
 from streams.demo.worker import Step
 
 REFERENCE = Path(__file__).resolve().parents[2] / "examples" / "reference.jsonl"
@@ -51,10 +51,10 @@ def story(*, a_commits: bool) -> list[Finding]:
 
 
 def test_finding_records_parse_back_to_the_same_findings() -> None:
-    """finding_from_dict inverts Finding.to_dict for every reference finding."""
+    """Finding.from_dict inverts Finding.to_dict for every reference finding."""
     findings = replay([line for line in REFERENCE.read_bytes().splitlines() if line.strip()])
     assert len(findings) == 4
-    assert [finding_from_dict(f.to_dict()) for f in findings] == findings
+    assert [Finding.from_dict(f.to_dict()) for f in findings] == findings
 
 
 def test_reference_check_accepts_spec_findings_and_names_what_differs() -> None:

@@ -1,6 +1,6 @@
 # fencewatch developer entry points. See docs/kafka-local.md.
 #
-#   make demo        venv + a local Kafka broker, then the demo job
+#   make demo        venv + a local Kafka broker: file audit, live processor and split-brain demos
 #   make test        venv + local Kafka and PostgreSQL, the whole suite, services stopped after
 #                    (make test PYTEST_ARGS='tests/kafka -x' to narrow it)
 #   make lint        ruff + mypy
@@ -29,12 +29,15 @@ $(STAMP): pyproject.toml
 test: venv
 	scripts/with-services -- $(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# Until the live processor lands: the file audit of the SPEC §5 fixture
-# (findings are expected, so --fail-on never keeps the exit status 0).
+# The SPEC §5 fixture through the live processor, then the split-brain demo (two real
+# workers, SIGSTOP past the lease, a fenced destination), on a throwaway local broker.
+# Fails if either outcome is wrong; everything is stopped afterwards.
 demo: venv
 	scripts/with-services --no-postgres -- bash -c '\
 	  $(BIN)/fencewatch topics create --bootstrap-servers "$$KAFKA_BOOTSTRAP" && \
-	  $(BIN)/fencewatch audit --fail-on never examples/reference.jsonl'
+	  $(BIN)/fencewatch audit --fail-on never examples/reference.jsonl && \
+	  $(BIN)/fencewatch demo live --bootstrap-servers "$$KAFKA_BOOTSTRAP" && \
+	  $(BIN)/fencewatch demo split-brain --bootstrap-servers "$$KAFKA_BOOTSTRAP"'
 
 lint: venv
 	$(BIN)/ruff check streams tests

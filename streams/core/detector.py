@@ -74,7 +74,6 @@ _ACQ, _REL, _PROG, _ATT, _COM, _REJ, _VER = range(7)
 _CHEAP = frozenset({_REL, _PROG, _VER})
 
 # Index groups: (group tag, epoch, effect key). "k" groups are per effect key.
-_G_PROGRESS = "p"
 _G_ATTEMPT = "a"  # effect_attempted and effect_rejected
 _G_COMMIT = "c"
 _G_ACQUIRE = "l"
@@ -205,7 +204,10 @@ class KeyState:
         epoch = ev.epoch
         gk: tuple[str, int | None, str | None] | None
         if code == _PROG:
-            gk = (_G_PROGRESS, epoch, None)
+            # Checkpoints are the bulk of the evidence and are not grouped: the
+            # one stale_activity needs (the first stale one) is found by a
+            # short scan from the displacement point, see _first_progress_after.
+            gk = None
         elif code == _COM:
             gk = (_G_COMMIT, epoch, ev.ek)
             self._add((_G_KEYCOMMITS, None, ev.ek), ev, tail)
@@ -374,7 +376,15 @@ class Detector:
                     cache = st.displaced_at()
                 stale = cache.get(epoch) is not None
                 if code == _PROG:
-                    touched = [("stale_activity", epoch, None)] if stale else []
+                    # One stale_activity per stale epoch, raised by its first
+                    # stale checkpoint: a later one at the tail changes nothing.
+                    touched = (
+                        [("stale_activity", epoch, None)]
+                        if stale
+                        and finding_id(Kind.STALE_ACTIVITY, event.workflow_key, epoch, None)
+                        not in st.emitted
+                        else []
+                    )
                 elif code == _COM:
                     ek = ev.ek
                     touched = (
@@ -418,10 +428,9 @@ class Detector:
     @staticmethod
     def _all_identities(st: KeyState) -> list[Identity]:
         out: list[Identity] = []
+        out.extend(("stale_activity", epoch, None) for epoch in st.acq)
         for tag, epoch, ek in st.groups:
-            if tag == _G_PROGRESS:
-                out.append(("stale_activity", epoch, None))
-            elif tag == _G_ATTEMPT:
+            if tag == _G_ATTEMPT:
                 out.append(("stale_attempt", epoch, ek))
             elif tag == _G_COMMIT:
                 out.append(("stale_commit", epoch, ek))
@@ -506,6 +515,16 @@ def _first_after(lst: list[_Ev] | None, t: tuple[Any, ...] | None) -> _Ev | None
     return lst[i] if i < len(lst) else None
 
 
+def _first_progress_after(events: list[_Ev], epoch: int, t: tuple[Any, ...] | None) -> _Ev | None:
+    if t is None:
+        return None
+    for i in range(bisect_right(events, t, key=_key), len(events)):
+        ev = events[i]
+        if ev.code == _PROG and ev.epoch == epoch:
+            return ev
+    return None
+
+
 def _current_at(st: KeyState, ev: _Ev) -> _Ev | None:
     """The acquisition of the highest epoch acquired before ``ev``."""
     best: _Ev | None = None
@@ -526,7 +545,7 @@ def _build(st: KeyState, ident: Identity, wkey: str) -> tuple[str, dict[str, Any
     extra: list[_Ev] = []
     if family == "stale_activity":
         assert epoch is not None
-        raising = _first_after(groups.get((_G_PROGRESS, epoch, None)), disp.get(epoch))
+        raising = _first_progress_after(st.events, epoch, disp.get(epoch))
         if raising is None:
             return None
         kind = Kind.STALE_ACTIVITY

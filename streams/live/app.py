@@ -148,6 +148,7 @@ class LiveRuntime:
 
     def on_rebalance(self) -> None:
         self.processor.forget()
+        self.sender.on_rebalance()
         assigned = {tp.partition for tp in self.app.consumer.assignment()}
         self.positions = {p: o for p, o in self.positions.items() if p in assigned}
 

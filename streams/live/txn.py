@@ -59,6 +59,7 @@ class TransactionalSender:
         self.wait_producer = wait_producer
         self.gate = asyncio.Lock()
         self._gated = False
+        self._tids: dict[tuple[str, int], str] = {}
 
     def install_commit_gate(self) -> None:
         """Make the consumer's commit take :attr:`gate` (idempotent).
@@ -81,8 +82,14 @@ class TransactionalSender:
     def transactional_id(self, topic: str, partition: int) -> str:
         # The same id faust's TransactionManager.commit uses for the offsets
         # of this source partition.
-        group = self.app.assignor.group_for_topic(topic)
-        return f"{self.app.conf.id}-{group}-{partition}"
+        tid = self._tids.get((topic, partition))
+        if tid is None:
+            group = self.app.assignor.group_for_topic(topic)
+            tid = self._tids[topic, partition] = f"{self.app.conf.id}-{group}-{partition}"
+        return tid
+
+    def on_rebalance(self) -> None:
+        self._tids.clear()
 
     async def send(
         self,
@@ -123,6 +130,9 @@ class TransactionalSender:
         # Right after a rebalance faust starts the partition's transactional
         # producer; an event can reach us a moment before it is ready.
         producer = self.app.producer
+        tid = self.transactional_id(topic, partition)
+        if tid in producer._transaction_producers:  # the common case, checked cheaply
+            return tid
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_producer
         while True:

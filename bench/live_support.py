@@ -1,0 +1,172 @@
+"""Shared helpers of the live benchmarks (bench/live_*.py). Not a test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def bootstrap() -> str:
+    env = os.environ.get("KAFKA_BOOTSTRAP")
+    if env:
+        return env
+    return (REPO / ".run" / "kafka" / "bootstrap").read_text().strip()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def create_topics(bs: str, names: list[str], partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bs})
+    futs = admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    for f in futs.values():
+        f.result(30)
+
+
+def key_events(k: int, epochs: int = 2) -> Iterator[tuple[bytes, bytes]]:
+    """A realistic key: per epoch an acquisition, a checkpoint, an attempt and
+    a commit of the same effect (a clean handover, no finding)."""
+    wkey = f"tenant-{k % 97}/export/{k:07d}"
+    seq = 0
+    for e in range(1, epochs + 1):
+        for kind, fx in (
+            ("lease_acquired", None),
+            ("progress", None),
+            ("effect_attempted", f"fx-{e}"),
+            ("effect_committed", f"fx-{e}"),
+        ):
+            seq += 1
+            doc: dict[str, Any] = {
+                "type": kind,
+                "workflow_key": wkey,
+                "epoch": e,
+                "worker_id": f"worker-{e}",
+                "seq": seq,
+                "event_id": f"{wkey}#{seq}",
+            }
+            if fx:
+                doc["effect_key"] = fx
+            yield wkey.encode(), json.dumps(doc).encode()
+
+
+def producer(bs: str, **extra: Any) -> Any:
+    from confluent_kafka import Producer
+
+    conf = {
+        "bootstrap.servers": bs,
+        "partitioner": "murmur2_random",
+        "linger.ms": 5,
+        "queue.buffering.max.messages": 500_000,
+        "compression.type": "lz4",
+    }
+    conf.update(extra)
+    return Producer(conf)
+
+
+def produce_all(p: Any, topic: str, records: Iterator[tuple[bytes, bytes]]) -> int:
+    n = 0
+    for key, value in records:
+        while True:
+            try:
+                p.produce(topic, value, key=key)
+                break
+            except BufferError:
+                p.poll(0.05)
+        n += 1
+        if n % 10_000 == 0:
+            p.poll(0)
+    p.flush(60)
+    return n
+
+
+class Worker:
+    def __init__(self, bs: str, env: dict[str, str], log: Path) -> None:
+        self.port = free_port()
+        full = dict(os.environ)
+        full.update(env)
+        full["FENCEWATCH_BOOTSTRAP_SERVERS"] = bs
+        full["FENCEWATCH_METRICS_PORT"] = str(self.port)
+        full.setdefault("FENCEWATCH_LOG_LEVEL", "warning")
+        self.log = open(log, "wb")  # noqa: SIM115
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streams", "run"],
+            cwd=REPO,
+            env=full,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def health(self) -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                return dict(json.loads(r.read()))
+        except Exception:
+            return None
+
+    def wait_ready(self, timeout: float = 600) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.flush()
+                tail = Path(self.log.name).read_bytes()[-3000:].decode("utf-8", "replace")
+                raise SystemExit(f"worker exited with {self.proc.returncode}:\n{tail}")
+            h = self.health()
+            if h and h.get("ok") and h.get("partitions") and not h.get("recovering"):
+                return time.monotonic() - self.started
+            time.sleep(0.05)
+        raise SystemExit("worker not ready")
+
+    def rss_bytes(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+
+
+def names(prefix: str) -> tuple[str, str, str, str]:
+    tag = uuid.uuid4().hex[:8]
+    return (
+        f"{prefix}-{tag}.events",
+        f"{prefix}-{tag}.findings",
+        f"{prefix}-{tag}.dlq",
+        f"{prefix}-{tag}",
+    )
+
+
+def worker_env(events: str, findings: str, dlq: str, app_id: str, **extra: str) -> dict[str, str]:
+    env = {
+        "FENCEWATCH_EVENTS_TOPIC": events,
+        "FENCEWATCH_FINDINGS_TOPIC": findings,
+        "FENCEWATCH_DLQ_TOPIC": dlq,
+        "FENCEWATCH_APP_ID": app_id,
+    }
+    env.update(extra)
+    return env

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_support import Worker, bootstrap, create_topics, key_events, names, worker_env  # noqa: E402
+from live_support import Worker, bootstrap, create_topics, key_events, names, worker_env
 
-from streams.core import Detector, parse_event  # noqa: E402
+from streams.core import Detector, parse_event
 
 
 def state_blob() -> bytes:

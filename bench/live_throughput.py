@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_support import (  # noqa: E402
+from live_support import (
     Worker,
     bootstrap,
     create_topics,

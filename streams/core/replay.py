@@ -99,16 +99,7 @@ class Replay:
         except InvalidEvent as exc:
             self.reject(source, offset, exc.field, exc.reason, line=line)
             return []
-        # feed_event, inlined: this is the audit's per-event hot path.
-        state = self.states.get(event.workflow_key)
-        if state is None:
-            state = self.states[event.workflow_key] = self.detector.new_state()
-        out = self.detector.process(state, event, offset)
-        if out:
-            self.revisions += len(out)
-            for f in out:
-                self.latest[f.finding_id] = f
-        return out
+        return self.feed_event(event, offset)
 
     def reject(
         self, source: str, offset: int, field: str | None, reason: str, *, line: int | None = None

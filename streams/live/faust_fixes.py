@@ -16,6 +16,17 @@ open or aborted transactions are not counted, as faust intends.
 
 The patch is process-wide (faust offers no per-app consumer class), applied
 once, and only changes where the number comes from.
+
+A second fix, for stalled partitions: ``Consumer.getmany``
+(faust/transport/consumer.py) fetches a batch for the *live* set of active
+partitions, then yields its records one by one, awaiting the agent between
+them, and skips every record whose partition left that set in the meantime
+(paused for recovery or a full buffer). The fetcher's position is already past
+those records, so they are never fetched again: the partition's acked offsets
+have a gap, faust never commits past a gap, and the partition's committed
+offset stops moving while the worker reports healthy. The replacement yields
+the same records, and seeks a partition that is still assigned back to its
+first skipped record, so it is fetched again once the partition is active.
 """
 
 from __future__ import annotations
@@ -28,6 +39,60 @@ _MARK = "_fencewatch_fixed"
 
 
 def apply_faust_fixes() -> None:
+    _fix_getmany()
+    _fix_highwaters()
+
+
+def _fix_getmany() -> None:
+    from faust.transport.consumer import Consumer
+
+    if getattr(Consumer.getmany, _MARK, False):
+        return
+
+    async def getmany(self: Any, timeout: float) -> Any:
+        records, active_partitions = await self._wait_next_records(timeout)
+        generation_id = self.app.consumer_generation_id
+        if records is None or self.should_stop:
+            return
+        if not self.flow_active:
+            # As faust: the flow stopped while we waited; rebalance seeks back.
+            try:
+                await self.perform_seek()
+            except Exception as exc:  # faust logs and carries on here too
+                self.log.warning(f"exception performing seek when flow not active {exc}")
+            return
+        to_message = self._to_message
+        skipped: dict[Any, int] = {}  # tp -> offset of its first record not yielded
+        stopped = False
+        for tp, record in self.scheduler.iterate(records):
+            if stopped:
+                continue
+            if not self.flow_active or self.app.consumer_generation_id != generation_id:
+                # The rebalance that follows seeks every assigned partition to
+                # its committed offset, which re-fetches the rest of this batch.
+                stopped = True
+                continue
+            if (
+                active_partitions is None
+                or tp in active_partitions
+                or tp in self._buffered_partitions
+            ):
+                self.app.monitor.track_tp_end_offset(tp, self.highwater(tp))
+                yield tp, to_message(tp, record)
+            elif tp not in skipped:
+                skipped[tp] = record.offset
+        if skipped and not stopped:
+            assigned = self.assignment()
+            for tp, offset in skipped.items():
+                if tp in assigned:
+                    self.log.info("re-fetching %s from %s (skipped while inactive)", tp, offset)
+                    await self.seek(tp, offset)
+
+    setattr(getmany, _MARK, True)
+    setattr(Consumer, "getmany", getmany)  # noqa: B010
+
+
+def _fix_highwaters() -> None:
     from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 
     if getattr(AIOKafkaConsumerThread._highwaters, _MARK, False):

@@ -36,6 +36,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
 h1{font-size:1.4em} h2{font-size:1.1em;margin-top:2em}
 table{border-collapse:collapse;margin:.5em 0} td,th{padding:3px 8px;border-bottom:1px solid #ddd;
 text-align:left;vertical-align:top}
+td.nw{white-space:nowrap}
 .sev{color:#fff;border-radius:3px;padding:1px 6px;font-weight:600;font-size:12px}
 .summary{background:#f5f5f5;padding:.7em 1em;border-radius:4px}
 svg text{font:11px monospace}
@@ -57,6 +58,20 @@ def _timeline_svg(events: list[Evidence], findings: list[Finding]) -> str:
         parts.append(f'<text x="4" y="{y + 4}">epoch {ep}</text>')
         parts.append(
             f'<line x1="{left - 10}" y1="{y}" x2="{width - 10}" y2="{y}" stroke="#e0e0e0"/>'
+        )
+    # A dashed line where each epoch was first acquired: events of lower
+    # epochs to its right are stale.
+    first_seen: set[int] = set()
+    for n, ev in enumerate(events):
+        if ev.epoch in first_seen:
+            continue
+        first_seen.add(ev.epoch)
+        if n == 0:
+            continue
+        x = left + n * step
+        parts.append(
+            f'<line x1="{x}" y1="{top - 6}" x2="{x}" y2="{height - 16}" '
+            f'stroke="#9e9e9e" stroke-dasharray="3,3"/>'
         )
     for n, ev in enumerate(events):
         x = left + n * step
@@ -91,12 +106,20 @@ def render_html(replay: Replay, *, title: str = "fencewatch audit") -> str:
     out.append(
         f"<p class='summary'>{s['events']} events, {s['invalid']} invalid, {s['workflows']} "
         f"workflows; <b>{s['findings']} findings</b> "
-        + escape(", ".join(f"{v} {k}" for k, v in s["by_severity"].items()))
+        + escape(
+            ", ".join(
+                f"{s['by_severity'][sev.value]} {sev.value}"
+                for sev in reversed(Severity)
+                if sev.value in s["by_severity"]
+            )
+        )
         + "</p>"
     )
     out.append(
-        "<p>Legend: A acquired, p progress, a attempted, C committed, x rejected, "
-        "R released, V verified; a ring marks the event that raised a finding.</p>"
+        "<p>Timelines: one lane per epoch, events in position order (seq, else arrival); "
+        "A acquired, p progress, a attempted, C committed, x rejected, R released, "
+        "V verified; a dashed line marks where an epoch first appears, a ring the event "
+        "that raised a finding.</p>"
     )
     drawn = 0
     for wkey, group in groupby(replay.latest_findings(), key=lambda f: f.workflow_key):
@@ -108,8 +131,10 @@ def render_html(replay: Replay, *, title: str = "fencewatch audit") -> str:
         for f in items:
             at = f"seq {f.event_seq}" if f.event_seq is not None else f"offset {f.event_offset}"
             out.append(
-                f"<tr><td><span class='sev' style='background:{_SEV_COLOUR[f.severity]}'>"
-                f"{f.severity.value}</span></td><td>{f.kind.value}</td><td>{at}</td>"
+                f"<tr><td class='nw'><span class='sev' "
+                f"style='background:{_SEV_COLOUR[f.severity]}'>"
+                f"{f.severity.value}</span></td><td class='nw'>{f.kind.value}</td>"
+                f"<td class='nw'>{at}</td>"
                 f"<td>{escape(describe(f))}</td><td>{escape(f.action)}</td></tr>"
             )
         out.append("</table>")

@@ -88,28 +88,54 @@ def _err(msg: str) -> None:
     print(f"fencewatch audit: {msg}", file=sys.stderr)
 
 
-def _iter_lines(fh: IO[bytes]) -> Iterator[bytes]:
+def _iter_lines(fh: IO[bytes], max_bytes: int) -> Iterator[bytes | None]:
+    """Lines of ``fh``, at most ``max_bytes`` (plus the line end) held at a
+    time: a longer line is skipped unread and yields None, so one giant line
+    cannot exhaust memory."""
+    limit = max_bytes + 2  # room for "\r\n"
+    readline = fh.readline
     first = True
-    for line in fh:
+    while True:
+        line = readline(limit)
+        if not line:
+            return
         if first:
             first = False
             if line.startswith(_BOM):
                 line = line[3:]
+        if len(line) >= limit and not line.endswith(b"\n"):
+            while True:  # drain the rest of the oversize line
+                rest = readline(limit)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            yield None
+            continue
         yield line
 
 
 def run_files(replay: Replay, streams_: list[tuple[str, IO[bytes]]], *, strict: bool) -> None:
     """Feed each file's lines in order; line numbers count on across files."""
     offset = 0
+    max_bytes = replay.max_event_bytes
     for name, fh in streams_:
         line_no = 0
-        for line in _iter_lines(fh):
+        for line in _iter_lines(fh, max_bytes):
             offset += 1
             line_no += 1
-            if not line.strip():
-                continue  # blank lines are skipped but still counted
             before = replay.invalid_count
-            replay.feed(line, offset=offset, source=name, line=line_no)
+            if line is None:
+                replay.records += 1
+                replay.reject(
+                    name,
+                    offset,
+                    None,
+                    f"event is over the limit of {max_bytes} bytes",
+                    line=line_no,
+                )
+            elif not line.strip():
+                continue  # blank lines are skipped but still counted
+            else:
+                replay.feed(line, offset=offset, source=name, line=line_no)
             if strict and replay.invalid_count != before:
                 raise _StrictStop
 

@@ -186,3 +186,17 @@ def test_html_report_draws_an_ownership_timeline(tmp_path: Path, capsys) -> None
     assert "export-ledger" in page and "epoch 17" in page and "epoch 18" in page
     assert "report-index" not in page
     capsys.readouterr()
+
+
+def test_a_giant_line_is_rejected_without_being_held_in_memory(tmp_path: Path, capsys) -> None:
+    """A line over --max-event-bytes is reported invalid by line; its neighbours still count."""
+    lines = FIXTURE.read_text().splitlines()
+    giant = '{"type":"progress","attrs":{"x":"' + "y" * 200_000 + '"}}'
+    path = tmp_path / "giant.jsonl"
+    path.write_text("\n".join([*lines[:5], giant, *lines[5:]]) + "\n")
+    code, doc = _json_report(capsys, "--max-event-bytes", "4096", str(path))
+    assert code == 1
+    assert len(doc["findings"]) == 4
+    assert [(i["line"], i["field"]) for i in doc["invalid"]] == [(6, None)]
+    assert "4096 bytes" in doc["invalid"][0]["reason"]
+    assert doc["summary"]["records"] == 17 and doc["summary"]["events"] == 16

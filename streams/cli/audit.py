@@ -124,14 +124,8 @@ def run_files(replay: Replay, streams_: list[tuple[str, IO[bytes]]], *, strict: 
             line_no += 1
             before = replay.invalid_count
             if line is None:
-                replay.records += 1
-                replay.reject(
-                    name,
-                    offset,
-                    None,
-                    f"event is over the limit of {max_bytes} bytes",
-                    line=line_no,
-                )
+                reason = f"event is over the limit of {max_bytes} bytes"
+                replay.feed_rejected(name, offset, None, reason, line=line_no)
             elif not line.strip():
                 continue  # blank lines are skipped but still counted
             else:

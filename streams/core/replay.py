@@ -101,6 +101,14 @@ class Replay:
             return []
         return self.feed_event(event, offset)
 
+    def feed_rejected(
+        self, source: str, offset: int, field: str | None, reason: str, *, line: int | None = None
+    ) -> None:
+        """A record the reader already knows is invalid (e.g. over the size cap,
+        skipped unread): counted as read and as invalid."""
+        self.records += 1
+        self.reject(source, offset, field, reason, line=line)
+
     def reject(
         self, source: str, offset: int, field: str | None, reason: str, *, line: int | None = None
     ) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import faust
 
 from streams.core import Detector, DetectorConfig
+from streams.live.fast_restore import FastMemoryStore, client_config
 from streams.live.faust_fixes import apply_faust_fixes
 from streams.live.metrics import LiveMetrics, MetricsServer
 from streams.live.processor import OutRecord, Processor, SourceRecord
@@ -164,6 +165,9 @@ class LiveRuntime:
                 lags[tp.partition] = int(highwater) - position
         self.metrics.set_lag(lags)
         self.metrics.keys.set(self._key_count())
+        store = self.table.data
+        if isinstance(store, FastMemoryStore):
+            self.metrics.restored.set(store.loaded_records)
 
     def _key_count(self) -> int:
         store = self.table.data
@@ -226,6 +230,24 @@ def build_app(
         key_type=bytes,
         value_type=bytes,
     )
+    if settings.store_kind == "memory":
+        tbl: Any = table  # faust's TableT does not declare the attributes used here
+        # Restored directly from the changelog (streams/live/fast_restore.py);
+        # the arguments are the ones faust's Collection._new_store_by_url uses.
+        store = FastMemoryStore(
+            app.conf.store,
+            app,
+            tbl,
+            table_name=tbl.name,
+            key_type=tbl.key_type,
+            key_serializer=tbl.key_serializer,
+            value_serializer=tbl.value_serializer,
+            value_type=tbl.value_type,
+            loop=tbl.loop,
+            options=tbl.options,
+        )
+        store.configure(client_config(settings))
+        tbl._data = store
     detector = Detector(DetectorConfig(max_events_per_key=settings.max_events_per_key))
     processor = Processor(
         detector,

@@ -42,6 +42,11 @@ class LiveMetrics:
         self.keys = Gauge(
             "fencewatch_state_keys", "Workflow keys held in the state table", registry=self.registry
         )
+        self.restored = Gauge(
+            "fencewatch_restored_records",
+            "Changelog records loaded directly by the fast restore (memory store), all loads",
+            registry=self.registry,
+        )
         self.lag = Gauge(
             "fencewatch_consumer_lag",
             "Records between the processed position and the high watermark, per partition",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -224,3 +225,62 @@ def test_rocksdb_write_of_an_aborted_transaction_does_not_survive_restart(live: 
     h.wait_all_committed()
     latest = assert_exactly_once_and_audit(h)
     assert "ghost" in {d["workflow_key"] for d in latest.values()}
+
+
+@pytest.mark.timeout(120)
+def test_memory_restart_loads_committed_changelog_directly_without_aborted_writes(
+    live: Live,
+) -> None:
+    """A memory-store restart loads the changelog directly (logged and in the
+    metrics, every committed record counted): a committed state is restored,
+    the states of an aborted transaction are not."""
+    from confluent_kafka import Producer
+
+    from streams.core import Detector, parse_event
+
+    h = live(partitions=1)
+    w = h.start("w1")
+    w.wait_ready()
+    h.produce(h.fixture_events())
+    h.wait_all_committed()
+    w.stop()
+    changelog = f"{h.app_id}-owner-state-changelog"
+    det = Detector()
+    epoch2 = det.new_state()
+    det.process(epoch2, parse_event(ev("planted", "lease_acquired", 2, "b", 2), key=b"planted"), 0)
+    p = Producer({"bootstrap.servers": h.bootstrap, "transactional.id": f"{h.app_id}-planter"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(changelog, epoch2.to_bytes(), key=b"planted", partition=0)
+    p.commit_transaction(30)
+    p.begin_transaction()  # what a worker that crashed mid-transaction leaves behind
+    p.produce(changelog, det.new_state().to_bytes(), key=b"planted", partition=0)
+    p.produce(changelog, epoch2.to_bytes(), key=b"ghost", partition=0)
+    p.flush(30)
+    p.abort_transaction(30)
+    committed = len(h.read(changelog))
+    assert committed == 16 + 1  # one state write per fixture event, plus the planted one
+    w2 = h.start("w2")
+    w2.wait_ready()
+    log = w2.tail(200_000)
+    assert f"fast restore: loaded {committed} changelog records (4 keys in the store)" in log
+    deadline = time.monotonic() + 10  # the gauges are refreshed once a second
+    text = w2.metrics()
+    while "fencewatch_restored_records 0.0" in text and time.monotonic() < deadline:
+        time.sleep(0.2)
+        text = w2.metrics()
+    assert "fencewatch_state_keys 4.0" in text
+    assert f"fencewatch_restored_records {float(committed)}" in text
+    h.produce(
+        [
+            (b"planted", ev("planted", "progress", 1, "a", 3)),
+            (b"ghost", ev("ghost", "progress", 1, "a", 3)),
+        ]
+    )
+    h.wait_all_committed()
+    latest, seen = h.live_findings()
+    assert not [k for k, n in Counter(seen).items() if n > 1]
+    kinds = {(d["workflow_key"], d["kind"]) for d in latest.values()}
+    assert ("planted", "stale_activity") in kinds  # the committed epoch-2 state was restored
+    assert not [k for k in kinds if k[0] == "ghost"]  # the aborted state was not
+    assert len(latest) == 5  # the fixture's four findings, plus planted's

@@ -52,6 +52,7 @@ from faust.stores.memory import Store as MemoryStore
 from faust.types import TP
 
 from streams.errors import BrokerError
+from streams.live import topics
 from streams.live.settings import LiveSettings
 
 __all__ = ["FastMemoryStore", "LoadResult", "client_config", "load_changelog"]
@@ -63,22 +64,7 @@ _BATCH = 10_000
 
 def client_config(settings: LiveSettings) -> dict[str, Any]:
     """librdkafka settings equivalent to the worker's own connection."""
-    sec = settings.security
-    conf: dict[str, Any] = {
-        "bootstrap.servers": settings.bootstrap_servers,
-        "security.protocol": sec.protocol,
-    }
-    optional = {
-        "sasl.mechanism": sec.sasl_mechanism,
-        "sasl.username": sec.sasl_username,
-        "sasl.password": sec.sasl_password,
-        "ssl.ca.location": sec.ssl_cafile,
-        "ssl.certificate.location": sec.ssl_certfile,
-        "ssl.key.location": sec.ssl_keyfile,
-        "ssl.key.password": sec.ssl_key_password,
-    }
-    conf.update({k: v for k, v in optional.items() if v})
-    return conf
+    return topics.client_config(settings.bootstrap_servers, settings.security)
 
 
 @dataclass(frozen=True, slots=True)

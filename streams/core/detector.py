@@ -359,7 +359,17 @@ class Detector:
         events = st.events
         if not events or ev.k > events[-1].k:
             events.append(ev)
-            st._index(ev, tail=True)
+            if code == _PROG:
+                # _index for the commonest event, inlined: a checkpoint is in
+                # no group, and at the tail it can only be its epoch's first
+                # evidence, never an earlier one.
+                if epoch not in st.acq:
+                    st.acq[epoch] = ev
+                    st._t_cache = None
+                if eid is not None:
+                    st.event_ids.add(eid)
+            else:
+                st._index(ev, tail=True)
             # In-order fast path: only findings about this event can change, and
             # a non-acquisition is stale only if some higher epoch exists at all.
             if code == _ACQ:

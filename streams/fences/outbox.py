@@ -42,7 +42,6 @@ from streams.fences.lease_sql import SqlLeaseStore
 from streams.fences.schema import ensure_schema
 from streams.fences.sink import (
     DEFAULT_MAX_PAYLOAD_BYTES,
-    MAX_EFFECT_KEY_CHARS,
     FencedSink,
     Receipt,
     ReceiptStatus,
@@ -135,10 +134,9 @@ class Outbox:
         """Stage the effect if ``epoch`` is the key's current epoch: ``committed``
         means staged, ``duplicate`` that this idempotency key is already in the
         outbox, ``rejected`` that the epoch is stale (nothing staged)."""
-        check_effect_args(workflow_key, epoch, effect_key, payload, self.max_payload_bytes)
-        idem = effect_key if idempotency_key is None else idempotency_key
-        if not 1 <= len(idem) <= MAX_EFFECT_KEY_CHARS:
-            raise ValueError(f"idempotency key must be 1-{MAX_EFFECT_KEY_CHARS} characters")
+        idem = check_effect_args(
+            workflow_key, epoch, effect_key, payload, self.max_payload_bytes, idempotency_key
+        )
         p = self.prefix
         with self.db.transaction() as tx:
             current = _lease_epoch(tx, p, workflow_key)

@@ -95,9 +95,16 @@ class EffectSink(Protocol):
 
 
 def check_effect_args(
-    workflow_key: str, epoch: int, effect_key: str, payload: bytes, cap: int
-) -> None:
-    """Refuse what the sink cannot store or would turn into invalid evidence."""
+    workflow_key: str,
+    epoch: int,
+    effect_key: str,
+    payload: bytes,
+    cap: int,
+    idempotency_key: str | None = None,
+) -> str:
+    """Refuse what the sink cannot store or would turn into invalid evidence;
+    return the idempotency key to use (default: the effect key, so one effect
+    key is one effect per workflow)."""
     check_lease_args(workflow_key)
     if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
         raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
@@ -107,6 +114,10 @@ def check_effect_args(
         raise ValueError("payload must be bytes")
     if len(payload) > cap:
         raise ValueError(f"payload is {len(payload)} bytes, the limit is {cap}")
+    idem = effect_key if idempotency_key is None else idempotency_key
+    if not 1 <= len(idem) <= MAX_EFFECT_KEY_CHARS:
+        raise ValueError(f"idempotency key must be 1-{MAX_EFFECT_KEY_CHARS} characters")
+    return idem
 
 
 class FencedSink:
@@ -147,10 +158,9 @@ class FencedSink:
         """Compare ``epoch`` with the key's current epoch and, if it is not
         lower, write the effect once under ``idempotency_key`` (default: the
         effect key, so one effect key is one effect per workflow)."""
-        check_effect_args(workflow_key, epoch, effect_key, payload, self.max_payload_bytes)
-        idem = effect_key if idempotency_key is None else idempotency_key
-        if not 1 <= len(idem) <= MAX_EFFECT_KEY_CHARS:
-            raise ValueError(f"idempotency key must be 1-{MAX_EFFECT_KEY_CHARS} characters")
+        idem = check_effect_args(
+            workflow_key, epoch, effect_key, payload, self.max_payload_bytes, idempotency_key
+        )
         p, sink = self.prefix, self.name
 
         def receipt(status: ReceiptStatus, current: int, reason: str | None = None) -> Receipt:
@@ -261,8 +271,9 @@ class UnfencedSink:
         *,
         idempotency_key: str | None = None,
     ) -> Receipt:
-        check_effect_args(workflow_key, epoch, effect_key, payload, self.max_payload_bytes)
-        idem = effect_key if idempotency_key is None else idempotency_key
+        idem = check_effect_args(
+            workflow_key, epoch, effect_key, payload, self.max_payload_bytes, idempotency_key
+        )
         with self.db.transaction() as tx:
             tx.run(
                 f"INSERT INTO {self.prefix}unfenced_effects (sink, workflow_key, effect_key,"

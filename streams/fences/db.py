@@ -10,17 +10,48 @@ whole database), on PostgreSQL row locks taken with ``FOR UPDATE``/``FOR SHARE``
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Literal, Protocol
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
-__all__ = ["Clock", "Database", "Dialect", "Tx", "check_prefix", "open_database"]
+__all__ = ["Clock", "Database", "Dialect", "PerThread", "Tx", "check_prefix", "open_database"]
 
 Dialect = Literal["sqlite", "postgres"]
 #: A store clock: seconds since the Unix epoch, as the store sees them.
 Clock = Callable[[], float]
 
 _PREFIX = re.compile(r"[a-z_][a-z0-9_]{0,30}")
+
+C = TypeVar("C")
+
+
+class PerThread(Generic[C]):
+    """One connection per thread, opened on first use, all closed together:
+    the connection cache both adapters share."""
+
+    def __init__(self, open_conn: Callable[[], C], is_closed: Callable[[C], bool]) -> None:
+        self._open = open_conn
+        self._is_closed = is_closed
+        self._local = threading.local()
+        self._all: list[C] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> C:
+        conn: C | None = getattr(self._local, "conn", None)
+        if conn is None or self._is_closed(conn):
+            conn = self._open()
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def close_all(self, close: Callable[[C], object]) -> None:
+        with self._lock:
+            conns, self._all = self._all, []
+        for conn in conns:
+            close(conn)
+        self._local = threading.local()
 
 
 class Tx(Protocol):

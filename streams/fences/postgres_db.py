@@ -9,7 +9,6 @@ whatever its own clock says, is judged by the same clock.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -18,6 +17,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from streams.errors import StoreError
+from streams.fences.db import PerThread
 
 __all__ = ["PostgresDatabase"]
 
@@ -69,29 +69,21 @@ class PostgresDatabase:
     def __init__(self, dsn: str, *, connect_timeout_s: int = 10) -> None:
         self.dsn = dsn
         self._connect_timeout_s = connect_timeout_s
-        self._local = threading.local()
-        self._all: list[psycopg.Connection[Any]] = []
-        self._lock = threading.Lock()
+        self._conns: PerThread[psycopg.Connection[Any]] = PerThread(
+            self._open, lambda c: bool(c.closed)
+        )
 
-    def _conn(self) -> psycopg.Connection[Any]:
-        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
-        if conn is not None and conn.closed:
-            conn = None
-        if conn is None:
-            try:
-                conn = psycopg.connect(
-                    self.dsn, autocommit=True, connect_timeout=self._connect_timeout_s
-                )
-            except psycopg.Error as exc:
-                raise _translate(exc) from exc
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
-        return conn
+    def _open(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(
+                self.dsn, autocommit=True, connect_timeout=self._connect_timeout_s
+            )
+        except psycopg.Error as exc:
+            raise _translate(exc) from exc
 
     @contextmanager
     def transaction(self) -> Iterator[_PostgresTx]:
-        conn = self._conn()
+        conn = self._conns.get()
         try:
             with conn.transaction():
                 yield _PostgresTx(conn)
@@ -99,8 +91,4 @@ class PostgresDatabase:
             raise _translate(exc) from exc
 
     def close(self) -> None:
-        with self._lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            conn.close()
-        self._local = threading.local()
+        self._conns.close_all(lambda c: c.close())

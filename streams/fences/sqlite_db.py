@@ -11,13 +11,12 @@ worker supplies) unless a clock is injected, which tests use to freeze time.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, Literal
 
 from streams.errors import StoreError
-from streams.fences.db import Clock
+from streams.fences.db import Clock, PerThread
 
 __all__ = ["SqliteDatabase"]
 
@@ -65,36 +64,30 @@ class SqliteDatabase:
         self.path = path
         self._clock = clock
         self._busy_timeout_s = busy_timeout_s
-        self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
+        # A connection closed by close() is never handed out again.
+        self._conns: PerThread[sqlite3.Connection] = PerThread(self._open, lambda c: False)
 
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            try:
-                # isolation_level=None: we issue BEGIN IMMEDIATE/COMMIT ourselves.
-                conn = sqlite3.connect(
-                    self.path,
-                    timeout=self._busy_timeout_s,
-                    isolation_level=None,
-                    check_same_thread=False,
-                )
-                conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
-                conn.execute("PRAGMA journal_mode = WAL")
-                # NORMAL is durable across process crashes in WAL mode; only a
-                # power loss can drop the last commits.
-                conn.execute("PRAGMA synchronous = NORMAL")
-            except sqlite3.Error as exc:
-                raise _translate(exc) from exc
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
+    def _open(self) -> sqlite3.Connection:
+        try:
+            # isolation_level=None: we issue BEGIN IMMEDIATE/COMMIT ourselves.
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self._busy_timeout_s,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            # NORMAL is durable across process crashes in WAL mode; only a
+            # power loss can drop the last commits.
+            conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            raise _translate(exc) from exc
         return conn
 
     @contextmanager
     def transaction(self) -> Iterator[_SqliteTx]:
-        conn = self._conn()
+        conn = self._conns.get()
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
@@ -116,8 +109,4 @@ class SqliteDatabase:
             raise _translate(exc) from exc
 
     def close(self) -> None:
-        with self._lock:
-            conns, self._all = self._all, []
-        for conn in conns:
-            conn.close()
-        self._local = threading.local()
+        self._conns.close_all(sqlite3.Connection.close)

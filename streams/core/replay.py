@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.detector import Detector
+from streams.core.detector import Detector, KeyState
 from streams.core.findings import Finding
 from streams.core.records import SEVERITY_RANK, Event, Kind, Severity
 from streams.core.validate import DEFAULT_MAX_EVENT_BYTES, InvalidEvent, parse_event
@@ -75,7 +75,7 @@ class Replay:
         self.detector = detector or Detector()
         self.max_event_bytes = max_event_bytes
         self.max_invalid_kept = max_invalid_kept
-        self.states: dict[str, Any] = {}
+        self.states: dict[str, KeyState] = {}
         self.latest: dict[str, Finding] = {}
         self.invalid: list[Invalid] = []
         self.invalid_count = 0

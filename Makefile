@@ -13,9 +13,21 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.fencewatch-installed
 PYTEST_ARGS ?=
 
-.PHONY: venv test demo lint broker-start broker-stop broker-status
+NATIVE_SRC := streams/core/detector.py streams/core/replay.py streams/core/validate.py
+NATIVE_STAMP := $(VENV)/.fencewatch-native
 
-venv: $(STAMP)
+.PHONY: venv native test demo lint broker-start broker-stop broker-status
+
+venv: $(STAMP) $(NATIVE_STAMP)
+
+# The detector, replay driver and validation compiled with mypyc (in place, next
+# to their sources); rebuilt whenever one of them changes. Without a C compiler
+# fencewatch stays interpreted (FENCEWATCH_NATIVE=required makes that an error).
+native: $(NATIVE_STAMP)
+
+$(NATIVE_STAMP): $(STAMP) $(NATIVE_SRC)
+	$(BIN)/python scripts/build-native
+	@touch $@
 
 # Reinstalls only when pyproject.toml changed since the last install.
 $(STAMP): pyproject.toml

@@ -18,11 +18,24 @@ __all__ = ["main"]
 _COMMANDS: tuple[str, ...] = ("audit", "topics", "run", "demo")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from streams._native import native_summary
+
+    try:
+        v = version("fencewatch")
+    except PackageNotFoundError:  # running from a checkout without an install
+        v = "unknown"
+    return f"fencewatch {v} (detector: {native_summary()})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fencewatch",
         description="Stale-owner (split-brain) detection and fencing for agents and workflows.",
     )
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in _COMMANDS:

@@ -15,6 +15,7 @@ from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from typing import IO, Any
 
+from streams._native import native_summary
 from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, Detector, DetectorConfig
 from streams.core.records import SEVERITY_RANK, Severity
 from streams.core.replay import Replay
@@ -116,22 +117,16 @@ def _iter_lines(fh: IO[bytes], max_bytes: int) -> Iterator[bytes | None]:
 def run_files(replay: Replay, streams_: list[tuple[str, IO[bytes]]], *, strict: bool) -> None:
     """Feed each file's lines in order; line numbers count on across files."""
     offset = 0
-    max_bytes = replay.max_event_bytes
     for name, fh in streams_:
-        line_no = 0
-        for line in _iter_lines(fh, max_bytes):
-            offset += 1
-            line_no += 1
-            before = replay.invalid_count
-            if line is None:
-                reason = f"event is over the limit of {max_bytes} bytes"
-                replay.feed_rejected(name, offset, None, reason, line=line_no)
-            elif not line.strip():
-                continue  # blank lines are skipped but still counted
-            else:
-                replay.feed(line, offset=offset, source=name, line=line_no)
-            if strict and replay.invalid_count != before:
-                raise _StrictStop
+        before = replay.invalid_count
+        offset = replay.feed_lines(
+            _iter_lines(fh, replay.max_event_bytes),
+            source=name,
+            offset=offset,
+            stop_on_invalid=strict,
+        )
+        if strict and replay.invalid_count != before:
+            raise _StrictStop
 
 
 @contextmanager
@@ -227,6 +222,11 @@ def _main(args: argparse.Namespace) -> int:
     except ValueError as exc:
         _err(str(exc))
         return 2
+    if native_summary() == "stale":
+        _err(
+            "warning: the compiled detector is older than its source and is the one in "
+            "use; run `make native` (or scripts/build-native) to rebuild it"
+        )
     replay = Replay(detector, max_event_bytes=args.max_event_bytes)
     strict_stop = False
     try:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 from bisect import bisect_right, insort
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, final
 
 import orjson
 
@@ -52,11 +52,11 @@ __all__ = [
     "StateError",
 ]
 
-DEFAULT_MAX_EVENTS_PER_KEY = 1024
-DEFAULT_MAX_FINDINGS_PER_KEY = 512
+DEFAULT_MAX_EVENTS_PER_KEY: Final = 1024
+DEFAULT_MAX_FINDINGS_PER_KEY: Final = 512
 #: Evidence items carried on one finding (commit groups can be long).
-MAX_EVIDENCE = 32
-_STATE_VERSION = 1
+MAX_EVIDENCE: Final = 32
+_STATE_VERSION: Final = 1
 
 # Compact type codes for the serialized state; order is part of the format.
 _TYPE_CODES: tuple[str, ...] = (
@@ -68,16 +68,46 @@ _TYPE_CODES: tuple[str, ...] = (
     "effect_rejected",
     "outcome_verified",
 )
-_CODE_OF = {EventType(name): i for i, name in enumerate(_TYPE_CODES)}
-_ACQ, _REL, _PROG, _ATT, _COM, _REJ, _VER = range(7)
+# Final literals: compiled, each use is a constant rather than a global look-up.
+_ACQ: Final = 0
+_REL: Final = 1
+_PROG: Final = 2
+_ATT: Final = 3
+_COM: Final = 4
+_REJ: Final = 5
+_VER: Final = 6
+_T_ACQ: Final = EventType.LEASE_ACQUIRED
+_T_REL: Final = EventType.LEASE_RELEASED
+_T_PROG: Final = EventType.PROGRESS
+_T_ATT: Final = EventType.EFFECT_ATTEMPTED
+_T_COM: Final = EventType.EFFECT_COMMITTED
+_T_REJ: Final = EventType.EFFECT_REJECTED
+
+
+def _code_of(t: EventType) -> int:
+    # Identity tests against the members, commonest first: compiled, cheaper
+    # than hashing the member into a dict.
+    if t is _T_PROG:
+        return _PROG
+    if t is _T_ACQ:
+        return _ACQ
+    if t is _T_COM:
+        return _COM
+    if t is _T_ATT:
+        return _ATT
+    if t is _T_REJ:
+        return _REJ
+    if t is _T_REL:
+        return _REL
+    return _VER
 # Kinds of checkpoint that no finding depends on unless stale: forgotten first.
 _CHEAP = frozenset({_REL, _PROG, _VER})
 
 # Index groups: (group tag, epoch, effect key). "k" groups are per effect key.
-_G_ATTEMPT = "a"  # effect_attempted and effect_rejected
-_G_COMMIT = "c"
-_G_ACQUIRE = "l"
-_G_KEYCOMMITS = "k"
+_G_ATTEMPT: Final = "a"  # effect_attempted and effect_rejected
+_G_COMMIT: Final = "c"
+_G_ACQUIRE: Final = "l"
+_G_KEYCOMMITS: Final = "k"
 
 _KIND_OF_FAMILY = {
     "stale_activity": Kind.STALE_ACTIVITY,
@@ -106,12 +136,31 @@ class DetectorConfig:
             raise ValueError("max_findings_per_key must be at least 1")
 
 
+@final
 class _Ev:
-    """One retained event. ``k`` is the sort key: position first, then a
-    content tie-break so that even a contract breach (two events sharing a
-    seq) orders the same way whatever the arrival order."""
+    """One retained event. Its sort key (:attr:`k`) is position first
+    (``major``, ``minor``), then a content tie-break (``code``, ``epoch``,
+    ``worker``, effect key) so that even a contract breach (two events sharing
+    a seq) orders the same way whatever the arrival order.
 
-    __slots__ = ("code", "eid", "ek", "epoch", "k", "offset", "seq", "sink", "worker")
+    The key's parts are plain typed fields rather than a stored tuple: the
+    in-order path compares them field by field (:func:`_gt`), which compiled
+    (mypyc, see ``scripts/build-native``) is a handful of C comparisons and
+    saves one tuple per retained event."""
+
+    __slots__ = (
+        "code",
+        "eid",
+        "ek",
+        "ekk",
+        "epoch",
+        "major",
+        "minor",
+        "offset",
+        "seq",
+        "sink",
+        "worker",
+    )
 
     def __init__(
         self,
@@ -126,25 +175,30 @@ class _Ev:
         sink: str | None,
         eid: str | None,
     ) -> None:
-        self.k = (major, minor, code, epoch, worker, ek or "")
+        self.major = major
+        self.minor = minor
         self.seq = seq
         self.offset = offset
         self.epoch = epoch
         self.code = code
         self.worker = worker
         self.ek = ek
+        self.ekk = ek if ek is not None else ""
         self.sink = sink
         self.eid = eid
+
+    @property
+    def k(self) -> tuple[int, int, int, int, str, str]:
+        return (self.major, self.minor, self.code, self.epoch, self.worker, self.ekk)
 
     @property
     def position(self) -> int:
         return self.seq if self.seq is not None else self.offset
 
     def row(self) -> list[Any]:
-        k = self.k
         return [
-            k[0],
-            k[1],
+            self.major,
+            self.minor,
             self.seq,
             self.offset,
             self.epoch,
@@ -156,8 +210,27 @@ class _Ev:
         ]
 
 
-def _key(ev: _Ev) -> tuple[Any, ...]:
+def _gt(a: _Ev, b: _Ev) -> bool:
+    """``a.k > b.k`` without building either tuple."""
+    if a.major != b.major:
+        return a.major > b.major
+    if a.minor != b.minor:
+        return a.minor > b.minor
+    if a.code != b.code:
+        return a.code > b.code
+    if a.epoch != b.epoch:
+        return a.epoch > b.epoch
+    if a.worker != b.worker:
+        return a.worker > b.worker
+    return a.ekk > b.ekk
+
+
+def _key(ev: _Ev) -> tuple[int, int, int, int, str, str]:
     return ev.k
+
+
+def _major_minor(ev: _Ev) -> tuple[int, int]:
+    return (ev.major, ev.minor)
 
 
 class KeyState:
@@ -170,13 +243,17 @@ class KeyState:
     __slots__ = (
         "_t_cache",
         "acq",
-        "counters",
         "emitted",
         "event_ids",
         "events",
         "groups",
         "horizon",
         "max_major",
+        "n_events",
+        "n_evicted",
+        "n_forgotten",
+        "n_late",
+        "n_redeliveries",
     )
 
     def __init__(self) -> None:
@@ -185,18 +262,35 @@ class KeyState:
         # finding id -> [revision, content hash, severity rank]
         self.emitted: dict[str, list[Any]] = {}
         self.horizon: tuple[Any, ...] | None = None
-        self.counters = {
-            "events": 0,
-            "redeliveries_dropped": 0,
-            "evicted": 0,
-            "late_beyond_horizon": 0,
-            "findings_forgotten": 0,
-        }
+        # Counters (see :attr:`counters`): plain ints, bumped on every event.
+        self.n_events = 0
+        self.n_redeliveries = 0
+        self.n_evicted = 0
+        self.n_late = 0
+        self.n_forgotten = 0
         # Derived.
         self.acq: dict[int, _Ev] = {}
         self.groups: dict[tuple[str, int | None, str | None], list[_Ev]] = {}
         self.event_ids: set[str] = set()
         self._t_cache: dict[int, tuple[Any, ...] | None] | None = None
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """A snapshot of this key's counters, by name."""
+        return {
+            "events": self.n_events,
+            "redeliveries_dropped": self.n_redeliveries,
+            "evicted": self.n_evicted,
+            "late_beyond_horizon": self.n_late,
+            "findings_forgotten": self.n_forgotten,
+        }
+
+    def _set_counters(self, c: dict[str, Any]) -> None:
+        self.n_events = int(c.get("events", 0))
+        self.n_redeliveries = int(c.get("redeliveries_dropped", 0))
+        self.n_evicted = int(c.get("evicted", 0))
+        self.n_late = int(c.get("late_beyond_horizon", 0))
+        self.n_forgotten = int(c.get("findings_forgotten", 0))
 
     # -- derived indexes ---------------------------------------------------
     def _index(self, ev: _Ev, *, tail: bool) -> None:
@@ -222,12 +316,12 @@ class KeyState:
             lst = groups.get(gk)
             if lst is None:
                 groups[gk] = [ev]
-            elif tail or ev.k > lst[-1].k:
+            elif tail or _gt(ev, lst[-1]):
                 lst.append(ev)
             else:
                 insort(lst, ev, key=_key)
         cur = self.acq.get(epoch)
-        if cur is None or ev.k < cur.k:
+        if cur is None or _gt(cur, ev):
             self.acq[epoch] = ev
             self._t_cache = None
         if ev.eid is not None:
@@ -237,7 +331,7 @@ class KeyState:
         lst = self.groups.get(gk)
         if lst is None:
             self.groups[gk] = [ev]
-        elif tail or ev.k > lst[-1].k:
+        elif tail or _gt(ev, lst[-1]):
             lst.append(ev)
         else:
             insort(lst, ev, key=_key)
@@ -291,7 +385,7 @@ class KeyState:
             st.emitted = dict(doc["f"])
             h = doc["h"]
             st.horizon = None if h is None else tuple(h)
-            st.counters.update(doc["c"])
+            st._set_counters(doc["c"])
         except StateError:
             raise
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -324,20 +418,19 @@ class Detector:
         number) to ``state`` in place; return the finding records whose content
         changed (a new finding at revision 1, or a new revision)."""
         st = state
-        counters = st.counters
-        counters["events"] += 1
+        st.n_events += 1
         eid = event.event_id
         if eid is not None and eid in st.event_ids:
-            counters["redeliveries_dropped"] += 1
+            st.n_redeliveries += 1
             return []
-        code = _CODE_OF[event.type]
+        code = _code_of(event.type)
         seq = event.seq
         epoch = event.epoch
         if seq is not None:
             if seq > st.max_major:
                 st.max_major = seq
             elif self._is_redelivery(st, seq, code, event):
-                counters["redeliveries_dropped"] += 1
+                st.n_redeliveries += 1
                 return []
             ev = _Ev(
                 seq, 0, seq, offset, epoch, code, event.worker_id, event.effect_key, event.sink, eid
@@ -357,7 +450,7 @@ class Detector:
                 eid,
             )
         events = st.events
-        if not events or ev.k > events[-1].k:
+        if not events or _gt(ev, events[-1]):
             events.append(ev)
             if code == _PROG:
                 # _index for the commonest event, inlined: a checkpoint is in
@@ -407,7 +500,7 @@ class Detector:
             out = self._emit(st, touched, event.workflow_key) if touched else []
         else:
             if st.horizon is not None and ev.k <= st.horizon:
-                counters["late_beyond_horizon"] += 1
+                st.n_late += 1
             insort(events, ev, key=_key)
             st._index(ev, tail=False)
             # Late evidence can restate anything of this key: rebuild it all.
@@ -420,12 +513,12 @@ class Detector:
     @staticmethod
     def _is_redelivery(st: KeyState, seq: int, code: int, event: Event) -> bool:
         events = st.events
-        i = bisect_right(events, (seq, 0), key=lambda e: e.k[:2])
+        i = bisect_right(events, (seq, 0), key=_major_minor)
         j = i - 1
-        while j >= 0 and events[j].k[0] == seq:
+        while j >= 0 and events[j].major == seq:
             other = events[j]
             if (
-                other.k[1] == 0
+                other.minor == 0
                 and other.code == code
                 and other.epoch == event.epoch
                 and other.ek == event.effect_key
@@ -474,7 +567,7 @@ class Detector:
                 rev = 1
                 if len(st.emitted) >= cap:
                     del st.emitted[next(iter(st.emitted))]
-                    st.counters["findings_forgotten"] += 1
+                    st.n_forgotten += 1
             else:
                 if prev[1] == digest or sev < prev[2]:
                     continue
@@ -511,7 +604,7 @@ class Detector:
                     horizon = ev.k
             else:
                 kept.append(ev)
-        st.counters["evicted"] += len(st.events) - len(kept)
+        st.n_evicted += len(st.events) - len(kept)
         st.events = kept
         st.horizon = horizon
         st._reindex()
@@ -538,9 +631,8 @@ def _first_progress_after(events: list[_Ev], epoch: int, t: tuple[Any, ...] | No
 def _current_at(st: KeyState, ev: _Ev) -> _Ev | None:
     """The acquisition of the highest epoch acquired before ``ev``."""
     best: _Ev | None = None
-    k = ev.k
     for epoch, acq in st.acq.items():
-        if acq.k < k and (best is None or epoch > best.epoch):
+        if _gt(ev, acq) and (best is None or epoch > best.epoch):
             best = acq
     return best
 

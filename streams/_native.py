@@ -1,0 +1,59 @@
+"""Which of the hot core modules run compiled (mypyc, ``scripts/build-native``).
+
+Python imports a compiled extension module in preference to the ``.py`` file
+next to it, so a compiled module built from an older source would be used
+silently. ``scripts/build-native`` writes the SHA-256 of each source it
+compiled to ``streams/core/native-build.json``; :func:`native_status` compares
+them with the sources on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from pathlib import Path
+
+__all__ = ["NATIVE_MODULES", "native_status", "native_summary"]
+
+NATIVE_MODULES: tuple[str, ...] = (
+    "streams.core.detector",
+    "streams.core.replay",
+    "streams.core.validate",
+)
+_MANIFEST = Path(__file__).resolve().parent / "core" / "native-build.json"
+
+
+def native_status() -> dict[str, str]:
+    """Module name -> ``"compiled"``, ``"interpreted"`` or ``"stale"`` (compiled
+    from a source that has changed since: rebuild with ``make native``)."""
+    try:
+        manifest: dict[str, str] = json.loads(_MANIFEST.read_text())
+    except (OSError, ValueError):
+        manifest = {}
+    root = _MANIFEST.parent.parent.parent
+    out: dict[str, str] = {}
+    for name in NATIVE_MODULES:
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None else None
+        if origin is None or origin.endswith(".py"):
+            out[name] = "interpreted"
+            continue
+        rel = name.replace(".", "/") + ".py"
+        source = root / rel
+        try:
+            digest = hashlib.sha256(source.read_bytes()).hexdigest()
+        except OSError:
+            # An installed build without its sources: nothing to compare.
+            out[name] = "compiled"
+            continue
+        out[name] = "compiled" if manifest.get(rel) == digest else "stale"
+    return out
+
+
+def native_summary() -> str:
+    """One word for all of them: compiled, interpreted, stale or mixed."""
+    states = set(native_status().values())
+    if "stale" in states:
+        return "stale"
+    return states.pop() if len(states) == 1 else "mixed"

@@ -248,6 +248,7 @@ class KeyState:
         "events",
         "groups",
         "horizon",
+        "max_epoch",
         "max_major",
         "n_events",
         "n_evicted",
@@ -270,6 +271,9 @@ class KeyState:
         self.n_forgotten = 0
         # Derived.
         self.acq: dict[int, _Ev] = {}
+        # The highest epoch in ``acq`` (-1: none). At the tail an event is
+        # stale exactly when its epoch is below it, no index needed.
+        self.max_epoch = -1
         self.groups: dict[tuple[str, int | None, str | None], list[_Ev]] = {}
         self.event_ids: set[str] = set()
         self._t_cache: dict[int, tuple[Any, ...] | None] | None = None
@@ -324,6 +328,8 @@ class KeyState:
         if cur is None or _gt(cur, ev):
             self.acq[epoch] = ev
             self._t_cache = None
+            if epoch > self.max_epoch:
+                self.max_epoch = epoch
         if ev.eid is not None:
             self.event_ids.add(ev.eid)
 
@@ -338,6 +344,7 @@ class KeyState:
 
     def _reindex(self) -> None:
         self.acq = {}
+        self.max_epoch = -1
         self.groups = {}
         self.event_ids = set()
         self._t_cache = None
@@ -426,8 +433,11 @@ class Detector:
         code = _code_of(event.type)
         seq = event.seq
         epoch = event.epoch
+        at_tail = False
         if seq is not None:
             if seq > st.max_major:
+                # Beyond every retained position: the tail, no comparison needed.
+                at_tail = True
                 st.max_major = seq
             elif self._is_redelivery(st, seq, code, event):
                 st.n_redeliveries += 1
@@ -450,34 +460,37 @@ class Detector:
                 eid,
             )
         events = st.events
-        if not events or _gt(ev, events[-1]):
+        if at_tail or not events or _gt(ev, events[-1]):
             events.append(ev)
             if code == _PROG:
                 # _index for the commonest event, inlined: a checkpoint is in
                 # no group, and at the tail it can only be its epoch's first
                 # evidence, never an earlier one.
-                if epoch not in st.acq:
+                if epoch > st.max_epoch:
+                    st.acq[epoch] = ev
+                    st._t_cache = None
+                    st.max_epoch = epoch
+                elif epoch < st.max_epoch and epoch not in st.acq:
                     st.acq[epoch] = ev
                     st._t_cache = None
                 if eid is not None:
                     st.event_ids.add(eid)
             else:
                 st._index(ev, tail=True)
-            # In-order fast path: only findings about this event can change, and
-            # a non-acquisition is stale only if some higher epoch exists at all.
+            # In-order fast path: only findings about this event can change.
+            # At the tail every acquisition lies before the event, so it is
+            # stale (or, for an acquisition, a regression) exactly when a
+            # higher epoch has been acquired at all.
+            stale = epoch < st.max_epoch
             if code == _ACQ:
                 touched: list[Identity] = []
                 if len(st.groups[(_G_ACQUIRE, epoch, None)]) > 1:
                     touched.append(("epoch_reuse", epoch, None))
-                if st.displaced_at().get(epoch) is not None:
+                if stale:
                     touched.append(("epoch_regression", epoch, None))
-            elif code in (_REL, _VER):
+            elif code == _REL or code == _VER:
                 touched = []
             else:
-                cache = st._t_cache
-                if cache is None:
-                    cache = st.displaced_at()
-                stale = cache.get(epoch) is not None
                 if code == _PROG:
                     # One stale_activity per stale epoch, raised by its first
                     # stale checkpoint: a later one at the tail changes nothing.

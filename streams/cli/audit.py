@@ -25,7 +25,6 @@ from streams.report import FORMATS, render_html, render_json, render_jsonl, rend
 
 __all__ = ["batch_gc", "register", "run_files"]
 
-_BOM = b"\xef\xbb\xbf"
 _FAIL_ON = [s.value for s in Severity] + ["never"]
 
 
@@ -89,42 +88,14 @@ def _err(msg: str) -> None:
     print(f"fencewatch audit: {msg}", file=sys.stderr)
 
 
-def _iter_lines(fh: IO[bytes], max_bytes: int) -> Iterator[bytes | None]:
-    """Lines of ``fh``, at most ``max_bytes`` (plus the line end) held at a
-    time: a longer line is skipped unread and yields None, so one giant line
-    cannot exhaust memory."""
-    limit = max_bytes + 2  # room for "\r\n"
-    readline = fh.readline
-    first = True
-    while True:
-        line = readline(limit)
-        if not line:
-            return
-        if first:
-            first = False
-            if line.startswith(_BOM):
-                line = line[3:]
-        if len(line) >= limit and not line.endswith(b"\n"):
-            while True:  # drain the rest of the oversize line
-                rest = readline(limit)
-                if not rest or rest.endswith(b"\n"):
-                    break
-            yield None
-            continue
-        yield line
-
-
 def run_files(replay: Replay, streams_: list[tuple[str, IO[bytes]]], *, strict: bool) -> None:
     """Feed each file's lines in order; line numbers count on across files."""
     offset = 0
     for name, fh in streams_:
         before = replay.invalid_count
-        offset = replay.feed_lines(
-            _iter_lines(fh, replay.max_event_bytes),
-            source=name,
-            offset=offset,
-            stop_on_invalid=strict,
-        )
+        # read1: return what is there (a pipe need not fill a whole chunk).
+        read = getattr(fh, "read1", fh.read)
+        offset = replay.feed_stream(read, source=name, offset=offset, stop_on_invalid=strict)
         if strict and replay.invalid_count != before:
             raise _StrictStop
 

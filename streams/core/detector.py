@@ -488,7 +488,7 @@ class Detector:
                     touched.append(("epoch_reuse", epoch, None))
                 if stale:
                     touched.append(("epoch_regression", epoch, None))
-            elif code == _REL or code == _VER:
+            elif code in (_REL, _VER):
                 touched = []
             else:
                 if code == _PROG:

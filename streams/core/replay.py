@@ -9,7 +9,7 @@ caller reads files or topics and passes bytes in.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,9 @@ __all__ = ["DEFAULT_MAX_INVALID_KEPT", "Invalid", "Replay", "sort_findings"]
 
 #: Invalid records kept with their reasons; past this they are only counted.
 DEFAULT_MAX_INVALID_KEPT = 10_000
+#: Bytes read at a time by :meth:`Replay.feed_stream`.
+DEFAULT_CHUNK_BYTES = 1 << 20
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,47 +105,91 @@ class Replay:
             return []
         return self.feed_event(event, offset)
 
-    def feed_lines(
+    def feed_stream(
         self,
-        lines: Iterable[bytes | None],
+        read: Callable[[int], bytes],
         *,
         source: str,
         offset: int = 0,
         stop_on_invalid: bool = False,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     ) -> int:
-        """Feed the lines of one JSON Lines source in order and return the
-        offset of its last line (offsets count on from ``offset``: pass the
-        previous source's result to number several files as one stream).
+        """Feed a JSON Lines byte stream, read in chunks through ``read(n)`` (a
+        file's ``read``/``read1``), and return the offset of its last line
+        (offsets count on from ``offset``: pass the previous source's result
+        to number several files as one stream).
 
-        ``None`` stands for a line over the size cap that the reader skipped
-        unread; blank lines are skipped but still counted. With
-        ``stop_on_invalid`` it returns right after the first invalid line.
-        This is the file audit's whole per-line loop, here rather than in the
-        CLI so that it is compiled with the detector (``scripts/build-native``).
+        Memory is bounded: at most ``chunk_bytes`` plus one partial line of at
+        most ``max_event_bytes + 1`` bytes (room for a ``\\r``) are held. A
+        longer line is reported invalid ("over the limit") by its line number
+        and skipped unread to its end; its neighbours are fed as usual. A UTF-8
+        byte order mark at the very start is ignored.
+
+        Lines are split here, in bulk, rather than by one ``readline`` call
+        each: this loop is compiled with the detector and is most of the audit.
         """
         max_bytes = self.max_event_bytes
+        limit = max_bytes + 1
+        pending = b""
+        skipping = False  # inside an oversize line, reading on to its end
+        first = True
         line_no = 0
-        for line in lines:
-            offset += 1
-            line_no += 1
-            if line is None:
-                reason = f"event is over the limit of {max_bytes} bytes"
-                self.feed_rejected(source, offset, None, reason, line=line_no)
+        while True:
+            data = read(chunk_bytes)
+            if not data:
+                break
+            if first:
+                first = False
+                if data.startswith(_BOM):
+                    data = data[3:]
+            if skipping:
+                nl = data.find(b"\n")
+                if nl < 0:
+                    continue
+                data = data[nl + 1 :]
+                skipping = False
+            if pending:
+                data = pending + data
+            lines = data.split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                offset += 1
+                line_no += 1
+                if self._feed_line(line, limit, source, offset, line_no) and stop_on_invalid:
+                    return offset
+            if len(pending) > limit:
+                offset += 1
+                line_no += 1
+                pending = b""
+                skipping = True
+                self._oversize(source, offset, line_no)
                 if stop_on_invalid:
                     return offset
-            elif not line.strip():
-                continue
-            else:
-                self.records += 1
-                try:
-                    event = parse_event(line, max_bytes=max_bytes)
-                except InvalidEvent as exc:
-                    self.reject(source, offset, exc.field, exc.reason, line=line_no)
-                    if stop_on_invalid:
-                        return offset
-                    continue
-                self.feed_event(event, offset)
+        if pending:
+            offset += 1
+            line_no += 1
+            self._feed_line(pending, limit, source, offset, line_no)
         return offset
+
+    def _feed_line(self, line: bytes, limit: int, source: str, offset: int, line_no: int) -> bool:
+        """One line of :meth:`feed_stream`; True when it was invalid."""
+        if len(line) > limit:
+            self._oversize(source, offset, line_no)
+            return True
+        if not line.strip():
+            return False  # blank lines are skipped but still counted
+        self.records += 1
+        try:
+            event = parse_event(line, max_bytes=self.max_event_bytes)
+        except InvalidEvent as exc:
+            self.reject(source, offset, exc.field, exc.reason, line=line_no)
+            return True
+        self.feed_event(event, offset)
+        return False
+
+    def _oversize(self, source: str, offset: int, line_no: int) -> None:
+        reason = f"event is over the limit of {self.max_event_bytes} bytes"
+        self.feed_rejected(source, offset, None, reason, line=line_no)
 
     def feed_rejected(
         self, source: str, offset: int, field: str | None, reason: str, *, line: int | None = None

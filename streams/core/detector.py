@@ -482,35 +482,37 @@ class Detector:
             # stale (or, for an acquisition, a regression) exactly when a
             # higher epoch has been acquired at all.
             stale = epoch < st.max_epoch
-            if code == _ACQ:
-                touched: list[Identity] = []
-                if len(st.groups[(_G_ACQUIRE, epoch, None)]) > 1:
-                    touched.append(("epoch_reuse", epoch, None))
-                if stale:
-                    touched.append(("epoch_regression", epoch, None))
-            elif code in (_REL, _VER):
-                touched = []
+            if code in (_PROG, _REL, _VER):
+                # The commonest case, kept to one allocation (the result): a
+                # checkpoint raises only its stale epoch's one stale_activity,
+                # on the first stale checkpoint (a later one at the tail
+                # changes nothing); releases and verifications raise nothing.
+                if (
+                    code == _PROG
+                    and stale
+                    and finding_id(Kind.STALE_ACTIVITY, event.workflow_key, epoch, None)
+                    not in st.emitted
+                ):
+                    out = self._emit(st, [("stale_activity", epoch, None)], event.workflow_key)
+                else:
+                    out = []
             else:
-                if code == _PROG:
-                    # One stale_activity per stale epoch, raised by its first
-                    # stale checkpoint: a later one at the tail changes nothing.
-                    touched = (
-                        [("stale_activity", epoch, None)]
-                        if stale
-                        and finding_id(Kind.STALE_ACTIVITY, event.workflow_key, epoch, None)
-                        not in st.emitted
-                        else []
-                    )
+                touched: list[Identity] = []
+                if code == _ACQ:
+                    if len(st.groups[(_G_ACQUIRE, epoch, None)]) > 1:
+                        touched.append(("epoch_reuse", epoch, None))
+                    if stale:
+                        touched.append(("epoch_regression", epoch, None))
                 elif code == _COM:
                     ek = ev.ek
-                    touched = (
-                        [("stale_commit", epoch, ek), ("stale_attempt", epoch, ek)] if stale else []
-                    )
+                    if stale:
+                        touched.append(("stale_commit", epoch, ek))
+                        touched.append(("stale_attempt", epoch, ek))
                     if len(st.groups[(_G_KEYCOMMITS, None, ek)]) > 1:
                         touched.append(("commit_repeat", None, ek))
-                else:  # attempted, rejected
-                    touched = [("stale_attempt", epoch, ev.ek)] if stale else []
-            out = self._emit(st, touched, event.workflow_key) if touched else []
+                elif stale:  # attempted, rejected
+                    touched.append(("stale_attempt", epoch, ev.ek))
+                out = self._emit(st, touched, event.workflow_key) if touched else []
         else:
             if st.horizon is not None and ev.k <= st.horizon:
                 st.n_late += 1

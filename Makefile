@@ -13,7 +13,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.fencewatch-installed
 PYTEST_ARGS ?=
 
-NATIVE_SRC := streams/core/detector.py streams/core/replay.py streams/core/validate.py
+NATIVE_SRC := $(addprefix streams/core/,detector.py findings.py replay.py validate.py)
 NATIVE_STAMP := $(VENV)/.fencewatch-native
 
 .PHONY: venv native test demo lint broker-start broker-stop broker-status

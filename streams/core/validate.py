@@ -156,6 +156,7 @@ _DECODER = msgspec.json.Decoder(Event)
 # Bound once: compiled, a call through a Final is a direct call, not a global
 # and attribute look-up per event.
 _DECODE: Final = _DECODER.decode
+_EFFECT_TYPES: Final = EFFECT_TYPES
 # RecursionError: msgspec refuses deeply nested documents that way (attrs or an
 # ignored extra field nested ~1000 deep); the slow path then rejects them cleanly.
 _FAST_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
@@ -206,7 +207,7 @@ def parse_event(
         # _accept, inlined (hot path).
         if (
             event.v == 1
-            and (event.effect_key is not None or event.type not in EFFECT_TYPES)
+            and (event.effect_key is not None or event.type not in _EFFECT_TYPES)
             and (key is None or key == event.workflow_key.encode())
         ):
             return event

@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPILED = ("streams.core.detector", "streams.core.replay", "streams.core.validate")
+COMPILED = (
+    "streams.core.detector",
+    "streams.core.findings",
+    "streams.core.replay",
+    "streams.core.validate",
+)
 
 
 class _SourceFirst(importlib.abc.MetaPathFinder):

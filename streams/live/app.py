@@ -1,18 +1,27 @@
 """The faust wiring of the live processor: a factory that builds the app from
 :class:`~streams.live.settings.LiveSettings`. No module-level app here.
 
-Data path per event (one agent, partitions processed in offset order):
-Kafka record (raw bytes) -> :class:`~streams.live.processor.Processor`
-(validate, detector, findings or dead letter) -> :class:`TransactionalSender`
-(findings, dead letter and the state's changelog record in the source
-partition's transaction, then ack). The state table holds one raw-bytes value
+Data path, in batches (partitions processed in offset order): faust's fetcher
+-> :class:`~streams.live.intake.Intake` (bounded) -> up to ``MAX_BATCH``
+records -> :meth:`~streams.live.processor.Processor.process_batch` (validate,
+detector, findings or dead letters, one state write per changed key) ->
+:meth:`TransactionalSender.send_batch` (findings, dead letters and the
+changelog records in the source partitions' transactions, then every record
+acked, all under the commit gate). The state table holds one raw-bytes value
 per workflow key (``KeyState.to_bytes()``), partitioned like the input.
+
+The faust agent on the events topic only holds the subscription (faust
+subscribes to the topics its agents read, and groups them with the table's
+changelog for assignment); records never reach it, see
+:mod:`streams.live.intake` for why.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import shutil
+from collections import Counter
 from typing import Any
 
 import faust
@@ -20,14 +29,21 @@ import faust
 from streams.core import Detector, DetectorConfig
 from streams.live.fast_restore import FastMemoryStore, client_config
 from streams.live.faust_fixes import apply_faust_fixes
+from streams.live.intake import Intake, TapMessage
 from streams.live.metrics import LiveMetrics, MetricsServer
 from streams.live.processor import OutRecord, Processor, SourceRecord
 from streams.live.settings import KafkaSecurity, LiveSettings
 from streams.live.txn import TransactionalSender
 
-__all__ = ["TABLE_NAME", "LiveRuntime", "build_app"]
+__all__ = ["INTAKE_SIZE", "MAX_BATCH", "TABLE_NAME", "LiveRuntime", "build_app"]
 
 TABLE_NAME = "owner-state"
+#: Records processed (and acked) together under the commit gate at most. A
+#: batch is whatever waits in the intake when the previous one is done, so
+#: at low rates batches are small and add no delay.
+MAX_BATCH = 500
+#: Records fetched but not yet processed, at most (the intake's bound).
+INTAKE_SIZE = 4 * MAX_BATCH
 log = logging.getLogger(__name__)
 
 
@@ -102,6 +118,7 @@ class LiveRuntime:
         self.metrics = metrics
         self.settings = settings
         self.sender = TransactionalSender(app, exactly_once=settings.exactly_once)
+        self.intake = Intake(frozenset({settings.events_topic}), maxsize=INTAKE_SIZE)
         self.changelog_topic: str = table.changelog_topic.get_topic_name()
         self.positions: dict[int, int] = {}
         self.processed = 0
@@ -110,35 +127,71 @@ class LiveRuntime:
         value = self.table.data.get(key)
         return value if value is None else bytes(value)
 
-    async def handle(self, event: Any) -> None:
-        message = event.message
-        record = SourceRecord(
-            message.topic, message.partition, message.offset, message.key, message.value
-        )
-        outcome = self.processor.process(record, self._load)
-        records: tuple[OutRecord, ...] = outcome.records
-        state_key, state = outcome.state_key, outcome.state
-        if state_key is not None and state is not None:
-            # The changelog record goes to the source partition, in the same
-            # transaction as the findings and the offset.
-            records += (OutRecord(self.changelog_topic, state_key, state, (), message.partition),)
+    async def run(self) -> None:
+        """Take batches from the intake until the app stops."""
+        intake = self.intake
+        while True:
+            await intake.wait()
+            batch = intake.take(MAX_BATCH)
+            try:
+                await self.handle_batch(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a send failed: the transactions are poisoned
+                log.exception("batch failed; stopping the worker")
+                await self.app.crash(exc)
+                return
 
-        def apply_state() -> None:
-            if state_key is not None and state is not None:
-                self._store(state_key, state, message.partition)
+    async def handle_batch(self, batch: list[TapMessage]) -> None:
+        changelog = self.changelog_topic
+        outcome_box: list[Any] = []
 
-        if not await self.sender.send(event, records, apply_state):
+        def plan(kept: Any) -> Any:
+            records = [SourceRecord(m.topic, m.partition, m.offset, m.key, m.value) for m in kept]
+            outcome = self.processor.process_batch(records, self._load)
+            outcome_box.append(outcome)
+            out: dict[int, list[OutRecord]] = outcome.records
+            for key, partition, state in outcome.states:
+                # The changelog record goes to the source partition, in the
+                # same transaction as the findings and the offsets.
+                out.setdefault(partition, []).append(
+                    OutRecord(changelog, key, state, (), partition)
+                )
+
+            def apply_state() -> None:
+                for key, partition, state in outcome.states:
+                    self._store(key, state, partition)
+
+            return out, apply_state
+
+        acked = await self.sender.send_batch(batch, plan)
+        if not acked:
             return
-        self.processed += 1
-        self.positions[message.partition] = message.offset + 1
-        self.metrics.events.inc()
-        if outcome.error is not None:
-            self.metrics.invalid.labels(field=outcome.error[0] or "").inc()
-        for f in outcome.findings:
-            self.metrics.findings.labels(kind=f.kind.value, severity=f.severity.value).inc()
+        outcome = outcome_box[-1]
+        self.processed += len(acked)
+        positions = self.positions
+        for m in acked:
+            positions[m.partition] = m.offset + 1
+        metrics = self.metrics
+        metrics.events.inc(len(acked))
+        if outcome.errors:
+            for field_name, n in Counter(f or "" for f, _reason in outcome.errors).items():
+                metrics.invalid.labels(field=field_name).inc(n)
+        if outcome.findings:
+            kinds = Counter((f.kind.value, f.severity.value) for f in outcome.findings)
+            for (kind, severity), n in kinds.items():
+                metrics.findings.labels(kind=kind, severity=severity).inc(n)
 
     def _store(self, key: bytes, value: bytes, partition: int) -> None:
         store = self.table.data
+        db_for_partition = getattr(store, "_db_for_partition", None)
+        if db_for_partition is not None:
+            # faust's RocksDB store picks the partition from the current
+            # stream event (a context variable); batches have none, so this
+            # is its _set with the partition given.
+            store._key_index[key] = partition
+            db_for_partition(partition).put(key, value)
+            return
         store[key] = value
         key_partition = getattr(store, "_key_partition", None)
         if isinstance(key_partition, dict):
@@ -148,6 +201,8 @@ class LiveRuntime:
             key_partition[key] = partition
 
     def on_rebalance(self) -> None:
+        # Records fetched before the rebalance are refetched by its seek.
+        self.intake.clear()
         self.processor.forget()
         self.sender.on_rebalance()
         assigned = {tp.partition for tp in self.app.consumer.assignment()}
@@ -259,10 +314,22 @@ def build_app(
     runtime = LiveRuntime(app, table, processor, metrics, settings)
     app.fencewatch = runtime  # type: ignore[attr-defined]  # for tests and introspection
 
+    # faust's fetcher hands the events topic's records to the intake
+    # (streams/live/faust_fixes.py); the runtime processes them in batches.
+    app.fencewatch_intake = runtime.intake  # type: ignore[attr-defined]
+
     @app.agent(events, name="fencewatch-detect")
     async def detect(stream: Any) -> None:
+        # Holds the subscription only: a record here would bypass the batch
+        # path and the commit gate, so it is a bug, not something to process.
         async for event in stream.events():
-            await runtime.handle(event)
+            raise RuntimeError(
+                f"record {event.message.tp}@{event.message.offset} reached the agent"
+            )
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def process_batches() -> None:
+        await runtime.run()
 
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def gauges() -> None:

@@ -27,6 +27,9 @@ have a gap, faust never commits past a gap, and the partition's committed
 offset stops moving while the worker reports healthy. The replacement yields
 the same records, and seeks a partition that is still assigned back to its
 first skipped record, so it is fetched again once the partition is active.
+It also hands the records of the live runtime's input topic to its intake
+(:mod:`streams.live.intake`) instead of yielding them (faust's per-message
+path is the throughput limit), with the same checks before each record.
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ def _fix_getmany() -> None:
                 self.log.warning(f"exception performing seek when flow not active {exc}")
             return
         to_message = self._to_message
+        # The live runtime's intake (streams/live/intake.py) takes the
+        # records of its topics instead of faust's per-message path.
+        intake: Any = getattr(self.app, "fencewatch_intake", None)
+        tapped = intake.topics if intake is not None else frozenset()
         skipped: dict[Any, int] = {}  # tp -> offset of its first record not yielded
         stopped = False
         for tp, record in self.scheduler.iterate(records):
@@ -77,6 +84,9 @@ def _fix_getmany() -> None:
                 or tp in active_partitions
                 or tp in self._buffered_partitions
             ):
+                if tp.topic in tapped:
+                    await intake.accept(self, tp, record, generation_id)
+                    continue
                 self.app.monitor.track_tp_end_offset(tp, self.highwater(tp))
                 yield tp, to_message(tp, record)
             elif tp not in skipped:

@@ -22,6 +22,19 @@ Why this exists (faust-streaming 0.15.3, read from its source):
   event; after a crash the event is processed again and its findings appear
   twice to a read_committed consumer.
 
+Batches (:meth:`TransactionalSender.send_batch`): the live runtime takes up to
+a few hundred records at a time from :mod:`streams.live.intake` and sends all
+their outputs while holding the gate once, then acks every record of the
+batch before releasing it: a transaction holds whole batches, hence whole
+events. The records of one destination partition are appended to aiokafka
+batch builders (``create_batch``/``send_batch``, no per-record ``await``),
+in event order. If a send fails half-way, every transaction the batch touched
+is put in aiokafka's abortable-error state, so it can never commit (its
+commit raises, the worker crashes, a restart reprocesses from the last
+commit); the batch is never acked. The locked part runs as its own task that
+cancellation of the caller does not interrupt (a cancelled batch would
+otherwise release the gate with half its outputs in the transaction).
+
 So :class:`TransactionalSender` sends every output record (findings,
 dead-letter records and the state table's changelog record) directly through
 the aiokafka producer of the *source* partition's transaction, and acks the
@@ -34,19 +47,35 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from typing import Any, Protocol
 
 from streams.errors import FencewatchError
 from streams.live.processor import OutRecord
 
-__all__ = ["TransactionUnavailable", "TransactionalSender"]
+__all__ = ["BatchMessage", "BatchPlan", "TransactionUnavailable", "TransactionalSender"]
 
 log = logging.getLogger(__name__)
 
 
 class TransactionUnavailable(FencewatchError):
     """No transactional producer appeared for an assigned partition in time."""
+
+
+class BatchMessage(Protocol):
+    """What :meth:`TransactionalSender.send_batch` needs of a consumed record."""
+
+    topic: str
+    partition: int
+    offset: int
+    generation_id: int
+
+
+#: ``plan(messages)`` -> (output records per source partition, apply_state).
+BatchPlan = Callable[
+    [Sequence[Any]], tuple[Mapping[int, Sequence[OutRecord]], Callable[[], None]]
+]
 
 
 class TransactionalSender:
@@ -126,6 +155,119 @@ class TransactionalSender:
             event.ack()
         return True
 
+    async def send_batch(self, messages: Sequence[Any], plan: BatchPlan) -> list[Any]:
+        """Process and commit-proof a batch of consumed records (each a
+        :class:`BatchMessage`, all of one topic, in fetch order).
+
+        ``plan(kept)`` is called while the gate is held, with the records
+        still to be processed; it returns their output records by source
+        partition and a function that applies their state. Records fetched
+        before a rebalance that started since, or of partitions no longer
+        assigned, are dropped unprocessed (the rebalance's seek fetches them
+        again). Returns the records acked."""
+        if not messages:
+            return []
+        if not self.exactly_once:
+            return await self._send_batch_plain(messages, plan)
+        self.install_commit_gate()
+        topic = messages[0].topic
+        tids: dict[int, str] = {}
+        for p in sorted({m.partition for m in messages}):
+            tid = await self._wait_for_transaction(topic, p)
+            if tid is not None:
+                tids[p] = tid
+        # Its own task: cancelling the caller must not release the gate with
+        # half the batch in the transaction.
+        task = asyncio.ensure_future(self._locked_batch(messages, tids, plan))
+        return await asyncio.shield(task)
+
+    def _current(self, messages: Sequence[Any]) -> list[Any]:
+        app = self.app
+        if not app.flow_control.is_active():
+            return []  # a rebalance is under way; its seek refetches these
+        generation = app.consumer_generation_id
+        return [m for m in messages if m.generation_id == generation]
+
+    async def _locked_batch(
+        self, messages: Sequence[Any], tids: dict[int, str], plan: BatchPlan
+    ) -> list[Any]:
+        producer = self.app.producer
+        async with self.gate, AsyncExitStack() as locks:
+            for p in sorted(tids):
+                await locks.enter_async_context(producer._trn_locks[tids[p]])
+            txps: dict[int, Any] = {}
+            for p, tid in tids.items():
+                txp = producer._transaction_producers.get(tid)
+                if txp is not None:  # else fenced or stopped while we waited
+                    txps[p] = txp
+            kept = [m for m in self._current(messages) if m.partition in txps]
+            if not kept:
+                return []
+            records, apply_state = plan(kept)
+            try:
+                for p, recs in records.items():
+                    await self._send_all(txps[p], recs)
+            except BaseException as exc:
+                # Some outputs may be in the transactions, the offsets are
+                # not: those transactions must never commit.
+                for txp in txps.values():
+                    _poison(txp, exc)
+                raise
+            apply_state()
+            consumer = self.app.consumer
+            for m in kept:
+                consumer.ack(m)
+            return kept
+
+    async def _send_all(self, txp: Any, records: Sequence[OutRecord]) -> None:
+        """Append ``records`` to batch builders per destination partition,
+        in order, and hand the builders to ``txp`` (one ``send_batch`` per
+        full builder instead of one ``send`` per record)."""
+        builders: dict[tuple[str, int], Any] = {}
+        futures: list[Any] = []
+        for r in records:
+            partition = r.partition
+            if partition is None:
+                await txp.client._wait_on_metadata(r.topic)
+                partition = txp._partition(r.topic, None, r.key, r.value, r.key, r.value)
+            dest = (r.topic, partition)
+            builder = builders.get(dest)
+            if builder is None:
+                builder = builders[dest] = txp.create_batch()
+            headers = list(r.headers)
+            if builder.append(timestamp=None, key=r.key, value=r.value, headers=headers):
+                continue
+            # Full: submit it (keeps the order), then start a new one.
+            if builder.record_count():
+                futures.append(await txp.send_batch(builder, r.topic, partition=partition))
+            builder = builders[dest] = txp.create_batch()
+            if not builder.append(timestamp=None, key=r.key, value=r.value, headers=headers):
+                # Larger than a whole batch: the plain send sizes it alone.
+                fut = await txp.send(
+                    r.topic, r.value, key=r.key, partition=partition, headers=headers
+                )
+                futures.append(fut)
+        for (topic, partition), builder in builders.items():
+            if builder.record_count():
+                futures.append(await txp.send_batch(builder, topic, partition=partition))
+        for fut in futures:
+            fut.add_done_callback(_log_send_failure)
+
+    async def _send_batch_plain(self, messages: Sequence[Any], plan: BatchPlan) -> list[Any]:
+        kept = self._current(messages)
+        if not kept:
+            return []
+        records, apply_state = plan(kept)
+        producer = self.app.producer
+        for recs in records.values():
+            for r in recs:
+                await producer.send(r.topic, r.key, r.value, r.partition, None, r.headers)
+        apply_state()
+        consumer = self.app.consumer
+        for m in kept:
+            consumer.ack(m)
+        return kept
+
     async def _wait_for_transaction(self, topic: str, partition: int) -> str | None:
         # Right after a rebalance faust starts the partition's transactional
         # producer; an event can reach us a moment before it is ready.
@@ -148,6 +290,18 @@ class TransactionalSender:
                     f"after {self.wait_producer:.0f} s"
                 )
             await asyncio.sleep(0.05)
+
+
+def _poison(txp: Any, exc: BaseException) -> None:
+    manager = getattr(txp, "_txn_manager", None)
+    if manager is None:
+        return
+    try:
+        manager.error_transaction(
+            exc if isinstance(exc, Exception) else RuntimeError("batch interrupted")
+        )
+    except Exception:  # already in an error state: it cannot commit either
+        log.debug("transaction of %r already failed", txp, exc_info=True)
 
 
 def _log_send_failure(fut: asyncio.Future[Any]) -> None:

@@ -26,7 +26,7 @@ def fixture_lines() -> list[bytes]:
     return [line.strip().encode() for line in FIXTURE.read_text().splitlines() if line.strip()]
 
 
-def make(detector: Detector | None = None, **kw: Any) -> Processor:
+def make(detector: Any = None, **kw: Any) -> Processor:
     return Processor(detector or Detector(), findings_topic="f", dlq_topic="e.dlq", **kw)
 
 
@@ -97,14 +97,22 @@ def test_null_value_is_a_dead_letter_not_a_crash() -> None:
     assert out.error is not None and out.records[0].topic == "e.dlq"
 
 
-class ExplodingDetector(Detector):
-    """Raises on one workflow key, to stand in for a detector bug."""
+class ExplodingDetector:
+    """Raises on one event after mutating the state, to stand in for a
+    detector bug. Wraps a Detector (the detector may be compiled, and a
+    compiled class cannot be subclassed from Python)."""
+
+    def __init__(self) -> None:
+        self.inner = Detector()
+
+    def new_state(self) -> KeyState:
+        return self.inner.new_state()
 
     def process(self, state: KeyState, event: Event, offset: int) -> list[Finding]:
         if event.workflow_key == "export-ledger" and offset == 5:
-            super().process(state, event, offset)  # mutate, then fail
+            self.inner.process(state, event, offset)  # mutate, then fail
             raise RuntimeError("boom")
-        return super().process(state, event, offset)
+        return self.inner.process(state, event, offset)
 
 
 def test_unexpected_exception_is_dead_lettered_and_processing_goes_on() -> None:

@@ -1,0 +1,79 @@
+"""faust alone over the events topic, doing no processing and no sends: the
+ceiling any faust-based worker can reach on this machine (a limit for
+bench/live_throughput.py, run as a subprocess by it).
+
+    FENCEWATCH_BOOTSTRAP_SERVERS=... FENCEWATCH_EVENTS_TOPIC=... \\
+        .venv/bin/python bench/live_faust_floor.py MODE TOTAL OUT
+
+MODE: ``events`` (``async for event in stream.events()``, faust acks) or
+``take`` (``stream.take_events(1000, within=0.05)``). Same app settings as
+the real worker (``streams.live.app._app_config``), same processing
+guarantee. Writes the rate (events/s between 10 % and 90 % of TOTAL) to
+the file OUT and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+
+def main() -> int:
+    import faust
+
+    from streams.live.app import _app_config
+    from streams.live.faust_fixes import apply_faust_fixes
+    from streams.live.settings import settings_from_env
+    from streams.live.topics import ensure_topics
+
+    mode, total, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    settings = settings_from_env(os.environ)
+    partitions = ensure_topics(settings)
+    apply_faust_fixes()
+    app = faust.App(settings.app_id + "-floor", **_app_config(settings, partitions))
+    topic = app.topic(
+        settings.events_topic,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+    )
+    # Unused, but like the real worker's (and faust's assignor needs a table
+    # to put the input in a topic group under exactly-once).
+    app.Table("owner-state", partitions=partitions, key_type=bytes, value_type=bytes)
+    marks: dict[str, float] = {}
+    n = 0
+
+    def tick(k: int) -> None:
+        if k >= total * 0.1 and "lo" not in marks:
+            marks["lo"], marks["lo_n"] = time.monotonic(), k
+        if k >= total * 0.9 and "hi" not in marks:
+            marks["hi"], marks["hi_n"] = time.monotonic(), k
+            rate = (marks["hi_n"] - marks["lo_n"]) / (marks["hi"] - marks["lo"])
+            # faust's worker redirects stdout to its logger: write a file.
+            with open(out_path, "w") as f:
+                f.write(f"{rate:.0f}\n")
+            os._exit(0)
+
+    @app.agent(topic, name="floor")
+    async def floor(stream: Any) -> None:
+        nonlocal n
+        if mode == "events":
+            async for _event in stream.events():
+                n += 1
+                tick(n)
+        else:
+            async for batch in stream.take_events(1000, within=0.05):
+                n += len(batch)
+                tick(n)
+
+    worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+    worker.execute_from_commandline()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""The pure core: records, validation, the detector state machine.
+"""The pure core: records, validation, the detector state machine, the health view.
 
 Imports no Kafka client, Faust, asyncio, clock or environment; a test proves it.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, Detector, DetectorConfig, KeyState
 from streams.core.findings import ACTIONS, Evidence, Finding, finding_id
+from streams.core.health import Health, assess
 from streams.core.records import (
     SEVERITY_RANK,
     Event,
@@ -28,10 +29,12 @@ __all__ = [
     "EventType",
     "Evidence",
     "Finding",
+    "Health",
     "InvalidEvent",
     "KeyState",
     "Kind",
     "Severity",
+    "assess",
     "event_to_dict",
     "finding_id",
     "parse_event",

@@ -15,6 +15,7 @@ from typing import Any
 
 from streams.core.detector import Detector, KeyState
 from streams.core.findings import Finding
+from streams.core.health import CLEARED, Health, assess
 from streams.core.records import SEVERITY_RANK, Event, Kind, Severity
 from streams.core.validate import DEFAULT_MAX_EVENT_BYTES, InvalidEvent, parse_event
 
@@ -221,6 +222,10 @@ class Replay:
     def latest_findings(self) -> list[Finding]:
         return sort_findings(list(self.latest.values()))
 
+    def health(self) -> list[Health]:
+        """The health view (SPEC §4) of every latest finding, in report order."""
+        return [assess(f, self.states[f.workflow_key]) for f in self.latest_findings()]
+
     def worst_severity(self) -> Severity | None:
         if not self.latest:
             return None
@@ -233,6 +238,7 @@ class Replay:
         late = sum(s.n_late for s in self.states.values())
         evicted = sum(s.n_evicted for s in self.states.values())
         worst = self.worst_severity()
+        cleared = sum(1 for h in self.health() if h.status == CLEARED)
         return {
             "records": self.records,
             "events": self.records - self.invalid_count,
@@ -242,6 +248,8 @@ class Replay:
             "workflows_with_findings": len({f.workflow_key for f in self.latest.values()}),
             "findings": len(self.latest),
             "finding_revisions": self.revisions,
+            "findings_open": len(self.latest) - cleared,
+            "findings_cleared": cleared,
             "by_kind": dict(sorted(by_kind.items())),
             "by_severity": dict(sorted(by_sev.items())),
             "worst_severity": None if worst is None else worst.value,

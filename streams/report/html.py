@@ -122,11 +122,12 @@ def render_html(replay: Replay, *, title: str = "fencewatch audit") -> str:
         "that raised a finding.</p>"
     )
     drawn = 0
+    health = {h.finding_id: h.status for h in replay.health()}
     for wkey, group in groupby(replay.latest_findings(), key=lambda f: f.workflow_key):
         items = list(group)
         out.append(
             f"<h2>{escape(wkey)}</h2><table><tr><th>severity</th><th>kind</th>"
-            "<th>at</th><th>what happened</th><th>action</th></tr>"
+            "<th>at</th><th>what happened</th><th>action</th><th>status</th></tr>"
         )
         for f in items:
             at = f"seq {f.event_seq}" if f.event_seq is not None else f"offset {f.event_offset}"
@@ -135,7 +136,8 @@ def render_html(replay: Replay, *, title: str = "fencewatch audit") -> str:
                 f"style='background:{_SEV_COLOUR[f.severity]}'>"
                 f"{f.severity.value}</span></td><td class='nw'>{f.kind.value}</td>"
                 f"<td class='nw'>{at}</td>"
-                f"<td>{escape(describe(f))}</td><td>{escape(f.action)}</td></tr>"
+                f"<td>{escape(describe(f))}</td><td>{escape(f.action)}</td>"
+                f"<td class='nw'>{health[f.finding_id]}</td></tr>"
             )
         out.append("</table>")
         state = replay.states.get(wkey)

@@ -10,10 +10,12 @@ __all__ = ["render_json", "render_jsonl"]
 
 
 def render_json(replay: Replay) -> str:
-    """``{"findings": [...], "invalid": [...], "summary": {...}}``, findings in
-    SPEC §6 order (workflow key, position, kind)."""
+    """``{"findings": [...], "invalid": [...], "summary": {...}, "health":
+    [...]}``, findings in SPEC §6 order (workflow key, position, kind);
+    ``health`` is the health view (SPEC §4), one entry per finding, same order."""
     doc = {
         "findings": [f.to_dict() for f in replay.latest_findings()],
+        "health": [h.to_dict() for h in replay.health()],
         "invalid": [i.to_dict() for i in replay.invalid],
         "summary": replay.summary(),
     }

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from itertools import groupby
 
-from streams.core.findings import Finding
+from streams.core.findings import Evidence, Finding
+from streams.core.health import CLEARED, Health
 from streams.core.records import Kind, Severity
 from streams.core.replay import Replay
 
@@ -68,8 +69,27 @@ def describe(f: Finding) -> str:
     return f"{who} acquired after a higher epoch; {_owner(f)}"
 
 
+def _where(e: Evidence) -> str:
+    return f"{e.type} by epoch {e.epoch} ({e.worker_id}) at {e.position}"
+
+
+def _status(h: Health) -> str:
+    """The health view's line: what cleared the finding, or what it still needs."""
+    if h.status == CLEARED:
+        fence = f"fenced ({_where(h.fenced_by)}), " if h.fenced_by is not None else ""
+        assert h.verified_by is not None
+        return f"CLEARED: {fence}verified ({_where(h.verified_by)})"
+    needs = []
+    if h.fenced is False:
+        needs.append("a fence (no refusal of the stale epoch seen)")
+    if h.verified_by is None:
+        needs.append("verification (no outcome_verified by the current owner)")
+    return "open: needs " + " and ".join(needs)
+
+
 def render_text(replay: Replay, *, colour: bool = False, fail_on: str = "warning") -> str:
     findings = replay.latest_findings()
+    health = {h.finding_id: h for h in replay.health()}
     lines: list[str] = []
     for wkey, group in groupby(findings, key=lambda f: f.workflow_key):
         items = list(group)
@@ -83,6 +103,7 @@ def render_text(replay: Replay, *, colour: bool = False, fail_on: str = "warning
                 label = f"{_COLOUR[f.severity]}{label}{_RESET}"
             lines.append(f"  {label}  {f.kind.value:<18} {_at(f):<10} {describe(f)}")
             lines.append(f"            action: {f.action}")
+            lines.append(f"            {_status(health[f.finding_id])}")
         lines.append("")
     if replay.invalid_count:
         lines.append(
@@ -104,6 +125,7 @@ def render_text(replay: Replay, *, colour: bool = False, fail_on: str = "warning
         f"fencewatch audit: {s['events']} events, {s['invalid']} invalid, "
         f"{s['workflows']} workflows; {s['findings']} findings"
         + (f" ({counts})" if counts else "")
+        + (f", {s['findings_open']} open" if s["findings"] else "")
         + (
             f"; {s['redeliveries_dropped']} redeliveries dropped"
             if s["redeliveries_dropped"]

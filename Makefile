@@ -13,30 +13,17 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.fencewatch-installed
 PYTEST_ARGS ?=
 
-NATIVE_SRC := $(addprefix streams/core/,detector.py findings.py replay.py validate.py)
-NATIVE_STAMP := $(VENV)/.fencewatch-native
-
+# `native` always runs: the script itself checks whether the compiled modules
+# exist and match their sources (cheap), and rebuilds only if not.
 .PHONY: venv native test demo lint broker-start broker-stop broker-status
 
-venv: $(STAMP) $(NATIVE_STAMP)
+venv: $(STAMP) native
 
 # The detector, replay driver and validation compiled with mypyc (in place, next
 # to their sources); rebuilt whenever one of them changes. Without a C compiler
 # fencewatch stays interpreted (FENCEWATCH_NATIVE=required makes that an error).
-native: $(NATIVE_STAMP)
-
-$(NATIVE_STAMP): $(STAMP) $(NATIVE_SRC)
-	$(BIN)/python scripts/build-native
-	@touch $@
-
-# Reinstalls only when pyproject.toml changed since the last install.
-$(STAMP): pyproject.toml
-	@if [[ ! -x $(BIN)/python ]]; then \
-	  echo "creating $(VENV)"; \
-	  $(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: install python3-venv (Debian/Ubuntu) and retry" >&2; exit 1; }; \
-	fi
-	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev]'
-	@touch $@
+native: $(STAMP)
+	@$(BIN)/python scripts/build-native --if-needed
 
 test: venv
 	scripts/with-services -- $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -18,7 +18,6 @@ __all__ = ["NATIVE_MODULES", "native_status", "native_summary"]
 
 NATIVE_MODULES: tuple[str, ...] = (
     "streams.core.detector",
-    "streams.core.findings",
     "streams.core.replay",
     "streams.core.validate",
 )

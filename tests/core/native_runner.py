@@ -19,7 +19,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 COMPILED = (
     "streams.core.detector",
-    "streams.core.findings",
     "streams.core.replay",
     "streams.core.validate",
 )

@@ -38,6 +38,7 @@ from bisect import bisect_right, insort
 from dataclasses import dataclass
 from typing import Any, Final, final
 
+import msgspec
 import orjson
 
 from streams.core.findings import ACTIONS, Evidence, Finding, finding_id
@@ -116,6 +117,23 @@ _KIND_OF_FAMILY = {
     "epoch_reuse": Kind.EPOCH_REUSE,
     "epoch_regression": Kind.EPOCH_REGRESSION,
 }
+
+_ASTUPLE: Final = msgspec.structs.astuple
+# Positions in msgspec.structs.astuple(event); checked against Event at import.
+_F_TYPE: Final = 0
+_F_EPOCH: Final = 2
+_F_WORKER: Final = 3
+_F_SEQ: Final = 4
+_F_EFFECT_KEY: Final = 5
+_F_SINK: Final = 6
+_F_EVENT_ID: Final = 7
+if Event.__struct_fields__[:8] != (
+    "type", "workflow_key", "epoch", "worker_id", "seq", "effect_key", "sink", "event_id"
+):  # pragma: no cover - a change to records.py that this module must follow
+    raise ImportError("streams.core.records.Event fields moved; update detector._F_*")
+
+# Kind.severity is a property (interpreted, records.py); this is one dict look-up.
+_SEVERITY_OF: Final = {k: k.severity for k in Kind}
 
 Identity = tuple[str, int | None, str | None]  # (family, epoch, effect key)
 
@@ -426,13 +444,19 @@ class Detector:
         changed (a new finding at revision 1, or a new revision)."""
         st = state
         st.n_events += 1
-        eid = event.event_id
+        # All the fields in one C call: compiled, reading eight attributes of a
+        # msgspec Struct one by one is a generic attribute look-up each.
+        fields = _ASTUPLE(event)
+        eid: str | None = fields[_F_EVENT_ID]
         if eid is not None and eid in st.event_ids:
             st.n_redeliveries += 1
             return []
-        code = _code_of(event.type)
-        seq = event.seq
-        epoch = event.epoch
+        code = _code_of(fields[_F_TYPE])
+        seq: int | None = fields[_F_SEQ]
+        epoch: int = fields[_F_EPOCH]
+        worker: str = fields[_F_WORKER]
+        ek: str | None = fields[_F_EFFECT_KEY]
+        sink: str | None = fields[_F_SINK]
         at_tail = False
         if seq is not None:
             if seq > st.max_major:
@@ -442,23 +466,10 @@ class Detector:
             elif self._is_redelivery(st, seq, code, event):
                 st.n_redeliveries += 1
                 return []
-            ev = _Ev(
-                seq, 0, seq, offset, epoch, code, event.worker_id, event.effect_key, event.sink, eid
-            )
+            ev = _Ev(seq, 0, seq, offset, epoch, code, worker, ek, sink, eid)
         else:
             # Placed after every event of this key that arrived before it.
-            ev = _Ev(
-                st.max_major,
-                1 + offset,
-                None,
-                offset,
-                epoch,
-                code,
-                event.worker_id,
-                event.effect_key,
-                event.sink,
-                eid,
-            )
+            ev = _Ev(st.max_major, 1 + offset, None, offset, epoch, code, worker, ek, sink, eid)
         events = st.events
         if at_tail or not events or _gt(ev, events[-1]):
             events.append(ev)
@@ -756,7 +767,7 @@ def _build(st: KeyState, ident: Identity, wkey: str) -> tuple[str, dict[str, Any
         sink = next((e.sink for e in extra if e.sink is not None), None)
     content: dict[str, Any] = {
         "kind": kind,
-        "severity": kind.severity,
+        "severity": _SEVERITY_OF[kind],
         "workflow_key": wkey,
         "stale_epoch": stale_epoch,
         "stale_worker": stale_worker,

@@ -177,8 +177,10 @@ class Replay:
         if len(line) > limit:
             self._oversize(source, offset, line_no)
             return True
-        if not line.strip():
-            return False  # blank lines are skipped but still counted
+        # Blank lines are skipped but still counted. An event line starts with
+        # "{": checking that byte first spares every real line a strip().
+        if not line or (line[0] != 0x7B and not line.strip()):
+            return False
         self.records += 1
         try:
             event = parse_event(line, max_bytes=self.max_event_bytes)

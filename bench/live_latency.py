@@ -68,8 +68,11 @@ def main() -> int:
                 time.sleep(0.2)
             from confluent_kafka import Consumer, TopicPartition
 
+            # fetch.wait.max.ms: librdkafka's default (500 ms) would add the
+            # reader's own fetch wait to what is measured.
             c = Consumer({"bootstrap.servers": bs, "group.id": "lat",
-                          "isolation.level": "read_committed", "enable.auto.commit": False})
+                          "isolation.level": "read_committed", "enable.auto.commit": False,
+                          "fetch.wait.max.ms": 10})
             c.assign([TopicPartition(findings, p, 0) for p in range(args.partitions)])
             stop = threading.Event()
 

@@ -1,7 +1,9 @@
-"""Sustained events/s of one live worker with exactly-once on, next to a bare
-confluent-kafka consume loop over the same topic (same run, same broker).
+"""Sustained events/s of one live worker with exactly-once on, next to two
+limits measured in the same run over the same topic: a bare confluent-kafka
+consume loop, and faust alone iterating the topic doing nothing
+(``bench/live_faust_floor.py``, what faust's per-message path allows).
 
-    .venv/bin/python bench/live_throughput.py [--keys 25000] [--partitions 4]
+    .venv/bin/python bench/live_throughput.py [--keys 25000] [--partitions 4] [--repeat 1]
 
 Target: >= 20,000 events/s per worker.
 """
@@ -9,9 +11,12 @@ Target: >= 20,000 events/s per worker.
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -51,6 +56,33 @@ def bare_consume(bs: str, topic: str, partitions: int, total: int) -> float:
     return total / elapsed
 
 
+def faust_floor(bs: str, events: str, findings: str, dlq: str, total: int, eo: bool) -> float:
+    """faust iterating the topic with ``stream.events()``, nothing else."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rate"
+        env = dict(os.environ)
+        env.update(
+            worker_env(
+                events,
+                findings,
+                dlq,
+                f"floor-{uuid.uuid4().hex[:8]}",
+                FENCEWATCH_BOOTSTRAP_SERVERS=bs,
+                FENCEWATCH_DATA_DIR=tmp,
+                FENCEWATCH_EXACTLY_ONCE="true" if eo else "false",
+            )
+        )
+        script = Path(__file__).resolve().parent / "live_faust_floor.py"
+        subprocess.run(
+            [sys.executable, str(script), "events", str(total), str(out)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=600,
+        )
+        return float(out.read_text())
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--keys", type=int, default=25_000)
@@ -58,6 +90,7 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--commit-interval", default="0.2")
     ap.add_argument("--at-least-once", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1, help="measure the worker N times")
     args = ap.parse_args()
     bs = bootstrap()
     events, findings, dlq, app_id = names("bench-tput")
@@ -83,38 +116,42 @@ def main() -> int:
     print(f"produced {total} events in {time.monotonic() - t0:.1f} s")
     bare = bare_consume(bs, events, args.partitions, total)
     print(f"bare confluent-kafka consume loop: {bare:,.0f} events/s")
+    floor = faust_floor(bs, events, findings, dlq, total, not args.at_least_once)
+    print(f"faust alone (stream.events(), no processing, no sends): {floor:,.0f} events/s")
 
     extra = {"FENCEWATCH_COMMIT_INTERVAL": args.commit_interval}
     if args.at_least_once:
         extra["FENCEWATCH_EXACTLY_ONCE"] = "false"
-    with tempfile.TemporaryDirectory() as tmp:
-        extra["FENCEWATCH_DATA_DIR"] = tmp
-        w = Worker(bs, worker_env(events, findings, dlq, app_id, **extra), Path(tmp) / "w.log")
-        try:
-            w.wait_ready()
-            samples: list[tuple[float, int]] = []
-            while True:
-                h = w.health() or {}
-                n = int(h.get("processed", 0))
-                samples.append((time.monotonic(), n))
-                if n >= total:
-                    break
-                time.sleep(0.25)
-            # Sustained: between 10 % and 90 % of the stream.
-            lo = next(s for s in samples if s[1] >= total * 0.1)
-            hi = next(s for s in samples if s[1] >= total * 0.9)
-            rate = (hi[1] - lo[1]) / (hi[0] - lo[0])
-            mode = "at-least-once" if args.at_least_once else "exactly-once"
-            print(
-                f"live worker ({mode}, commit interval {args.commit_interval} s): "
-                f"{rate:,.0f} events/s sustained"
-            )
-            print(
-                f"ratio worker/bare: {rate / bare:.3f}; ratio to the 20,000/s target: "
-                f"{rate / 20_000:.2f}"
-            )
-        finally:
-            w.stop()
+    mode = "at-least-once" if args.at_least_once else "exactly-once"
+    for run in range(args.repeat):
+        # A fresh group each time: every run reads the whole topic.
+        app = f"{app_id}-{run}"
+        with tempfile.TemporaryDirectory() as tmp:
+            extra["FENCEWATCH_DATA_DIR"] = tmp
+            env = worker_env(events, f"{findings}", dlq, app, **extra)
+            w = Worker(bs, env, Path(tmp) / "w.log")
+            try:
+                w.wait_ready()
+                samples: list[tuple[float, int]] = []
+                while True:
+                    h = w.health() or {}
+                    n = int(h.get("processed", 0))
+                    samples.append((time.monotonic(), n))
+                    if n >= total:
+                        break
+                    time.sleep(0.25)
+                # Sustained: between 10 % and 90 % of the stream.
+                lo = next(s for s in samples if s[1] >= total * 0.1)
+                hi = next(s for s in samples if s[1] >= total * 0.9)
+                rate = (hi[1] - lo[1]) / (hi[0] - lo[0])
+                print(
+                    f"live worker ({mode}, commit interval {args.commit_interval} s): "
+                    f"{rate:,.0f} events/s sustained; ratio to bare {rate / bare:.3f}, "
+                    f"to faust alone {rate / floor:.2f}, to the 20,000/s target "
+                    f"{rate / 20_000:.2f}"
+                )
+            finally:
+                w.stop()
     return 0
 
 

@@ -12,6 +12,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from streams.core import Detector, Event, Finding, InvalidEvent, KeyState, parse_event
 
@@ -23,6 +24,7 @@ __all__ = [
     "HEADER_SEVERITY",
     "INTERNAL_ERROR",
     "BatchOutcome",
+    "Consumed",
     "OutRecord",
     "Outcome",
     "Processor",
@@ -53,6 +55,22 @@ class SourceRecord:
     offset: int
     key: bytes | None
     value: bytes | None
+
+
+class Consumed(Protocol):
+    """What the processor reads of a consumed record (a :class:`SourceRecord`
+    or the live intake's message)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +183,7 @@ class Processor:
         return Outcome(records, tuple(findings), state_key, blob)
 
     def process_batch(
-        self, records: Sequence[SourceRecord], load_state: Callable[[bytes], bytes | None]
+        self, records: Sequence[Consumed], load_state: Callable[[bytes], bytes | None]
     ) -> BatchOutcome:
         """Process ``records`` in order as :meth:`process` would one by one,
         but encode and return each key's state once per batch (coalesced
@@ -284,7 +302,7 @@ class Processor:
         )
 
     def _dead_letter(
-        self, record: SourceRecord, value: bytes, field: str | None, reason: str
+        self, record: Consumed, value: bytes, field: str | None, reason: str
     ) -> Outcome:
         headers: Headers = (
             (HEADER_ERROR_FIELD, (field or "").encode("utf-8")),

@@ -26,9 +26,9 @@ Batches (:meth:`TransactionalSender.send_batch`): the live runtime takes up to
 a few hundred records at a time from :mod:`streams.live.intake` and sends all
 their outputs while holding the gate once, then acks every record of the
 batch before releasing it: a transaction holds whole batches, hence whole
-events. The records of one destination partition are appended to aiokafka
-batch builders (``create_batch``/``send_batch``, no per-record ``await``),
-in event order. If a send fails half-way, every transaction the batch touched
+events. The records are appended in event order to the aiokafka producer's
+pending batches (its accumulator; no per-record metadata wait or delivery
+wait). If a send fails half-way, every transaction the batch touched
 is put in aiokafka's abortable-error state, so it can never commit (its
 commit raises, the worker crashes, a restart reprocesses from the last
 commit); the batch is never acked. The locked part runs as its own task that
@@ -50,6 +50,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any, Protocol
+
+from aiokafka.structs import TopicPartition
 
 from streams.errors import FencewatchError
 from streams.live.processor import OutRecord
@@ -73,9 +75,7 @@ class BatchMessage(Protocol):
 
 
 #: ``plan(messages)`` -> (output records per source partition, apply_state).
-BatchPlan = Callable[
-    [Sequence[Any]], tuple[Mapping[int, Sequence[OutRecord]], Callable[[], None]]
-]
+BatchPlan = Callable[[Sequence[Any]], tuple[Mapping[int, Sequence[OutRecord]], Callable[[], None]]]
 
 
 class TransactionalSender:
@@ -220,36 +220,40 @@ class TransactionalSender:
             return kept
 
     async def _send_all(self, txp: Any, records: Sequence[OutRecord]) -> None:
-        """Append ``records`` to batch builders per destination partition,
-        in order, and hand the builders to ``txp`` (one ``send_batch`` per
-        full builder instead of one ``send`` per record)."""
-        builders: dict[tuple[str, int], Any] = {}
+        """Append ``records``, in order, to ``txp``'s pending batches.
+
+        This is what ``AIOKafkaProducer.send`` ends in (the accumulator's
+        ``add_message``) without its per-record metadata wait, serializer
+        and debug log, which cost more than the append (profiled). A record
+        joins the partition's batch still waiting for the sender, so small
+        batches of ours do not wait for the previous request to drain (as
+        ``send_batch`` would); the accumulator waits only when that batch is
+        full."""
+        manager = txp._txn_manager
+        if manager is not None and not manager.is_in_transaction():
+            raise TransactionUnavailable(
+                f"transactional producer {manager.transactional_id} is not in a transaction"
+            )
+        accumulator = txp._message_accumulator
+        timeout = txp._request_timeout_ms / 1000
         futures: list[Any] = []
+        known: set[str] = set()
         for r in records:
+            if r.topic not in known:
+                # Also registers the topic with the producer's client: its
+                # metadata refreshes cover only registered topics (all topics
+                # while none is), and a batch for a partition whose leader it
+                # does not know is never sent -- the commit would wait forever.
+                await txp.client._wait_on_metadata(r.topic)
+                known.add(r.topic)
             partition = r.partition
             if partition is None:
-                await txp.client._wait_on_metadata(r.topic)
                 partition = txp._partition(r.topic, None, r.key, r.value, r.key, r.value)
-            dest = (r.topic, partition)
-            builder = builders.get(dest)
-            if builder is None:
-                builder = builders[dest] = txp.create_batch()
-            headers = list(r.headers)
-            if builder.append(timestamp=None, key=r.key, value=r.value, headers=headers):
-                continue
-            # Full: submit it (keeps the order), then start a new one.
-            if builder.record_count():
-                futures.append(await txp.send_batch(builder, r.topic, partition=partition))
-            builder = builders[dest] = txp.create_batch()
-            if not builder.append(timestamp=None, key=r.key, value=r.value, headers=headers):
-                # Larger than a whole batch: the plain send sizes it alone.
-                fut = await txp.send(
-                    r.topic, r.value, key=r.key, partition=partition, headers=headers
-                )
-                futures.append(fut)
-        for (topic, partition), builder in builders.items():
-            if builder.record_count():
-                futures.append(await txp.send_batch(builder, topic, partition=partition))
+            tp = TopicPartition(r.topic, partition)
+            fut = await accumulator.add_message(
+                tp, r.key, r.value, timeout, headers=list(r.headers)
+            )
+            futures.append(fut)
         for fut in futures:
             fut.add_done_callback(_log_send_failure)
 

@@ -20,10 +20,20 @@ PYTEST_ARGS ?=
 venv: $(STAMP) native
 
 # The detector, replay driver and validation compiled with mypyc (in place, next
-# to their sources); rebuilt whenever one of them changes. Without a C compiler
-# fencewatch stays interpreted (FENCEWATCH_NATIVE=required makes that an error).
+# to their sources); rebuilt whenever one is missing or was built from another
+# version of its source. Without a C compiler fencewatch stays interpreted
+# (FENCEWATCH_NATIVE=required makes that an error).
 native: $(STAMP)
 	@$(BIN)/python scripts/build-native --if-needed
+
+# Reinstalls only when pyproject.toml changed since the last install.
+$(STAMP): pyproject.toml
+	@if [[ ! -x $(BIN)/python ]]; then \
+	  echo "creating $(VENV)"; \
+	  $(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: install python3-venv (Debian/Ubuntu) and retry" >&2; exit 1; }; \
+	fi
+	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev]'
+	@touch $@
 
 test: venv
 	scripts/with-services -- $(BIN)/python -m pytest $(PYTEST_ARGS)

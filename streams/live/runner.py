@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from typing import Any
 
@@ -28,6 +29,12 @@ def run_worker(settings: LiveSettings) -> int:
     import faust
 
     app = prepare_app(settings)
+    # Everything allocated so far (modules, faust's and aiokafka's objects)
+    # lives as long as the process: out of the collector's way, a full
+    # collection scans only what the processing allocates. Measured: gen-2
+    # pauses ~100 ms -> ~65 ms at 40,000 keys, one run each (they show in the
+    # latency tail).
+    gc.freeze()
     worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
     try:
         worker.execute_from_commandline()

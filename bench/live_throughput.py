@@ -91,6 +91,7 @@ def main() -> int:
     ap.add_argument("--commit-interval", default="0.2")
     ap.add_argument("--at-least-once", action="store_true")
     ap.add_argument("--repeat", type=int, default=1, help="measure the worker N times")
+    ap.add_argument("--store", default="memory://", help="memory:// or rocksdb://")
     args = ap.parse_args()
     bs = bootstrap()
     events, findings, dlq, app_id = names("bench-tput")
@@ -119,7 +120,7 @@ def main() -> int:
     floor = faust_floor(bs, events, findings, dlq, total, not args.at_least_once)
     print(f"faust alone (stream.events(), no processing, no sends): {floor:,.0f} events/s")
 
-    extra = {"FENCEWATCH_COMMIT_INTERVAL": args.commit_interval}
+    extra = {"FENCEWATCH_COMMIT_INTERVAL": args.commit_interval, "FENCEWATCH_STORE": args.store}
     if args.at_least_once:
         extra["FENCEWATCH_EXACTLY_ONCE"] = "false"
     mode = "at-least-once" if args.at_least_once else "exactly-once"
@@ -145,7 +146,8 @@ def main() -> int:
                 hi = next(s for s in samples if s[1] >= total * 0.9)
                 rate = (hi[1] - lo[1]) / (hi[0] - lo[0])
                 print(
-                    f"live worker ({mode}, commit interval {args.commit_interval} s): "
+                    f"live worker ({mode}, {args.store}, commit interval "
+                    f"{args.commit_interval} s): "
                     f"{rate:,.0f} events/s sustained; ratio to bare {rate / bare:.3f}, "
                     f"to faust alone {rate / floor:.2f}, to the 20,000/s target "
                     f"{rate / 20_000:.2f}"

@@ -326,3 +326,29 @@ def test_transactional_input_with_an_aborted_transaction_commits_past_the_gaps(
     latest = assert_exactly_once_and_audit(h)
     assert "ghost" not in {d["workflow_key"] for d in latest.values()}
     assert len(latest) == 4
+
+
+@pytest.mark.timeout(150)
+def test_a_worker_joining_mid_stream_takes_partitions_without_duplicates(live: Live) -> None:
+    """A second worker joining while the first is busy makes the group
+    rebalance with batches in flight: every (finding id, revision) is still
+    seen exactly once and the result equals the audit."""
+    h = live(partitions=4)
+    a = h.start("a")
+    a.wait_ready()
+    events = h.scenario_events(n_keys=400, epochs=4, seed=5)
+    h.produce(events[:1000])
+    a.wait_processed(1000)
+    b = h.start("b")
+    # Keep input flowing while b starts, joins and the group rebalances.
+    rest = events[1000:]
+    step = max(1, len(rest) // 40)
+    for i in range(0, len(rest), step):
+        h.produce(rest[i : i + step])
+        time.sleep(0.25)
+    b.wait_ready(timeout=60)
+    h.wait_all_committed(timeout=90)
+    pa, pb = set(a.health()["partitions"]), set(b.health()["partitions"])
+    assert pa and pb and not pa & pb
+    latest = assert_exactly_once_and_audit(h)
+    assert len(latest) > 100

@@ -216,6 +216,39 @@ class LiveRuntime:
             # and here from live writes).
             key_partition[key] = partition
 
+    async def wait_stable_offsets(self, assigned: Any) -> None:
+        """Until the group's committed offsets of the assigned input
+        partitions are stable (no transactional offset commit pending), as a
+        read_committed librdkafka consumer sees them (it sends
+        ``require_stable`` and retries). See ``faust_fixes._fix_unstable_offsets``."""
+        partitions = sorted(
+            tp.partition for tp in assigned if tp.topic == self.settings.events_topic
+        )
+        if not partitions:
+            return
+        try:
+            await asyncio.to_thread(self._fetch_stable, partitions)
+        except Exception as exc:  # faust's own (possibly unstable) read follows
+            log.warning("committed offsets of %s not confirmed stable: %r", partitions, exc)
+
+    def _fetch_stable(self, partitions: list[int]) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        conf = dict(client_config(self.settings))
+        conf.update(
+            {
+                "group.id": self.settings.app_id,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        consumer = Consumer(conf)
+        try:
+            topic = self.settings.events_topic
+            consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=30)
+        finally:
+            consumer.close()
+
     def on_rebalance(self) -> None:
         # Records fetched before the rebalance are refetched by its seek.
         self.intake.clear()
@@ -333,6 +366,8 @@ def build_app(
     # faust's fetcher hands the events topic's records to the intake
     # (streams/live/faust_fixes.py); the runtime processes them in batches.
     app.fencewatch_intake = runtime.intake  # type: ignore[attr-defined]
+    # Committed offsets are confirmed stable before faust seeks to them.
+    app.fencewatch_stable_offsets = runtime.wait_stable_offsets  # type: ignore[attr-defined]
 
     @app.agent(events, name="fencewatch-detect")
     async def detect(stream: Any) -> None:

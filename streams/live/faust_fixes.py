@@ -51,6 +51,7 @@ def apply_faust_fixes() -> None:
     _fix_highwaters()
     _fix_fetch_wait()
     _fix_sequential_commit()
+    _fix_unstable_offsets()
 
 
 def _fix_getmany() -> None:
@@ -188,3 +189,36 @@ def _fix_sequential_commit() -> None:
 
     setattr(commit_transactions, _MARK, True)
     setattr(Producer, "commit_transactions", commit_transactions)  # noqa: B010
+
+
+def _fix_unstable_offsets() -> None:
+    """After a rebalance faust seeks each assigned partition to its committed
+    offset (``perform_seek`` -> ``seek_to_committed``), read with aiokafka's
+    OffsetFetch v2. That version cannot ask for *stable* offsets (KIP-447's
+    ``require_stable``): when the previous owner's last transaction, which
+    committed the offsets, has ended but its commit marker is not yet written
+    to ``__consumer_offsets``, the broker answers the older offset, and the
+    new owner processes again events whose outputs are already committed --
+    duplicates for read_committed readers. Seen with a second worker joining
+    mid-stream (``test_a_worker_joining_mid_stream_takes_partitions_without_duplicates``
+    failed 2 runs of 3 on faust's own per-event path too).
+
+    The replacement first awaits the app's ``fencewatch_stable_offsets``
+    hook, if it has one: the live runtime asks librdkafka (read_committed,
+    which sends ``require_stable`` and retries while an offset commit is
+    pending) for the same offsets, so when faust reads them they are
+    stable."""
+    from faust.transport.consumer import ThreadDelegateConsumer
+
+    original = ThreadDelegateConsumer.seek_to_committed
+    if getattr(original, _MARK, False):
+        return
+
+    async def seek_to_committed(self: Any) -> Any:
+        wait_stable = getattr(self.app, "fencewatch_stable_offsets", None)
+        if wait_stable is not None:
+            await wait_stable(self.assignment())
+        return await original(self)
+
+    setattr(seek_to_committed, _MARK, True)
+    setattr(ThreadDelegateConsumer, "seek_to_committed", seek_to_committed)  # noqa: B010

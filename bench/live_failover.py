@@ -9,8 +9,8 @@ Every measured event is a stale checkpoint of its own workflow (prepared
 before the measurement), so each raises exactly one finding; its source
 partition is known from the producer's delivery report. Reported per
 partition of the killed worker: the time from the kill to the first finding
-visible from that partition. The docs' derived bound is session timeout +
-rebalance + restore.
+visible for an event of that partition produced after the kill. The docs'
+derived bound is session timeout + rebalance + restore.
 """
 
 from __future__ import annotations
@@ -151,8 +151,9 @@ def main() -> int:
         f"{len(seen)}/{n}"
     )
     firsts: dict[int, float] = {}
-    for k, (_t, part) in sent.items():
-        if part in victim and k in seen and seen[k] >= killed_at:
+    for k, (t, part) in sent.items():
+        # Events produced after the kill: only the survivor can process them.
+        if part in victim and k in seen and t >= killed_at:
             firsts[part] = min(firsts.get(part, float("inf")), seen[k] - killed_at)
     for part in sorted(victim):
         shown = f"{firsts[part]:.1f} s" if part in firsts else "never"

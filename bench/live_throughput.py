@@ -88,7 +88,7 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=25_000)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--commit-interval", default="0.2")
+    ap.add_argument("--commit-interval", default="0.1")
     ap.add_argument("--at-least-once", action="store_true")
     ap.add_argument("--repeat", type=int, default=1, help="measure the worker N times")
     ap.add_argument("--store", default="memory://", help="memory:// or rocksdb://")

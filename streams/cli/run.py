@@ -37,7 +37,7 @@ def register(subparsers: Any) -> None:
         default=None,
         help="turn exactly-once off (findings may repeat; consumers must upsert)",
     )
-    a("--commit-interval", type=float, help="seconds between commits (default 0.2)")
+    a("--commit-interval", type=float, help="seconds between commits (default 0.1)")
     a("--store", help="memory:// (default) or rocksdb://")
     a("--data-dir", help="local state directory (default .run/live)")
     a("--session-timeout", type=float, help="consumer session timeout, s (default 10)")

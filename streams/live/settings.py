@@ -85,9 +85,13 @@ class LiveSettings:
     #: 1 suits a single local broker, production wants 3.
     replication: int = 1
     exactly_once: bool = True
-    #: Seconds between transaction commits: lower is faster alerting, higher
-    #: is more throughput (each commit is a few round trips per partition).
-    commit_interval: float = 0.2
+    #: Seconds between transaction commits. A finding is visible to
+    #: read_committed consumers only when its transaction commits, so this
+    #: bounds alerting latency (0.1 s: p99 223-248 ms at 2,000 events/s,
+    #: docs/live.md); lower means more transactions on the brokers (each
+    #: commit is a few round trips per partition), with no throughput cost
+    #: measured between 0.05 and 0.2 s.
+    commit_interval: float = 0.1
     #: ``memory://`` (default) or ``rocksdb://`` (rocksdict).
     store: str = "memory://"
     data_dir: str = ".run/live"

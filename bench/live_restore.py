@@ -103,12 +103,13 @@ def main() -> int:
         w = Worker(bs, worker_env(events, findings, dlq, app_id, FENCEWATCH_DATA_DIR=tmp + "/w",
                                   FENCEWATCH_LOG_LEVEL="info"), log)
         try:
-            ready = w.wait_ready(timeout=900)
+            w.wait_ready(timeout=900)
+            ready = w.ready_after
+            assert ready is not None
             time.sleep(2)
             rss = w.rss_bytes()
             keys = (w.health() or {}).get("processed")
-            metrics = __import__("urllib.request").request.urlopen(
-                f"http://127.0.0.1:{w.port}/metrics").read().decode()
+            metrics = w.metrics()
         finally:
             w.stop()
         saved = Path(tempfile.gettempdir()) / f"{app_id}.log"

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from streams.live.worker_process import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -23,12 +19,6 @@ def bootstrap() -> str:
     if env:
         return env
     return (REPO / ".run" / "kafka" / "bootstrap").read_text().strip()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def create_topics(bs: str, names: list[str], partitions: int) -> None:
@@ -97,58 +87,18 @@ def produce_all(p: Any, topic: str, records: Iterator[tuple[bytes, bytes]]) -> i
     return n
 
 
-class Worker:
+class Worker(WorkerProcess):
+    """A worker for a benchmark: bootstrap servers given, warnings-only log."""
+
     def __init__(self, bs: str, env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
-        full = dict(os.environ)
-        full.update(env)
-        full["FENCEWATCH_BOOTSTRAP_SERVERS"] = bs
-        full["FENCEWATCH_METRICS_PORT"] = str(self.port)
-        full.setdefault("FENCEWATCH_LOG_LEVEL", "warning")
-        self.log = open(log, "wb")  # noqa: SIM115
-        self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streams", "run"],
-            cwd=REPO,
-            env=full,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
+        full = {"FENCEWATCH_LOG_LEVEL": "warning", **env, "FENCEWATCH_BOOTSTRAP_SERVERS": bs}
+        super().__init__(full, log, cwd=REPO)
 
-    def health(self) -> dict[str, Any] | None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                return dict(json.loads(r.read()))
-        except Exception:
-            return None
+    def wait_ready(self, timeout: float = 600) -> dict[str, Any]:
+        return super().wait_ready(timeout)
 
-    def wait_ready(self, timeout: float = 600) -> float:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.flush()
-                tail = Path(self.log.name).read_bytes()[-3000:].decode("utf-8", "replace")
-                raise SystemExit(f"worker exited with {self.proc.returncode}:\n{tail}")
-            h = self.health()
-            if h and h.get("ok") and h.get("partitions") and not h.get("recovering"):
-                return time.monotonic() - self.started
-            time.sleep(0.05)
-        raise SystemExit("worker not ready")
-
-    def rss_bytes(self) -> int:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-        return 0
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
+    def stop(self, timeout: float = 30) -> None:
+        super().stop(timeout)
 
 
 def names(prefix: str) -> tuple[str, str, str, str]:

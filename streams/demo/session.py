@@ -9,26 +9,22 @@ started.
 
 from __future__ import annotations
 
-import json
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from streams.core.findings import Finding
 from streams.demo import kafka_io
 from streams.demo.findings import render_findings
 from streams.demo.processes import Child, Children
 from streams.errors import FencewatchError
+from streams.live.worker_process import free_port, is_ready, read_health
 
 __all__ = ["DemoError", "DemoSession", "DemoSettings", "Output"]
 
@@ -61,12 +57,6 @@ class DemoSettings:
             raise ValueError("bootstrap servers are required")
         if self.timeout <= 0 or self.partitions < 1:
             raise ValueError("timeout and partitions must be positive")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class DemoSession:
@@ -107,7 +97,7 @@ class DemoSession:
         """Start ``fencewatch run`` on this run's topics and wait until it has
         its partitions (it creates the topics if they are missing)."""
         s = self.settings
-        port = _free_port()
+        port = free_port()
         argv = [
             sys.executable,
             "-m",
@@ -143,13 +133,8 @@ class DemoSession:
             problem = self.processor_problem()
             if problem is not None:
                 raise DemoError(problem)
-            health = _health(port)
-            if (
-                health is not None
-                and health.get("ok")
-                and health.get("partitions")
-                and not health.get("recovering")
-            ):
+            health = read_health(port)
+            if health is not None and is_ready(health):
                 break
             if time.monotonic() >= deadline:
                 raise DemoError(
@@ -262,12 +247,3 @@ class DemoSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _health(port: int) -> dict[str, Any] | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-            doc = json.loads(r.read())
-    except (OSError, urllib.error.URLError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None

@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -18,15 +12,11 @@ from typing import Any
 
 import pytest
 
+from streams.live.worker_process import WorkerProcess
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "examples" / "reference.jsonl"
 READY_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def fixture_events() -> list[tuple[bytes, bytes]]:
@@ -99,80 +89,22 @@ def scenario_events(n_keys: int, epochs: int, seed: int = 7) -> list[tuple[bytes
     return out
 
 
-class Worker:
-    """One ``fencewatch run`` subprocess with its health endpoint."""
+class Worker(WorkerProcess):
+    """One ``fencewatch run`` subprocess of a harness, with its own data dir."""
 
     def __init__(self, harness: LiveHarness, name: str, store: str, extra: dict[str, str]) -> None:
-        self.port = free_port()
-        self.name = name
-        self.log_path = harness.tmp / f"{name}.log"
-        env = dict(os.environ)
-        env.update(harness.env())
+        env = harness.env()
         env.update(
             {
-                "FENCEWATCH_METRICS_PORT": str(self.port),
                 "FENCEWATCH_DATA_DIR": str(harness.tmp / f"data-{name}"),
                 "FENCEWATCH_STORE": store,
             }
         )
         env.update(extra)
-        self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streams", "run"],
-            cwd=REPO,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def health(self) -> dict[str, Any] | None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                return dict(json.loads(r.read()))
-        except Exception:
-            return None
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=2) as r:
-            return str(r.read().decode())
+        super().__init__(env, harness.tmp / f"{name}.log", name=name, cwd=REPO)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"worker {self.name} exited: {self.tail()}")
-            h = self.health()
-            if h and h.get("ok") and h.get("partitions") and not h.get("recovering"):
-                return h
-            time.sleep(0.2)
-        raise AssertionError(f"worker {self.name} not ready in {timeout} s: {self.tail()}")
-
-    def wait_processed(self, n: int, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            h = self.health()
-            if h and h.get("processed", 0) >= n:
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"worker {self.name} did not process {n} events: {self.tail()}")
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
-
-    def tail(self, n: int = 4000) -> str:
-        self.log.flush()
-        return self.log_path.read_bytes()[-n:].decode("utf-8", "replace")
+        return super().wait_ready(timeout)
 
 
 class LiveHarness:

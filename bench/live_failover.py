@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import sys
 import tempfile
 import threading
@@ -30,17 +29,12 @@ from live_support import (
     Worker,
     bootstrap,
     create_topics,
+    doc,
     names,
     produce_all,
     producer,
     worker_env,
 )
-
-
-def doc(key: str, kind: str, epoch: int, worker: str, seq: int) -> bytes:
-    return json.dumps(
-        {"type": kind, "workflow_key": key, "epoch": epoch, "worker_id": worker, "seq": seq}
-    ).encode()
 
 
 def main() -> int:

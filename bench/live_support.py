@@ -101,6 +101,13 @@ class Worker(WorkerProcess):
         super().stop(timeout)
 
 
+def doc(key: str, kind: str, epoch: int, worker: str, seq: int) -> bytes:
+    """One event's JSON (no effect key): what the latency and failover runs send."""
+    return json.dumps(
+        {"type": kind, "workflow_key": key, "epoch": epoch, "worker_id": worker, "seq": seq}
+    ).encode()
+
+
 def names(prefix: str) -> tuple[str, str, str, str]:
     tag = uuid.uuid4().hex[:8]
     return (

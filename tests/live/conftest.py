@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from streams.core import Detector, Event, Finding, KeyState
 from streams.live.worker_process import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -273,3 +274,21 @@ def live(
     yield make
     for h in made:
         h.close()
+
+
+class ExplodingDetector:
+    """Raises on one event after mutating the state, to stand in for a
+    detector bug. Wraps a Detector (the detector may be compiled, and a
+    compiled class cannot be subclassed from Python)."""
+
+    def __init__(self) -> None:
+        self.inner = Detector()
+
+    def new_state(self) -> KeyState:
+        return self.inner.new_state()
+
+    def process(self, state: KeyState, event: Event, offset: int) -> list[Finding]:
+        if event.workflow_key == "export-ledger" and offset == 5:
+            self.inner.process(state, event, offset)  # mutate, then fail
+            raise RuntimeError("boom")
+        return self.inner.process(state, event, offset)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from streams.core import Detector, Event, Finding, KeyState
+from streams.core import Detector
 from streams.live.processor import (
     HEADER_ERROR_FIELD,
     HEADER_ERROR_REASON,
@@ -18,6 +18,7 @@ from streams.live.processor import (
     SourceRecord,
     headers_dict,
 )
+from tests.live.conftest import ExplodingDetector
 
 FIXTURE = Path(__file__).resolve().parents[2] / "examples" / "reference.jsonl"
 
@@ -95,24 +96,6 @@ def test_null_value_is_a_dead_letter_not_a_crash() -> None:
     """A tombstone (null value) is rejected like any malformed record."""
     out = make().process(SourceRecord("e", 0, 0, b"k", None), {}.get)
     assert out.error is not None and out.records[0].topic == "e.dlq"
-
-
-class ExplodingDetector:
-    """Raises on one event after mutating the state, to stand in for a
-    detector bug. Wraps a Detector (the detector may be compiled, and a
-    compiled class cannot be subclassed from Python)."""
-
-    def __init__(self) -> None:
-        self.inner = Detector()
-
-    def new_state(self) -> KeyState:
-        return self.inner.new_state()
-
-    def process(self, state: KeyState, event: Event, offset: int) -> list[Finding]:
-        if event.workflow_key == "export-ledger" and offset == 5:
-            self.inner.process(state, event, offset)  # mutate, then fail
-            raise RuntimeError("boom")
-        return self.inner.process(state, event, offset)
 
 
 def test_unexpected_exception_is_dead_lettered_and_processing_goes_on() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from streams.core import Detector, Event, Finding, KeyState
+from streams.core import Detector
 from streams.live.processor import (
     INTERNAL_ERROR,
     OutRecord,
@@ -18,6 +18,7 @@ from streams.live.processor import (
     SourceRecord,
     headers_dict,
 )
+from tests.live.conftest import ExplodingDetector
 
 FIXTURE = Path(__file__).resolve().parents[2] / "examples" / "reference.jsonl"
 BAD = [b"{not json", b'{"type":"teleported"}', b"", b'{"type":"progress","epoch":1.5}']
@@ -168,24 +169,6 @@ def test_a_batch_with_bad_events_dead_letters_them_and_keeps_the_findings() -> N
         (f.finding_id, f.revision) for f in c.findings
     ]
     assert {k for k, _p, _s in o.states} == {k for k, _p, _s in c.states}
-
-
-class ExplodingDetector:
-    """Raises on one event after mutating the state, to stand in for a
-    detector bug. Wraps a Detector (the detector may be compiled, and a
-    compiled class cannot be subclassed from Python)."""
-
-    def __init__(self) -> None:
-        self.inner = Detector()
-
-    def new_state(self) -> KeyState:
-        return self.inner.new_state()
-
-    def process(self, state: KeyState, event: Event, offset: int) -> list[Finding]:
-        if event.workflow_key == "export-ledger" and offset == 5:
-            self.inner.process(state, event, offset)  # mutate, then fail
-            raise RuntimeError("boom")
-        return self.inner.process(state, event, offset)
 
 
 def test_a_detector_failure_mid_batch_leaves_the_state_as_before_that_event() -> None:

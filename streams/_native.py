@@ -14,24 +14,42 @@ import importlib.util
 import json
 from pathlib import Path
 
-__all__ = ["NATIVE_MODULES", "native_status", "native_summary"]
+__all__ = [
+    "MANIFEST",
+    "NATIVE_MODULES",
+    "native_status",
+    "native_summary",
+    "source_digest",
+    "source_path",
+]
 
 NATIVE_MODULES: tuple[str, ...] = (
     "streams.core.detector",
     "streams.core.replay",
     "streams.core.validate",
 )
-_MANIFEST = Path(__file__).resolve().parent / "core" / "native-build.json"
+#: Written by ``scripts/build-native``: source path -> SHA-256 it was compiled from.
+MANIFEST = Path(__file__).resolve().parent / "core" / "native-build.json"
+_ROOT = MANIFEST.parent.parent.parent
+
+
+def source_path(name: str) -> str:
+    """``streams.core.detector`` -> ``streams/core/detector.py`` (the manifest's key)."""
+    return name.replace(".", "/") + ".py"
+
+
+def source_digest(name: str) -> str:
+    """SHA-256 of the module's source file in this checkout (OSError if absent)."""
+    return hashlib.sha256((_ROOT / source_path(name)).read_bytes()).hexdigest()
 
 
 def native_status() -> dict[str, str]:
     """Module name -> ``"compiled"``, ``"interpreted"`` or ``"stale"`` (compiled
     from a source that has changed since: rebuild with ``make native``)."""
     try:
-        manifest: dict[str, str] = json.loads(_MANIFEST.read_text())
+        manifest: dict[str, str] = json.loads(MANIFEST.read_text())
     except (OSError, ValueError):
         manifest = {}
-    root = _MANIFEST.parent.parent.parent
     out: dict[str, str] = {}
     for name in NATIVE_MODULES:
         spec = importlib.util.find_spec(name)
@@ -39,15 +57,13 @@ def native_status() -> dict[str, str]:
         if origin is None or origin.endswith(".py"):
             out[name] = "interpreted"
             continue
-        rel = name.replace(".", "/") + ".py"
-        source = root / rel
         try:
-            digest = hashlib.sha256(source.read_bytes()).hexdigest()
+            digest = source_digest(name)
         except OSError:
             # An installed build without its sources: nothing to compare.
             out[name] = "compiled"
             continue
-        out[name] = "compiled" if manifest.get(rel) == digest else "stale"
+        out[name] = "compiled" if manifest.get(source_path(name)) == digest else "stale"
     return out
 
 

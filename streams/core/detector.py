@@ -170,7 +170,6 @@ class _Ev:
         "code",
         "eid",
         "ek",
-        "ekk",
         "epoch",
         "major",
         "minor",
@@ -201,13 +200,12 @@ class _Ev:
         self.code = code
         self.worker = worker
         self.ek = ek
-        self.ekk = ek if ek is not None else ""
         self.sink = sink
         self.eid = eid
 
     @property
     def k(self) -> tuple[int, int, int, int, str, str]:
-        return (self.major, self.minor, self.code, self.epoch, self.worker, self.ekk)
+        return (self.major, self.minor, self.code, self.epoch, self.worker, self.ek or "")
 
     @property
     def position(self) -> int:
@@ -240,7 +238,7 @@ def _gt(a: _Ev, b: _Ev) -> bool:
         return a.epoch > b.epoch
     if a.worker != b.worker:
         return a.worker > b.worker
-    return a.ekk > b.ekk
+    return (a.ek or "") > (b.ek or "")
 
 
 def _key(ev: _Ev) -> tuple[int, int, int, int, str, str]:
@@ -334,14 +332,7 @@ class KeyState:
         else:
             gk = None
         if gk is not None:
-            groups = self.groups
-            lst = groups.get(gk)
-            if lst is None:
-                groups[gk] = [ev]
-            elif tail or _gt(ev, lst[-1]):
-                lst.append(ev)
-            else:
-                insort(lst, ev, key=_key)
+            self._add(gk, ev, tail)
         cur = self.acq.get(epoch)
         if cur is None or _gt(cur, ev):
             self.acq[epoch] = ev

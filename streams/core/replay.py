@@ -181,14 +181,9 @@ class Replay:
         # "{": checking that byte first spares every real line a strip().
         if not line or (line[0] != 0x7B and not line.strip()):
             return False
-        self.records += 1
-        try:
-            event = parse_event(line, max_bytes=self.max_event_bytes)
-        except InvalidEvent as exc:
-            self.reject(source, offset, exc.field, exc.reason, line=line_no)
-            return True
-        self.feed_event(event, offset)
-        return False
+        before = self.invalid_count
+        self.feed(line, offset=offset, source=source, line=line_no)
+        return self.invalid_count != before
 
     def _oversize(self, source: str, offset: int, line_no: int) -> None:
         reason = f"event is over the limit of {self.max_event_bytes} bytes"
@@ -233,14 +228,18 @@ class Replay:
             return None
         return max((f.severity for f in self.latest.values()), key=SEVERITY_RANK.__getitem__)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, health: list[Health] | None = None) -> dict[str, Any]:
+        """Counts for the report. ``health``: :meth:`health`, when the caller
+        has it already (it is one scan of the evidence per finding)."""
         by_kind = Counter(f.kind.value for f in self.latest.values())
         by_sev = Counter(f.severity.value for f in self.latest.values())
         dropped = sum(s.n_redeliveries for s in self.states.values())
         late = sum(s.n_late for s in self.states.values())
         evicted = sum(s.n_evicted for s in self.states.values())
         worst = self.worst_severity()
-        cleared = sum(1 for h in self.health() if h.status == CLEARED)
+        if health is None:
+            health = self.health()
+        cleared = sum(1 for h in health if h.status == CLEARED)
         return {
             "records": self.records,
             "events": self.records - self.invalid_count,

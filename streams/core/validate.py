@@ -19,7 +19,7 @@ from streams.core.records import EFFECT_TYPES, MAX_INT63, Event, EventType
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "KNOWN_VERSIONS", "InvalidEvent", "parse_event", "to_event"]
 
 DEFAULT_MAX_EVENT_BYTES = 64 * 1024
-KNOWN_VERSIONS = frozenset({1})
+KNOWN_VERSIONS: Final = frozenset({1})
 
 _TYPES: dict[str, EventType] = {t.value: t for t in EventType}
 _NEEDS_EFFECT_KEY = frozenset(
@@ -166,7 +166,7 @@ def _accept(event: Event, key: bytes | None) -> bool:
     """The rules the Struct's annotations cannot state."""
     return (
         event.v in KNOWN_VERSIONS
-        and (event.effect_key is not None or event.type not in EFFECT_TYPES)
+        and (event.effect_key is not None or event.type not in _EFFECT_TYPES)
         and (key is None or key == event.workflow_key.encode())
     )
 
@@ -204,12 +204,7 @@ def parse_event(
     except _FAST_ERRORS:
         pass
     else:
-        # _accept, inlined (hot path).
-        if (
-            event.v == 1
-            and (event.effect_key is not None or event.type not in _EFFECT_TYPES)
-            and (key is None or key == event.workflow_key.encode())
-        ):
+        if _accept(event, key):
             return event
     # Slow path, for rejections (and the rare valid shape msgspec refuses, such
     # as "v": null): parse generically and say exactly what is wrong.

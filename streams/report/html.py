@@ -98,7 +98,8 @@ def _timeline_svg(events: list[Evidence], findings: list[Finding]) -> str:
 
 
 def render_html(replay: Replay, *, title: str = "fencewatch audit") -> str:
-    s = replay.summary()
+    health_view = replay.health()
+    s = replay.summary(health_view)
     out = [
         f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
         f"<style>{_CSS}</style></head><body><h1>{escape(title)}</h1>"
@@ -122,7 +123,7 @@ def render_html(replay: Replay, *, title: str = "fencewatch audit") -> str:
         "that raised a finding.</p>"
     )
     drawn = 0
-    health = {h.finding_id: h.status for h in replay.health()}
+    health = {h.finding_id: h.status for h in health_view}
     for wkey, group in groupby(replay.latest_findings(), key=lambda f: f.workflow_key):
         items = list(group)
         out.append(

@@ -13,11 +13,12 @@ def render_json(replay: Replay) -> str:
     """``{"findings": [...], "invalid": [...], "summary": {...}, "health":
     [...]}``, findings in SPEC §6 order (workflow key, position, kind);
     ``health`` is the health view (SPEC §4), one entry per finding, same order."""
+    health = replay.health()
     doc = {
         "findings": [f.to_dict() for f in replay.latest_findings()],
-        "health": [h.to_dict() for h in replay.health()],
+        "health": [h.to_dict() for h in health],
         "invalid": [i.to_dict() for i in replay.invalid],
-        "summary": replay.summary(),
+        "summary": replay.summary(health),
     }
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
 

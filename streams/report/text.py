@@ -89,7 +89,8 @@ def _status(h: Health) -> str:
 
 def render_text(replay: Replay, *, colour: bool = False, fail_on: str = "warning") -> str:
     findings = replay.latest_findings()
-    health = {h.finding_id: h for h in replay.health()}
+    health_view = replay.health()
+    health = {h.finding_id: h for h in health_view}
     lines: list[str] = []
     for wkey, group in groupby(findings, key=lambda f: f.workflow_key):
         items = list(group)
@@ -118,7 +119,7 @@ def render_text(replay: Replay, *, colour: bool = False, fail_on: str = "warning
         if replay.invalid_count > 50:
             lines.append(f"  ... and {replay.invalid_count - 50} more (use --format json)")
         lines.append("")
-    s = replay.summary()
+    s = replay.summary(health_view)
     by_sev = s["by_severity"]
     counts = ", ".join(f"{by_sev[sev.value]} {sev.value}" for sev in _ORDER if sev.value in by_sev)
     lines.append(

@@ -16,12 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from streams._native import NATIVE_MODULES
+
 ROOT = Path(__file__).resolve().parents[2]
-COMPILED = (
-    "streams.core.detector",
-    "streams.core.replay",
-    "streams.core.validate",
-)
+COMPILED = NATIVE_MODULES
 
 
 class _SourceFirst(importlib.abc.MetaPathFinder):

@@ -19,13 +19,13 @@ import argparse
 import itertools
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from live_support import (
+    FirstSeen,
     Worker,
     bootstrap,
     create_topics,
@@ -59,7 +59,6 @@ def main() -> int:
 
     produce_all(producer(bs), events, preamble())
     sent: dict[str, tuple[float, int]] = {}  # key -> (produce time, partition)
-    seen: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         common = {
             "FENCEWATCH_COMMIT_INTERVAL": "0.1",
@@ -86,28 +85,8 @@ def main() -> int:
             else:
                 raise SystemExit("workers did not split the partitions and catch up")
             victim = set((a.health() or {}).get("partitions", []))
-            from confluent_kafka import Consumer, TopicPartition
-
-            c = Consumer(
-                {
-                    "bootstrap.servers": bs,
-                    "group.id": "failover",
-                    "isolation.level": "read_committed",
-                    "enable.auto.commit": False,
-                    "fetch.wait.max.ms": 10,
-                }
-            )
-            c.assign([TopicPartition(findings, p, 0) for p in range(args.partitions)])
-            stop = threading.Event()
-
-            def read() -> None:
-                while not stop.is_set():
-                    for m in c.consume(500, 0.1):
-                        if m.error() is None:
-                            seen.setdefault(m.key().decode(), time.monotonic())
-
-            reader = threading.Thread(target=read)
-            reader.start()
+            out = FirstSeen(bs, findings, args.partitions, "failover")
+            seen = out.seen
             p = producer(bs, **{"linger.ms": 0})
             start = time.monotonic()
             killed_at = 0.0
@@ -130,12 +109,8 @@ def main() -> int:
                 )
                 p.poll(0)
             p.flush(30)
-            deadline = time.monotonic() + 60
-            while len(seen) < n and time.monotonic() < deadline:
-                time.sleep(0.2)
-            stop.set()
-            reader.join()
-            c.close()
+            out.wait_for(n, 60)
+            out.close()
         finally:
             for w in workers:
                 w.stop()

@@ -21,11 +21,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from live_support import (
+    FirstSeen,
     Worker,
     bootstrap,
     create_topics,
@@ -35,24 +35,6 @@ from live_support import (
     producer,
     worker_env,
 )
-
-
-def reader(bs: str, topic: str, partitions: int, group: str) -> Any:
-    from confluent_kafka import Consumer, TopicPartition
-
-    # fetch.wait.max.ms: librdkafka's default (500 ms) would add the reader's
-    # own fetch wait to what is measured.
-    c = Consumer(
-        {
-            "bootstrap.servers": bs,
-            "group.id": group,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "fetch.wait.max.ms": 10,
-        }
-    )
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-    return c
 
 
 def drive(
@@ -67,18 +49,7 @@ def drive(
     """Produce one record per key at ``rate`` to ``in_topic``; latency (ms)
     until a record with that key is visible on ``out_topic``; actual rate."""
     sent: dict[str, float] = {}
-    seen: dict[str, float] = {}
-    c = reader(bs, out_topic, partitions, f"lat-{out_topic}")
-    stop = threading.Event()
-
-    def read() -> None:
-        while not stop.is_set():
-            for m in c.consume(500, 0.1):
-                if m.error() is None:
-                    seen.setdefault(m.key().decode(), time.monotonic())
-
-    t = threading.Thread(target=read)
-    t.start()
+    out = FirstSeen(bs, out_topic, partitions, f"lat-{out_topic}")
     p = producer(bs, **{"linger.ms": 0})
     start = time.monotonic()
     for i, k in enumerate(keys):
@@ -91,12 +62,9 @@ def drive(
         p.poll(0)
     p.flush(30)
     actual = len(keys) / (time.monotonic() - start)
-    deadline = time.monotonic() + 30
-    while len(seen) < len(keys) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    stop.set()
-    t.join()
-    c.close()
+    out.wait_for(len(keys), 30)
+    out.close()
+    seen = out.seen
     return sorted((seen[k] - sent[k]) * 1000 for k in keys if k in seen), actual
 
 

@@ -21,7 +21,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_support import Worker, bootstrap, create_topics, key_events, names, worker_env
+from live_support import (
+    Worker,
+    bootstrap,
+    create_topics,
+    key_events,
+    names,
+    produce_one,
+    worker_env,
+)
 
 from streams.core import Detector, parse_event
 
@@ -44,13 +52,7 @@ def write_changelog(bs: str, topic: str, n: int, blob: bytes) -> float:
     p.begin_transaction()
     start = time.monotonic()
     for i in range(n):
-        key = f"tenant-{i % 97}/export/{i:07d}".encode()
-        while True:
-            try:
-                p.produce(topic, blob, key=key)
-                break
-            except BufferError:
-                p.poll(0.05)
+        produce_one(p, topic, blob, f"tenant-{i % 97}/export/{i:07d}".encode())
         if i and i % 100_000 == 0:
             p.commit_transaction(60)
             p.begin_transaction()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,20 +73,72 @@ def producer(bs: str, **extra: Any) -> Any:
     return Producer(conf)
 
 
+def produce_one(p: Any, topic: str, value: bytes, key: bytes) -> None:
+    """Produce, waiting for room when the client's queue is full."""
+    while True:
+        try:
+            p.produce(topic, value, key=key)
+            return
+        except BufferError:
+            p.poll(0.05)
+
+
 def produce_all(p: Any, topic: str, records: Iterator[tuple[bytes, bytes]]) -> int:
     n = 0
     for key, value in records:
-        while True:
-            try:
-                p.produce(topic, value, key=key)
-                break
-            except BufferError:
-                p.poll(0.05)
+        produce_one(p, topic, value, key)
         n += 1
         if n % 10_000 == 0:
             p.poll(0)
     p.flush(60)
     return n
+
+
+def reader(bs: str, topic: str, partitions: int, group: str) -> Any:
+    """A read_committed consumer of every partition of ``topic`` from the start."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    # fetch.wait.max.ms: librdkafka's default (500 ms) would add the reader's
+    # own fetch wait to what is measured.
+    c = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    return c
+
+
+class FirstSeen:
+    """A background reader of ``topic``: :attr:`seen` maps each record key to
+    the monotonic time it was first visible (read_committed)."""
+
+    def __init__(self, bs: str, topic: str, partitions: int, group: str) -> None:
+        self.seen: dict[str, float] = {}
+        self._consumer = reader(bs, topic, partitions, group)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            for m in self._consumer.consume(500, 0.1):
+                if m.error() is None:
+                    self.seen.setdefault(m.key().decode(), time.monotonic())
+
+    def wait_for(self, n: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.seen) < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._consumer.close()
 
 
 class Worker(WorkerProcess):

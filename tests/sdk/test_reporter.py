@@ -4,8 +4,6 @@ how it fails."""
 from __future__ import annotations
 
 import socket
-import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,33 +19,14 @@ from streams.sdk import OwnershipReporter, ReporterSettings
 
 
 def _read(bootstrap: str, topic: str) -> list[tuple[bytes, Event]]:
-    """Every message of a one-partition topic to its end, validated."""
-    from confluent_kafka import Consumer, KafkaError
+    """Every message of the topic to its end (read_committed), validated."""
+    from streams.live.replay_reader import iter_topic
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"sdk-test-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-        }
-    )
     out: list[tuple[bytes, Event]] = []
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    return out
-                raise AssertionError(str(msg.error()))
-            out.append((msg.key(), parse_event(msg.value(), key=msg.key())))
-        raise AssertionError("topic end not reached")
-    finally:
-        consumer.close()
+    for key, value, _partition, _offset in iter_topic(bootstrap, topic):
+        assert key is not None and value is not None
+        out.append((key, parse_event(value, key=key)))
+    return out
 
 
 @pytest.fixture

@@ -39,9 +39,9 @@ from streams.errors import BrokerError, StaleOwner
 from streams.fences.db import Database, Tx, check_prefix
 from streams.fences.lease import EventPublisher, check_lease_args
 from streams.fences.lease_sql import SqlLeaseStore
-from streams.fences.schema import ensure_schema
 from streams.fences.sink import (
     DEFAULT_MAX_PAYLOAD_BYTES,
+    EffectTable,
     FencedSink,
     Receipt,
     ReceiptStatus,
@@ -106,7 +106,7 @@ class StagedEffect:
     payload: bytes
 
 
-class Outbox:
+class Outbox(EffectTable):
     """Stages effects for the current owner (the lease table must live in the
     same database under the same prefix: the compare is a local read)."""
 
@@ -117,10 +117,7 @@ class Outbox:
         prefix: str = "fw_",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
-        self.db = db
-        self.prefix = check_prefix(prefix)
-        self.max_payload_bytes = max_payload_bytes
-        ensure_schema(db, prefix)
+        super().__init__(db, prefix=prefix, max_payload_bytes=max_payload_bytes)
 
     def stage(
         self,
@@ -134,9 +131,7 @@ class Outbox:
         """Stage the effect if ``epoch`` is the key's current epoch: ``committed``
         means staged, ``duplicate`` that this idempotency key is already in the
         outbox, ``rejected`` that the epoch is stale (nothing staged)."""
-        idem = check_effect_args(
-            workflow_key, epoch, effect_key, payload, self.max_payload_bytes, idempotency_key
-        )
+        idem = self._check(workflow_key, epoch, effect_key, payload, idempotency_key)
         p = self.prefix
         with self.db.transaction() as tx:
             current = _lease_epoch(tx, p, workflow_key)

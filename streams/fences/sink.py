@@ -32,6 +32,7 @@ __all__ = [
     "MAX_EFFECT_KEY_CHARS",
     "AppliedEffect",
     "EffectSink",
+    "EffectTable",
     "FencedSink",
     "Receipt",
     "ReceiptStatus",
@@ -120,7 +121,31 @@ def check_effect_args(
     return idem
 
 
-class FencedSink:
+class EffectTable:
+    """What every effect store here shares: its database (schema ensured),
+    the table prefix, the payload bound and the argument check."""
+
+    def __init__(self, db: Database, *, prefix: str, max_payload_bytes: int) -> None:
+        self.db = db
+        self.prefix = check_prefix(prefix)
+        self.max_payload_bytes = max_payload_bytes
+        ensure_schema(db, prefix)
+
+    def _check(
+        self,
+        workflow_key: str,
+        epoch: int,
+        effect_key: str,
+        payload: bytes,
+        idempotency_key: str | None,
+    ) -> str:
+        """:func:`check_effect_args` with this store's payload bound."""
+        return check_effect_args(
+            workflow_key, epoch, effect_key, payload, self.max_payload_bytes, idempotency_key
+        )
+
+
+class FencedSink(EffectTable):
     """A destination table guarded by the epoch fence.
 
     ``name`` separates several sinks sharing one database; ``prefix`` selects
@@ -139,12 +164,9 @@ class FencedSink:
     ) -> None:
         if not name or len(name) > 256:
             raise ValueError("sink name must be 1-256 characters")
-        self.db = db
+        super().__init__(db, prefix=prefix, max_payload_bytes=max_payload_bytes)
         self.name = name
-        self.prefix = check_prefix(prefix)
         self.consult_leases = consult_leases
-        self.max_payload_bytes = max_payload_bytes
-        ensure_schema(db, prefix)
 
     def apply(
         self,
@@ -158,9 +180,7 @@ class FencedSink:
         """Compare ``epoch`` with the key's current epoch and, if it is not
         lower, write the effect once under ``idempotency_key`` (default: the
         effect key, so one effect key is one effect per workflow)."""
-        idem = check_effect_args(
-            workflow_key, epoch, effect_key, payload, self.max_payload_bytes, idempotency_key
-        )
+        idem = self._check(workflow_key, epoch, effect_key, payload, idempotency_key)
         p, sink = self.prefix, self.name
 
         def receipt(status: ReceiptStatus, current: int, reason: str | None = None) -> Receipt:
@@ -244,7 +264,7 @@ class FencedSink:
         return [AppliedEffect(r[0], r[1], r[2], int(r[3]), int(r[4]), bytes(r[5])) for r in rows]
 
 
-class UnfencedSink:
+class UnfencedSink(EffectTable):
     """The naive destination (demo baseline only): no epoch compare, no
     idempotency; every call appends a row and answers ``committed``."""
 
@@ -256,11 +276,8 @@ class UnfencedSink:
         prefix: str = "fw_",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
-        self.db = db
+        super().__init__(db, prefix=prefix, max_payload_bytes=max_payload_bytes)
         self.name = name
-        self.prefix = check_prefix(prefix)
-        self.max_payload_bytes = max_payload_bytes
-        ensure_schema(db, prefix)
 
     def apply(
         self,
@@ -271,9 +288,7 @@ class UnfencedSink:
         *,
         idempotency_key: str | None = None,
     ) -> Receipt:
-        idem = check_effect_args(
-            workflow_key, epoch, effect_key, payload, self.max_payload_bytes, idempotency_key
-        )
+        idem = self._check(workflow_key, epoch, effect_key, payload, idempotency_key)
         with self.db.transaction() as tx:
             tx.run(
                 f"INSERT INTO {self.prefix}unfenced_effects (sink, workflow_key, effect_key,"

@@ -23,7 +23,7 @@ from typing import Any
 def main() -> int:
     import faust
 
-    from streams.live.app import _app_config
+    from streams.live.app import TABLE_NAME, _app_config, raw_topic
     from streams.live.faust_fixes import apply_faust_fixes
     from streams.live.settings import settings_from_env
     from streams.live.topics import ensure_topics
@@ -33,17 +33,10 @@ def main() -> int:
     partitions = ensure_topics(settings)
     apply_faust_fixes()
     app = faust.App(settings.app_id + "-floor", **_app_config(settings, partitions))
-    topic = app.topic(
-        settings.events_topic,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=partitions,
-    )
+    topic = raw_topic(app, settings.events_topic, partitions)
     # Unused, but like the real worker's (and faust's assignor needs a table
     # to put the input in a topic group under exactly-once).
-    app.Table("owner-state", partitions=partitions, key_type=bytes, value_type=bytes)
+    app.Table(TABLE_NAME, partitions=partitions, key_type=bytes, value_type=bytes)
     marks: dict[str, float] = {}
     n = 0
 

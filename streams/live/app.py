@@ -301,6 +301,18 @@ class LiveRuntime:
         }
 
 
+def raw_topic(app: Any, name: str, partitions: int) -> Any:
+    """The events topic as faust sees it: raw bytes in, our own validation."""
+    return app.topic(
+        name,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=partitions,
+    )
+
+
 def build_app(
     settings: LiveSettings, *, partitions: int, metrics: LiveMetrics | None = None
 ) -> faust.App:
@@ -317,14 +329,7 @@ def build_app(
     if settings.store_kind == "rocksdb":
         shutil.rmtree(app.conf.tabledir, ignore_errors=True)
     metrics = metrics or LiveMetrics()
-    events = app.topic(
-        settings.events_topic,
-        key_type=bytes,
-        value_type=bytes,
-        key_serializer="raw",
-        value_serializer="raw",
-        partitions=partitions,
-    )
+    events = raw_topic(app, settings.events_topic, partitions)
     table = app.Table(
         TABLE_NAME,
         partitions=partitions,

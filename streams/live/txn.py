@@ -120,41 +120,6 @@ class TransactionalSender:
     def on_rebalance(self) -> None:
         self._tids.clear()
 
-    async def send(
-        self,
-        event: Any,
-        records: Sequence[OutRecord],
-        apply_state: Callable[[], None],
-    ) -> bool:
-        """Send ``records`` for ``event``, then ``apply_state()``, then ack.
-
-        Returns ``False`` (nothing sent, not acked) when the event's partition
-        was revoked meanwhile: its new owner processes it again."""
-        if not self.exactly_once:
-            producer = self.app.producer
-            for r in records:
-                await producer.send(r.topic, r.key, r.value, r.partition, None, r.headers)
-            apply_state()
-            return True
-        message = event.message
-        self.install_commit_gate()
-        producer = self.app.producer
-        tid = await self._wait_for_transaction(message.topic, message.partition)
-        if tid is None:
-            return False
-        async with self.gate, producer._trn_locks[tid]:
-            txp = producer._transaction_producers.get(tid)
-            if txp is None:  # fenced or stopped while we waited for the gate
-                return False
-            for r in records:
-                fut = await txp.send(
-                    r.topic, r.value, key=r.key, partition=r.partition, headers=list(r.headers)
-                )
-                fut.add_done_callback(_log_send_failure)
-            apply_state()
-            event.ack()
-        return True
-
     async def send_batch(self, messages: Sequence[Any], plan: BatchPlan) -> list[Any]:
         """Process and commit-proof a batch of consumed records (each a
         :class:`BatchMessage`, all of one topic, in fetch order).

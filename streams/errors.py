@@ -1,24 +1,28 @@
-"""Error types shared across adapters.
+"""fencewatch's error family, in one import.
 
 Client libraries raise their own exceptions (confluent_kafka.KafkaException,
 aiokafka errors, sqlite3/psycopg errors); adapters translate them into these
-at the boundary so the CLI and the processor handle one family of errors.
+at the boundary so the CLI and the processor handle one family of errors. The
+base, :class:`FencewatchError`, and the pure core's errors live in
+:mod:`streams.core.errors` (the core may not import adapters) and are
+re-exported here.
 """
 
 from __future__ import annotations
 
+from streams.core.errors import ConfigError, FencewatchError, InvalidEvent, StateError
+
 __all__ = [
     "BrokerError",
+    "ConfigError",
     "FencewatchError",
+    "InvalidEvent",
     "LeaseHeld",
     "LeaseLost",
     "StaleOwner",
+    "StateError",
     "StoreError",
 ]
-
-
-class FencewatchError(Exception):
-    """Base class of fencewatch's own errors."""
 
 
 class BrokerError(FencewatchError):

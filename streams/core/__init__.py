@@ -6,6 +6,7 @@ Imports no Kafka client, Faust, asyncio, clock or environment; a test proves it.
 from __future__ import annotations
 
 from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, Detector, DetectorConfig, KeyState
+from streams.core.errors import ConfigError, FencewatchError, InvalidEvent, StateError
 from streams.core.findings import ACTIONS, Evidence, Finding, finding_id
 from streams.core.health import Health, assess
 from streams.core.records import (
@@ -16,24 +17,27 @@ from streams.core.records import (
     Severity,
     event_to_dict,
 )
-from streams.core.validate import DEFAULT_MAX_EVENT_BYTES, InvalidEvent, parse_event, to_event
+from streams.core.validate import DEFAULT_MAX_EVENT_BYTES, parse_event, to_event
 
 __all__ = [
     "ACTIONS",
     "DEFAULT_MAX_EVENTS_PER_KEY",
     "DEFAULT_MAX_EVENT_BYTES",
     "SEVERITY_RANK",
+    "ConfigError",
     "Detector",
     "DetectorConfig",
     "Event",
     "EventType",
     "Evidence",
+    "FencewatchError",
     "Finding",
     "Health",
     "InvalidEvent",
     "KeyState",
     "Kind",
     "Severity",
+    "StateError",
     "assess",
     "event_to_dict",
     "finding_id",

@@ -41,6 +41,7 @@ from typing import Any, Final, final
 import msgspec
 import orjson
 
+from streams.core.errors import ConfigError, StateError
 from streams.core.findings import ACTIONS, Evidence, Finding, finding_id
 from streams.core.records import SEVERITY_RANK, Event, EventType, Kind
 
@@ -138,10 +139,6 @@ _SEVERITY_OF: Final = {k: k.severity for k in Kind}
 Identity = tuple[str, int | None, str | None]  # (family, epoch, effect key)
 
 
-class StateError(ValueError):
-    """Serialized key state that cannot be decoded (corrupt or from a newer build)."""
-
-
 @dataclass(frozen=True, slots=True)
 class DetectorConfig:
     max_events_per_key: int = DEFAULT_MAX_EVENTS_PER_KEY
@@ -149,9 +146,9 @@ class DetectorConfig:
 
     def __post_init__(self) -> None:
         if self.max_events_per_key < 8:
-            raise ValueError("max_events_per_key must be at least 8")
+            raise ConfigError("max_events_per_key must be at least 8")
         if self.max_findings_per_key < 1:
-            raise ValueError("max_findings_per_key must be at least 1")
+            raise ConfigError("max_findings_per_key must be at least 1")
 
 
 @final

@@ -14,6 +14,7 @@ from typing import Any, Final
 import msgspec
 import orjson
 
+from streams.core.errors import InvalidEvent
 from streams.core.records import EFFECT_TYPES, MAX_INT63, Event, EventType
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "KNOWN_VERSIONS", "InvalidEvent", "parse_event", "to_event"]
@@ -32,16 +33,6 @@ _OPTIONAL_STRINGS: tuple[tuple[str, int], ...] = (
     ("run_id", 256),
     ("ts", 64),
 )
-
-
-class InvalidEvent(ValueError):
-    """An event that breaks the contract; ``field`` names the culprit
-    (``None`` when the whole record is at fault, e.g. malformed JSON)."""
-
-    def __init__(self, field: str | None, reason: str) -> None:
-        self.field = field
-        self.reason = reason
-        super().__init__(f"{field}: {reason}" if field else reason)
 
 
 def _describe(value: Any) -> str:

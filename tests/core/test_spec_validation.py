@@ -262,7 +262,7 @@ def test_oversize_event_is_rejected() -> None:
     """An event over 64 KiB is rejected by default, with a reason naming the size."""
     err = rejected(_padded(64 * 1024 + 1))
     assert err.field is None
-    assert "65537" in err.reason or "64" in err.reason
+    assert err.reason == "event is 65537 bytes, the limit is 65536"
 
 
 def test_size_cap_is_configurable() -> None:
@@ -311,7 +311,8 @@ def test_rejection_is_a_value_error_with_field_and_reason() -> None:
     err = rejected(base(epoch="x"))
     assert isinstance(err, ValueError)
     assert err.field == "epoch"
-    assert "epoch" in str(err) or err.reason in str(err)
+    assert err.reason == "must be an integer, got a string"
+    assert str(err) == "epoch: must be an integer, got a string"
 
 
 def _nested(depth: int, where: str) -> bytes:

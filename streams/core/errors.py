@@ -1,0 +1,47 @@
+"""The root of fencewatch's error family, and the pure core's own errors.
+
+Every error fencewatch raises derives from :class:`FencewatchError`, so a
+caller (the CLI, an embedding service) can catch the project's errors in one
+place without catching a client library's. The base lives here, in the core,
+because the core raises errors too and must not import the adapters;
+``streams.errors`` re-exports it next to the adapters' errors.
+
+Errors about a bad value also derive from :class:`ValueError`: callers that
+validate input catch ``ValueError``, and these are that. Every field an error
+carries is set by its constructor, never attached at the raise site.
+
+Not compiled (mypyc): the compiled modules import these classes, and keeping
+exceptions ordinary Python classes keeps them subclassable and picklable.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "FencewatchError", "InvalidEvent", "StateError"]
+
+
+class FencewatchError(Exception):
+    """Base class of fencewatch's own errors."""
+
+
+class ConfigError(FencewatchError, ValueError):
+    """A setting out of its allowed range (e.g. a detector bound too small)."""
+
+
+class InvalidEvent(FencewatchError, ValueError):
+    """An event that breaks the contract (SPEC §2, §7); ``field`` names the
+    culprit: a field name, ``"key"`` for the Kafka key, or ``None`` when the
+    whole record is at fault (malformed JSON, not an object, over the size cap)."""
+
+    def __init__(self, field: str | None, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}" if field else reason)
+
+    def __reduce__(self) -> tuple[type[InvalidEvent], tuple[str | None, str]]:
+        # Exceptions pickle their ``args``; this one's constructor takes two.
+        return (type(self), (self.field, self.reason))
+
+
+class StateError(FencewatchError, ValueError):
+    """Serialized detector state that cannot be decoded (corrupt, or written by
+    a newer build)."""

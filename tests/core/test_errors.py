@@ -1,0 +1,61 @@
+"""One error family (issue 14 item 4): the core's errors are typed FencewatchError subclasses."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pickle
+import pkgutil
+
+import pytest
+
+import streams.core
+import streams.errors
+from streams.core import Detector, DetectorConfig, KeyState, parse_event
+from streams.core.errors import ConfigError, FencewatchError, InvalidEvent, StateError
+
+
+def test_streams_errors_reexports_the_core_base() -> None:
+    """streams.errors.FencewatchError is the core's class; the adapters' errors derive from it."""
+    assert streams.errors.FencewatchError is FencewatchError
+    for name in ("BrokerError", "StoreError", "LeaseHeld", "LeaseLost", "StaleOwner"):
+        assert issubclass(getattr(streams.errors, name), FencewatchError), name
+
+
+def test_every_exception_class_in_the_core_is_a_fencewatch_error() -> None:
+    """Each exception class defined under streams/core derives from FencewatchError."""
+    seen = []
+    for info in pkgutil.iter_modules(streams.core.__path__, "streams.core."):
+        module = importlib.import_module(info.name)
+        for _, obj in inspect.getmembers(module, inspect.isclass):
+            if issubclass(obj, BaseException) and obj.__module__.startswith("streams."):
+                seen.append(obj)
+                assert issubclass(obj, FencewatchError), obj
+    assert {InvalidEvent, StateError, ConfigError} <= set(seen)
+
+
+def test_invalid_event_is_typed_and_still_a_value_error() -> None:
+    """A rejected event raises InvalidEvent (a ValueError) with field and reason set in __init__."""
+    with pytest.raises(ValueError) as info:
+        parse_event(b'{"type": "progress"}')
+    exc = info.value
+    assert isinstance(exc, InvalidEvent) and isinstance(exc, FencewatchError)
+    assert exc.field == "workflow_key" and exc.reason == "is required"
+    again = pickle.loads(pickle.dumps(exc))
+    assert (again.field, again.reason, str(again)) == (exc.field, exc.reason, str(exc))
+
+
+def test_detector_config_out_of_range_is_a_config_error() -> None:
+    """A detector bound below its minimum raises ConfigError, a ValueError."""
+    with pytest.raises(ConfigError, match="max_events_per_key must be at least 8"):
+        DetectorConfig(max_events_per_key=2)
+    with pytest.raises(ValueError, match="max_findings_per_key"):
+        Detector(DetectorConfig(max_findings_per_key=0))
+
+
+def test_corrupt_state_is_a_state_error() -> None:
+    """Undecodable key state raises StateError, a FencewatchError and a ValueError."""
+    with pytest.raises(StateError, match="corrupt key state"):
+        KeyState.from_bytes(b"not json")
+    with pytest.raises(FencewatchError, match="state version"):
+        KeyState.from_bytes(b'{"v": 99}')

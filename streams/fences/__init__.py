@@ -13,7 +13,8 @@ Typical use, one database for the lease store and the sink::
 
 from __future__ import annotations
 
-from streams.fences.db import Database, Tx, open_database
+from streams.fences.connect import open_database
+from streams.fences.db import Database, Tx
 from streams.fences.lease import EventPublisher, Lease, LeaseStore, Stamp
 from streams.fences.lease_sql import SqlLeaseStore
 from streams.fences.sink import AppliedEffect, EffectSink, FencedSink, Receipt, UnfencedSink

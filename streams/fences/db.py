@@ -2,7 +2,8 @@
 
 The lease store, the fenced sink and the outbox run the same SQL on SQLite and
 PostgreSQL; what differs (placeholders, row locks, the store's clock, error
-translation) lives in the two adapters. A :class:`Tx` is one database
+translation) lives in the two adapters; :func:`streams.fences.connect.open_database`
+picks one from a URL. A :class:`Tx` is one database
 transaction holding the write boundary: on SQLite ``BEGIN IMMEDIATE`` (the
 whole database), on PostgreSQL row locks taken with ``FOR UPDATE``/``FOR SHARE``.
 """
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-__all__ = ["Clock", "Database", "Dialect", "PerThread", "Tx", "check_prefix", "open_database"]
+__all__ = ["Clock", "Database", "Dialect", "PerThread", "Tx", "check_prefix"]
 
 Dialect = Literal["sqlite", "postgres"]
 #: A store clock: seconds since the Unix epoch, as the store sees them.
@@ -107,21 +108,3 @@ def check_prefix(prefix: str) -> str:
     if not _PREFIX.fullmatch(prefix):
         raise ValueError(f"table prefix must match {_PREFIX.pattern}, got {prefix!r}")
     return prefix
-
-
-def open_database(url: str, *, clock: Clock | None = None) -> Database:
-    """``sqlite:///path/to/file.db`` (or a bare path) or ``postgresql://...``.
-
-    ``clock`` replaces SQLite's own clock (tests freeze it); PostgreSQL always
-    uses the server's ``clock_timestamp()``.
-    """
-    if url.startswith(("postgresql://", "postgres://")):
-        if clock is not None:
-            raise ValueError("PostgreSQL uses the server's clock; a clock cannot be injected")
-        from streams.fences.postgres_db import PostgresDatabase
-
-        return PostgresDatabase(url)
-    from streams.fences.sqlite_db import SqliteDatabase
-
-    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
-    return SqliteDatabase(path, clock=clock)

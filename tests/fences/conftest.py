@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from streams.fences.db import Clock, Database, open_database
+from streams.fences.connect import open_database
+from streams.fences.db import Clock, Database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PG_LOCAL = REPO_ROOT / "scripts" / "postgres-local"

@@ -141,7 +141,7 @@ def test_frozen_store_clock_decides_expiry_on_sqlite(
     tmp_path: object, frozen_clock: FrozenClock
 ) -> None:
     """With the SQLite store clock frozen, a lease expires exactly when that clock passes it."""
-    from streams.fences.db import open_database
+    from streams.fences.connect import open_database
 
     db = open_database(f"sqlite:///{tmp_path}/clock.db", clock=frozen_clock)
     store = SqlLeaseStore(db)

@@ -255,7 +255,7 @@ def test_init_inversion_is_detected_and_the_rightful_owner_recovers(
 ) -> None:
     """A stale init that slips past its lease check fences the new owner; the stale
     one refuses after init, the new owner takes the id back and delivers."""
-    import streams.fences.outbox as outbox_mod
+    import streams.fences.outbox.producer as outbox_mod
 
     topic, key = unique_topic(partitions=1), _key()
     a_epoch = world.leases.acquire(key, "alpha", ttl=TTL).epoch

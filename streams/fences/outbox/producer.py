@@ -1,26 +1,13 @@
-"""The transactional outbox, fenced like Kafka's ``ProducerFencedException``.
+"""The outbox producer: one owner's staged effects, published in Kafka
+transactions fenced like ``ProducerFencedException``.
 
-Three parts:
-
-* :class:`Outbox` stages an effect in the outbox table inside the same
-  database transaction that compares the owner's epoch with the lease table:
-  a displaced owner cannot even stage.
-* :class:`OutboxProducer` publishes one owner's staged effects to the effects
-  topic inside Kafka transactions. Its ``transactional.id`` is derived from the
-  workflow key, so a newer owner's ``init_transactions()`` fences the older
-  producer, whose next commit fails with librdkafka's ``_FENCED``; that becomes
-  :class:`~streams.errors.StaleOwner` plus an ``effect_rejected`` event. Kafka
-  is latest-init-wins, so the producer refuses to initialize unless the lease
-  store says its epoch is current, and records its identity next to the owner
-  epoch so an inversion (a lower epoch initializing after a higher one) is
-  detected and refused.
-* :class:`EffectApplier` is the consuming-side fence: it applies an effect
-  message through a :class:`~streams.fences.sink.FencedSink` only if the epoch
-  in its header is current, and the idempotency key in its header makes a
-  redelivered or republished message a no-op.
-
-See docs/fences.md for the race between the lease check and the producer
-initialization, and why the consuming fence closes it.
+The ``transactional.id`` is derived from the workflow key, so a newer owner's
+``init_transactions()`` fences the older producer, whose next commit fails with
+librdkafka's ``_FENCED``; that becomes :class:`~streams.errors.StaleOwner`
+plus an ``effect_rejected`` event. Kafka is latest-init-wins, so the producer
+refuses to initialize unless the lease store says its epoch is current, and
+records its identity next to the owner epoch so an inversion (a lower epoch
+initializing after a higher one) is detected and refused. See docs/fences.md.
 """
 
 from __future__ import annotations
@@ -30,34 +17,24 @@ import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from streams.core.records import MAX_INT63, Event, EventType
+from streams.core.records import Event, EventType
 from streams.errors import BrokerError, StaleOwner
 from streams.fences.db import Database, Tx, check_prefix
 from streams.fences.lease import EventPublisher, check_lease_args
 from streams.fences.lease_sql import SqlLeaseStore
-from streams.fences.sink import (
-    DEFAULT_MAX_PAYLOAD_BYTES,
-    EffectTable,
-    FencedSink,
-    Receipt,
-    ReceiptStatus,
-    check_effect_args,
-)
+from streams.fences.outbox.table import Outbox, StagedEffect, lease_problem
 
 __all__ = [
+    "EFFECT_KEY_HEADER",
     "EPOCH_HEADER",
     "IDEMPOTENCY_HEADER",
-    "EffectApplier",
-    "EffectMessage",
-    "InvalidEffectMessage",
-    "Outbox",
+    "WORKER_HEADER",
     "OutboxProducer",
     "OutboxSettings",
-    "StagedEffect",
     "transactional_id_for",
 ]
 
@@ -66,7 +43,7 @@ IDEMPOTENCY_HEADER = "fencewatch-idempotency-key"
 EFFECT_KEY_HEADER = "fencewatch-effect-key"
 WORKER_HEADER = "fencewatch-worker"
 
-# librdkafka reports a fenced transactional producer as the fatal _FENCED;
+# librdkafka reports# librdkafka reports a fenced transactional producer as the fatal _FENCED;
 # brokers may also answer PRODUCER_FENCED or INVALID_PRODUCER_EPOCH first.
 _FENCED_CODES = frozenset(
     {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
@@ -92,109 +69,6 @@ class OutboxSettings:
     batch_size: int = 100
     check_each_batch: bool = True
     extra: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class StagedEffect:
-    """One outbox row waiting to be published."""
-
-    id: int
-    workflow_key: str
-    epoch: int
-    effect_key: str
-    idempotency_key: str
-    payload: bytes
-
-
-class Outbox(EffectTable):
-    """Stages effects for the current owner (the lease table must live in the
-    same database under the same prefix: the compare is a local read)."""
-
-    def __init__(
-        self,
-        db: Database,
-        *,
-        prefix: str = "fw_",
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-    ) -> None:
-        super().__init__(db, prefix=prefix, max_payload_bytes=max_payload_bytes)
-
-    def stage(
-        self,
-        workflow_key: str,
-        epoch: int,
-        effect_key: str,
-        payload: bytes,
-        *,
-        idempotency_key: str | None = None,
-    ) -> Receipt:
-        """Stage the effect if ``epoch`` is the key's current epoch: ``committed``
-        means staged, ``duplicate`` that this idempotency key is already in the
-        outbox, ``rejected`` that the epoch is stale (nothing staged)."""
-        idem = self._check(workflow_key, epoch, effect_key, payload, idempotency_key)
-        p = self.prefix
-        with self.db.transaction() as tx:
-            current = _lease_epoch(tx, p, workflow_key)
-            if epoch != current:
-                reason = "stale_epoch" if epoch < current else "unknown_epoch"
-                return Receipt(
-                    "rejected", workflow_key, epoch, effect_key, idem, current, "outbox", reason
-                )
-            written = tx.run(
-                f"INSERT INTO {p}outbox (workflow_key, epoch, effect_key, idempotency_key,"
-                " payload, status, staged_at) VALUES (?, ?, ?, ?, ?, 'staged', ?)"
-                " ON CONFLICT (workflow_key, idempotency_key) DO NOTHING",
-                (workflow_key, epoch, effect_key, idem, bytes(payload), tx.now()),
-            )
-        status: ReceiptStatus = "committed" if written == 1 else "duplicate"
-        return Receipt(status, workflow_key, epoch, effect_key, idem, current, "outbox")
-
-    def pending(self, workflow_key: str, epoch: int, limit: int) -> list[StagedEffect]:
-        """Staged, unsent rows of this owner, oldest first."""
-        with self.db.transaction() as tx:
-            rows = tx.query(
-                f"SELECT id, workflow_key, epoch, effect_key, idempotency_key, payload"
-                f" FROM {self.prefix}outbox WHERE workflow_key = ? AND epoch = ?"
-                " AND status = 'staged' ORDER BY id LIMIT ?",
-                (workflow_key, epoch, limit),
-            )
-        return [StagedEffect(int(r[0]), r[1], int(r[2]), r[3], r[4], bytes(r[5])) for r in rows]
-
-    def statuses(self, workflow_key: str) -> dict[str, str]:
-        """Idempotency key to row status (``staged``, ``sent``, ``fenced``,
-        ``superseded``), for inspection and tests."""
-        with self.db.transaction() as tx:
-            rows = tx.query(
-                f"SELECT idempotency_key, status FROM {self.prefix}outbox WHERE workflow_key = ?",
-                (workflow_key,),
-            )
-        return {r[0]: r[1] for r in rows}
-
-
-def _lease_epoch(tx: Tx, prefix: str, key: str) -> int:
-    rows = tx.query(
-        f"SELECT epoch FROM {prefix}leases WHERE workflow_key = ?{tx.for_share}", (key,)
-    )
-    return int(rows[0][0]) if rows else 0
-
-
-def _lease_problem(tx: Tx, prefix: str, key: str, epoch: int, worker_id: str) -> str | None:
-    """Why this owner may not act now (None when it holds the current lease)."""
-    rows = tx.query(
-        f"SELECT epoch, holder, expires_at FROM {prefix}leases WHERE workflow_key = ?"
-        f"{tx.for_share}",
-        (key,),
-    )
-    if not rows:
-        return "no lease was ever granted for this key"
-    current, holder, expires_at = int(rows[0][0]), rows[0][1], float(rows[0][2])
-    if current != epoch:
-        return f"epoch {epoch} is not current (current is {current})"
-    if holder != worker_id:
-        return f"the lease is not held by {worker_id!r}"
-    if expires_at <= tx.now():
-        return "the lease expired by the store's clock"
-    return None
 
 
 class OutboxProducer:
@@ -246,7 +120,7 @@ class OutboxProducer:
             raise RuntimeError("init() was already called")
         p, key = self.prefix, self.workflow_key
         with self.db.transaction() as tx:
-            problem = _lease_problem(tx, p, key, self.epoch, self.worker_id)
+            problem = lease_problem(tx, p, key, self.epoch, self.worker_id)
             if problem is None:
                 problem = self._newer_identity(tx)
         if problem is not None:
@@ -269,7 +143,7 @@ class OutboxProducer:
         # fenced the rightful owner: refuse before publishing anything, and
         # leave the rows of lower epochs to no one.
         with self.db.transaction() as tx:
-            problem = _lease_problem(tx, p, key, self.epoch, self.worker_id)
+            problem = lease_problem(tx, p, key, self.epoch, self.worker_id)
             if problem is None:
                 recorded = tx.run(
                     f"INSERT INTO {p}producers (workflow_key, owner_epoch, worker_id,"
@@ -324,7 +198,7 @@ class OutboxProducer:
             return 0
         if self.settings.check_each_batch:
             with self.db.transaction() as tx:
-                problem = _lease_problem(
+                problem = lease_problem(
                     tx, self.prefix, self.workflow_key, self.epoch, self.worker_id
                 )
             if problem is not None:
@@ -339,7 +213,7 @@ class OutboxProducer:
             # us, the rightful owner: then take the transactional id back
             # once and resend (the idempotency keys make the resend safe).
             with self.db.transaction() as tx:
-                problem = _lease_problem(
+                problem = lease_problem(
                     tx, self.prefix, self.workflow_key, self.epoch, self.worker_id
                 )
             if problem is not None:
@@ -457,85 +331,3 @@ def _broker_error(exc: KafkaException, what: str) -> BrokerError:
     if err is None:
         return BrokerError(f"{what}: {exc}")
     return BrokerError(f"{what}: {err.str()}", code=err.name(), retriable=bool(err.retriable()))
-
-
-# -- the consuming side ---------------------------------------------------------
-
-
-class InvalidEffectMessage(ValueError):
-    """An effects-topic message without valid fencewatch headers."""
-
-
-@dataclass(frozen=True, slots=True)
-class EffectMessage:
-    workflow_key: str
-    epoch: int
-    effect_key: str
-    idempotency_key: str
-    payload: bytes
-
-
-class _Message(Protocol):
-    def key(self) -> bytes | None: ...
-    def value(self) -> bytes | None: ...
-    def headers(self) -> list[tuple[str, bytes | None]] | None: ...
-
-
-def parse_effect_message(msg: _Message) -> EffectMessage:
-    """Read key, payload and the fencewatch headers; InvalidEffectMessage on anything off."""
-    raw_key = msg.key()
-    if not raw_key:
-        raise InvalidEffectMessage("message has no key (the workflow key)")
-    try:
-        key = raw_key.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidEffectMessage("message key is not UTF-8") from None
-    headers: dict[str, bytes] = {}
-    for name, value in msg.headers() or []:
-        if value is not None and name not in headers:
-            headers[name] = value
-    try:
-        epoch_text = headers[EPOCH_HEADER].decode("ascii")
-        idem = headers[IDEMPOTENCY_HEADER].decode("utf-8")
-        effect_key = headers.get(EFFECT_KEY_HEADER, headers[IDEMPOTENCY_HEADER]).decode("utf-8")
-    except KeyError as exc:
-        raise InvalidEffectMessage(f"missing header {exc.args[0]}") from None
-    except UnicodeDecodeError:
-        raise InvalidEffectMessage("a fencewatch header is not valid text") from None
-    if not epoch_text.isdigit() or len(epoch_text) > 19 or int(epoch_text) > MAX_INT63:
-        raise InvalidEffectMessage(f"{EPOCH_HEADER} is not an integer in [0, 2^63): {epoch_text!r}")
-    return EffectMessage(key, int(epoch_text), effect_key, idem, msg.value() or b"")
-
-
-class EffectApplier:
-    """Applies effect messages through a fenced sink, only while their epoch is
-    current. With ``leases`` (a lease store the applier can read), the sink
-    is first advanced to the key's current epoch, so even the first message of
-    a displaced owner after a takeover is refused; without it, the sink's own
-    memory of the highest epoch it applied is the fence."""
-
-    def __init__(self, sink: FencedSink, *, leases: SqlLeaseStore | None = None) -> None:
-        self.sink = sink
-        self.leases = leases
-
-    def apply_message(self, msg: _Message) -> Receipt:
-        """Apply one message; raises InvalidEffectMessage for a malformed one
-        (the caller dead-letters it) and the sink's errors as StoreError."""
-        em = parse_effect_message(msg)
-        try:
-            check_effect_args(
-                em.workflow_key, em.epoch, em.effect_key, em.payload, self.sink.max_payload_bytes
-            )
-        except ValueError as exc:
-            raise InvalidEffectMessage(str(exc)) from None
-        if self.leases is not None:
-            current = self.leases.current_epoch(em.workflow_key)
-            if current > 0:
-                self.sink.advance(em.workflow_key, current)
-        return self.sink.apply(
-            em.workflow_key,
-            em.epoch,
-            em.effect_key,
-            em.payload,
-            idempotency_key=em.idempotency_key,
-        )

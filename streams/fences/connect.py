@@ -1,0 +1,30 @@
+"""Open a fences database from a URL: the one place that knows both adapters.
+
+Kept apart from :mod:`streams.fences.db` (the port the adapters implement) so
+the adapters import the port and nothing imports back: no import circle.
+"""
+
+from __future__ import annotations
+
+from streams.fences.db import Clock, Database
+
+__all__ = ["open_database"]
+
+
+def open_database(url: str, *, clock: Clock | None = None) -> Database:
+    """``sqlite:///path/to/file.db`` (or a bare path) or ``postgresql://...``.
+
+    ``clock`` replaces SQLite's own clock (tests freeze it); PostgreSQL always
+    uses the server's ``clock_timestamp()``.
+    """
+    if url.startswith(("postgresql://", "postgres://")):
+        if clock is not None:
+            raise ValueError("PostgreSQL uses the server's clock; a clock cannot be injected")
+        # Imported here: psycopg is the optional `postgres` extra.
+        from streams.fences.postgres_db import PostgresDatabase
+
+        return PostgresDatabase(url)
+    from streams.fences.sqlite_db import SqliteDatabase
+
+    path = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else url
+    return SqliteDatabase(path, clock=clock)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
+import os
+import stat
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -16,14 +19,15 @@ from datetime import datetime
 from typing import IO, Any
 
 from streams._native import native_summary
+from streams.cli.progress import TOPIC_UPDATE_EVERY, AuditProgress, Interrupt, audit_progress
 from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, Detector, DetectorConfig
 from streams.core.records import SEVERITY_RANK, Severity
-from streams.core.replay import Replay
+from streams.core.replay import Invalid, Replay
 from streams.core.validate import DEFAULT_MAX_EVENT_BYTES
 from streams.errors import FencewatchError
 from streams.report import FORMATS, render_html, render_json, render_jsonl, render_text
 
-__all__ = ["batch_gc", "register", "run_files"]
+__all__ = ["batch_gc", "no_event_message", "register", "run_files"]
 
 _FAIL_ON = [s.value for s in Severity] + ["never"]
 
@@ -59,7 +63,12 @@ def register(sub: Any) -> None:
         "--strict", action="store_true", help="stop at the first invalid record and exit 2"
     )
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here, not stdout")
-    p.add_argument("--max-event-bytes", type=int, default=DEFAULT_MAX_EVENT_BYTES)
+    p.add_argument(
+        "--max-event-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_EVENT_BYTES,
+        help=f"longest event line accepted (default {DEFAULT_MAX_EVENT_BYTES})",
+    )
     p.add_argument(
         "--max-events-per-key",
         type=int,
@@ -84,20 +93,126 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=_main)
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a usage error, exit 2, otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _err(msg: str) -> None:
     print(f"fencewatch audit: {msg}", file=sys.stderr)
 
 
-def run_files(replay: Replay, streams_: list[tuple[str, IO[bytes]]], *, strict: bool) -> None:
-    """Feed each file's lines in order; line numbers count on across files."""
+def run_files(
+    replay: Replay,
+    streams_: list[tuple[str, IO[bytes]]],
+    *,
+    strict: bool,
+    progress: AuditProgress | None = None,
+    interrupt: Interrupt | None = None,
+) -> list[_Input]:
+    """Feed each file's lines in order; line numbers count on across files.
+    Returns the inputs read (their first bytes say what a file that held no
+    event was)."""
+    progress = progress or AuditProgress()
+    inputs: list[_Input] = []
     offset = 0
     for name, fh in streams_:
+        src = _Input(name, fh, replay, progress, interrupt)
+        inputs.append(src)
+        progress.file(name, src.size)
         before = replay.invalid_count
-        # read1: return what is there (a pipe need not fill a whole chunk).
-        read = getattr(fh, "read1", fh.read)
-        offset = replay.feed_stream(read, source=name, offset=offset, stop_on_invalid=strict)
+        offset = replay.feed_stream(src.read, source=name, offset=offset, stop_on_invalid=strict)
         if strict and replay.invalid_count != before:
             raise _StrictStop
+        if interrupt is not None and interrupt.requested:
+            break
+    return inputs
+
+
+class _Input:
+    """One input file as :meth:`Replay.feed_stream` reads it: counts the bytes
+    for the progress display, keeps the first bytes (gzip magic? a JSON
+    array?), and ends the stream early when Ctrl-C was pressed."""
+
+    __slots__ = ("_interrupt", "_progress", "_read", "_replay", "head", "name", "size")
+
+    def __init__(
+        self,
+        name: str,
+        fh: IO[bytes],
+        replay: Replay,
+        progress: AuditProgress,
+        interrupt: Interrupt | None,
+    ) -> None:
+        self.name = name
+        # read1: return what is there (a pipe need not fill a whole chunk).
+        self._read = getattr(fh, "read1", fh.read)
+        self._replay = replay
+        self._progress = progress
+        self._interrupt = interrupt
+        self.head = b""
+        self.size = _regular_size(fh)
+
+    def read(self, n: int) -> bytes:
+        if self._interrupt is None:
+            data = self._read(n)
+        else:
+            data = self._interrupt.call(self._read, n) or b""
+        if data:
+            if len(self.head) < _HEAD_BYTES:
+                self.head += data[: _HEAD_BYTES - len(self.head)]
+            r = self._replay
+            self._progress.bytes_read(len(data), r.records - r.invalid_count)
+        return data
+
+
+_HEAD_BYTES = 64
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _regular_size(fh: IO[bytes]) -> int | None:
+    """The size of a regular file (for "bytes of total"); None for a pipe."""
+    try:
+        st = os.fstat(fh.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def no_event_message(replay: Replay, what: str, inputs: list[_Input]) -> str | None:
+    """SPEC §6: input that holds records and not one valid event is unreadable
+    (a gzip file, one JSON array, the wrong file). The one line saying so,
+    with a guess at why; None when there is an event, or no record at all
+    (an empty input is an empty report)."""
+    if replay.records == 0 or replay.records > replay.invalid_count:
+        return None
+    n = replay.records
+    base = f"{what}: no valid event in {n} record{'s' if n != 1 else ''}"
+    for src in inputs:
+        head = src.head.removeprefix(b"\xef\xbb\xbf").lstrip()
+        if src.head.startswith(_GZIP_MAGIC):
+            return f"{base} (is it gzip-compressed? try: zcat {src.name} | fencewatch audit -)"
+        if head.startswith(b"["):
+            return (
+                f"{base} (it looks like one JSON array; audit reads JSON Lines, one event "
+                f"object per line: jq -c '.[]' {src.name} | fencewatch audit -)"
+            )
+    if replay.invalid and all("over the limit" in i.reason for i in replay.invalid):
+        return f"{base} (every record is over --max-event-bytes {replay.max_event_bytes})"
+    if replay.invalid:
+        inv = replay.invalid[0]
+        return f"{base} (first, {_where(inv)}: {inv.field + ': ' if inv.field else ''}{inv.reason})"
+    return base
+
+
+def _where(inv: Invalid) -> str:
+    return f"{inv.source}:{inv.line}" if inv.line is not None else f"{inv.source}@{inv.offset}"
 
 
 @contextmanager
@@ -140,7 +255,9 @@ def _bound(offset: int | None, time_text: str | None, default: Any) -> Any:
     return default
 
 
-def _run_topic(replay: Replay, args: argparse.Namespace) -> None:
+def _run_topic(
+    replay: Replay, args: argparse.Namespace, progress: AuditProgress, interrupt: Interrupt
+) -> None:
     from streams.live.replay_reader import BEGINNING, END, iter_topic  # Kafka only when asked
 
     config: dict[str, str] = {}
@@ -152,22 +269,62 @@ def _run_topic(replay: Replay, args: argparse.Namespace) -> None:
     start = _bound(args.from_offset, args.since, BEGINNING)
     end = _bound(args.to_offset, args.until, END)
     source = args.topic
-    for rec in iter_topic(args.bootstrap_servers, args.topic, start=start, end=end, config=config):
+    # Progress from the end offsets snapshotted when the read starts: a
+    # partition is done at its end offset (records of aborted transactions
+    # and markers are skipped, so offsets, not counts, measure the way).
+    begin: dict[int, int] = {}
+    stop: dict[int, int] = {}
+    reached: dict[int, int] = {}
+
+    def plan(b: dict[int, int], e: dict[int, int]) -> None:
+        begin.update(b)
+        stop.update(e)
+        reached.update(b)
+        total = sum(max(0, e[p] - b[p]) for p in b)
+        progress.topic(source, total, len(b))
+
+    def report() -> None:
+        done = sum(reached[p] - begin[p] for p in reached)
+        finished = sum(1 for p in reached if reached[p] >= stop[p])
+        progress.records(done, finished)
+
+    records = iter_topic(
+        args.bootstrap_servers, args.topic, start=start, end=end, config=config, on_plan=plan
+    )
+    n = 0
+    while True:
+        rec = interrupt.call(next, records, None)
+        if rec is None:
+            break
         before = replay.invalid_count
         replay.feed(
             rec.value or b"", key=rec.key, offset=rec.offset, source=f"{source}/{rec.partition}"
         )
         if args.strict and replay.invalid_count != before:
             raise _StrictStop
+        reached[rec.partition] = min(rec.offset + 1, stop.get(rec.partition, rec.offset + 1))
+        n += 1
+        if n % TOPIC_UPDATE_EVERY == 0:
+            report()
+    if stop and not interrupt.requested:
+        reached.update(stop)
+    if stop:
+        report()
 
 
-def _replay_inputs(replay: Replay, args: argparse.Namespace) -> None:
+def _replay_inputs(
+    replay: Replay, args: argparse.Namespace, progress: AuditProgress, interrupt: Interrupt
+) -> list[_Input]:
     if args.topic:
-        _run_topic(replay, args)
-        return
+        _run_topic(replay, args, progress, interrupt)
+        return []
+    paths = args.paths or ["-"]
+    if not args.paths and sys.stdin.isatty():
+        # Not a hang: say what it is waiting for (SPEC §6: no PATH is stdin).
+        _err("reading events from stdin (end with Ctrl-D; give PATH or '-' to skip this note)")
     with ExitStack() as stack:
         opened: list[tuple[str, IO[bytes]]] = []
-        for path in args.paths or ["-"]:
+        for path in paths:
             if path == "-":
                 opened.append(("<stdin>", sys.stdin.buffer))
                 continue
@@ -175,7 +332,7 @@ def _replay_inputs(replay: Replay, args: argparse.Namespace) -> None:
                 opened.append((path, stack.enter_context(open(path, "rb"))))
             except OSError as exc:
                 raise _Unreadable(f"cannot read {path}: {exc.strerror or exc}") from None
-        run_files(replay, opened, strict=args.strict)
+        return run_files(replay, opened, strict=args.strict, progress=progress, interrupt=interrupt)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -210,8 +367,14 @@ def _audit(args: argparse.Namespace) -> int:
         )
     replay = Replay(detector, max_event_bytes=args.max_event_bytes)
     strict_stop = False
+    inputs: list[_Input] = []
+    progress = audit_progress(sys.stderr)
+    interrupt = Interrupt()
     try:
-        _replay_inputs(replay, args)
+        with interrupt:
+            inputs = _replay_inputs(replay, args, progress, interrupt)
+    except KeyboardInterrupt:  # the handler was not installed (not the main thread)
+        interrupt.requested = True
     except _StrictStop:
         strict_stop = True
     except _Unreadable as exc:
@@ -226,17 +389,26 @@ def _audit(args: argparse.Namespace) -> int:
     except FencewatchError as exc:  # e.g. BrokerError from the topic reader
         _err(str(exc))
         return 2
+    finally:
+        progress.close()
+    partial = interrupt.requested
+    if not partial and not strict_stop:
+        what = f"topic {args.topic}" if args.topic else ", ".join(i.name for i in inputs)
+        unreadable = no_event_message(replay, what, inputs)
+        if unreadable is not None:
+            _err(unreadable)
+            return 2
 
     if args.format == "json":
-        text = render_json(replay)
+        text = render_json(replay, partial=partial)
     elif args.format == "jsonl":
         text = render_jsonl(replay)
     elif args.format == "html":
-        text = render_html(replay)
+        text = render_html(replay, partial=partial)
     else:
         out_is_tty = args.output is None and sys.stdout.isatty()
         colour = args.colour == "always" or (args.colour == "auto" and out_is_tty)
-        text = render_text(replay, colour=colour, fail_on=args.fail_on)
+        text = render_text(replay, colour=colour, fail_on=args.fail_on, partial=partial)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:
@@ -246,11 +418,16 @@ def _audit(args: argparse.Namespace) -> int:
             return 2
     else:
         sys.stdout.write(text)
+    if partial:
+        _err(
+            f"interrupted after {replay.records} record{'s' if replay.records != 1 else ''}: "
+            "the report above is PARTIAL"
+        )
+        return 130
     if strict_stop:
         inv = replay.invalid[-1]
-        where = f"{inv.source}:{inv.line}" if inv.line is not None else f"{inv.source}@{inv.offset}"
         _err(
-            f"--strict: invalid record at {where}: "
+            f"--strict: invalid record at {_where(inv)}: "
             f"{inv.field + ': ' if inv.field else ''}{inv.reason}"
         )
         return 2

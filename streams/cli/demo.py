@@ -6,6 +6,8 @@
   its lease, fenced (or not) at the destination;
 - ``demo worker``: one agent worker (what split-brain starts twice).
 
+On a terminal, stderr shows a spinner with the current step and its time.
+
 Exit status: 0 when the outcome is the expected one, 1 when it is not or the
 demo could not finish (timeout, processor down), 2 for usage errors; the
 worker exits 0 (effect in place), 3 (refused as stale) or 2 (failed).
@@ -18,6 +20,8 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from streams.cli.progress import demo_status
 
 __all__ = ["register"]
 
@@ -153,7 +157,11 @@ def _demo(run: Any, args: argparse.Namespace) -> int:
 def _live(args: argparse.Namespace) -> int:
     from streams.demo.live import run_live
 
-    return _demo(lambda s: run_live(s, _out, fixture=args.fixture), args)
+    def run(settings: Any) -> bool:
+        with demo_status(sys.stderr, _out) as out:
+            return run_live(settings, out, fixture=args.fixture)
+
+    return _demo(run, args)
 
 
 def _split_brain(args: argparse.Namespace) -> int:
@@ -161,7 +169,8 @@ def _split_brain(args: argparse.Namespace) -> int:
 
     def run(settings: Any) -> bool:
         plan = SplitBrainPlan(unfenced=args.unfenced, ttl=args.ttl, tool_seconds=args.tool_seconds)
-        return run_split_brain(settings, plan, _out)
+        with demo_status(sys.stderr, _out) as out:
+            return run_split_brain(settings, plan, out)
 
     return _demo(run, args)
 

@@ -21,7 +21,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -82,13 +82,16 @@ def iter_topic(
     end: Bound = END,
     config: Mapping[str, Any] | None = None,
     timeout: float = 30.0,
+    on_plan: Callable[[dict[int, int], dict[int, int]], None] | None = None,
 ) -> Iterator[TopicRecord]:
     """Yield the records of ``topic`` with ``start <= position < end`` per
     partition (end exclusive; a :class:`Timestamp` end stops before the first
     record at or after it). ``config`` adds librdkafka settings (security).
 
     Raises :class:`~streams.errors.BrokerError` for an unknown topic or a
-    broker failure."""
+    broker failure. ``on_plan(begin, end)``, when given, is called once with
+    the resolved offsets per partition before the first record (for a
+    progress display)."""
     from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
     conf: dict[str, Any] = {
@@ -125,6 +128,8 @@ def iter_topic(
             stop = _resolve(consumer, topic, partitions, end, lows, highs, timeout, is_end=True)
         except KafkaException as exc:
             raise _broker_error(exc, f"offsets of {topic}") from None
+        if on_plan is not None:
+            on_plan(dict(begin), dict(stop))
         pending = {p for p in partitions if begin[p] < stop[p]}
         if not pending:
             return

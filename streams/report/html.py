@@ -97,7 +97,7 @@ def _timeline_svg(events: list[Evidence], findings: list[Finding]) -> str:
     return "".join(parts)
 
 
-def render_html(replay: Replay, *, title: str = "fencewatch audit") -> str:
+def render_html(replay: Replay, *, title: str = "fencewatch audit", partial: bool = False) -> str:
     health_view = replay.health()
     s = replay.summary(health_view)
     out = [

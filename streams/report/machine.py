@@ -9,16 +9,17 @@ from streams.core.replay import Replay
 __all__ = ["render_json", "render_jsonl"]
 
 
-def render_json(replay: Replay) -> str:
+def render_json(replay: Replay, *, partial: bool = False) -> str:
     """``{"findings": [...], "invalid": [...], "summary": {...}, "health":
     [...]}``, findings in SPEC §6 order (workflow key, position, kind);
-    ``health`` is the health view (SPEC §4), one entry per finding, same order."""
+    ``health`` is the health view (SPEC §4), one entry per finding, same order.
+    ``summary.partial`` is true when the audit was interrupted (Ctrl-C)."""
     health = replay.health()
     doc = {
         "findings": [f.to_dict() for f in replay.latest_findings()],
         "health": [h.to_dict() for h in health],
         "invalid": [i.to_dict() for i in replay.invalid],
-        "summary": replay.summary(health),
+        "summary": {**replay.summary(health), "partial": partial},
     }
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
 

@@ -87,11 +87,21 @@ def _status(h: Health) -> str:
     return "open: needs " + " and ".join(needs)
 
 
-def render_text(replay: Replay, *, colour: bool = False, fail_on: str = "warning") -> str:
+def render_text(
+    replay: Replay, *, colour: bool = False, fail_on: str = "warning", partial: bool = False
+) -> str:
+    """``partial``: the audit was interrupted; a header says the report covers
+    only the records read."""
     findings = replay.latest_findings()
     health_view = replay.health()
     health = {h.finding_id: h for h in health_view}
     lines: list[str] = []
+    if partial:
+        lines.append(
+            f"PARTIAL REPORT: interrupted after {replay.records} records; "
+            "findings and counts cover only what was read"
+        )
+        lines.append("")
     for wkey, group in groupby(findings, key=lambda f: f.workflow_key):
         items = list(group)
         worst = max(items, key=lambda f: _ORDER[::-1].index(f.severity)).severity

@@ -4,6 +4,10 @@
 #   make test        venv + local Kafka and PostgreSQL, the whole suite, services stopped after
 #                    (make test PYTEST_ARGS='tests/kafka -x' to narrow it)
 #   make lint        ruff + mypy
+#   make bench       every benchmark (bench/run_all.py) on a private broker and PostgreSQL:
+#                    bench/results.json, docs/benchmarks.md and the README's table
+#                    (make bench BENCH_ARGS='--only audit_bench' for one)
+#   make test-faults the slow fault tests (@pytest.mark.faults), docs/reliability.md
 #   make broker-start / broker-stop / broker-status   the long-lived dev broker in .run/kafka
 
 SHELL := /bin/bash
@@ -12,10 +16,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.fencewatch-installed
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 # `native` always runs: the script itself checks whether the compiled modules
 # exist and match their sources (cheap), and rebuilds only if not.
-.PHONY: venv native test demo lint broker-start broker-stop broker-status
+.PHONY: venv native test test-faults bench demo lint broker-start broker-stop broker-status
 
 venv: $(STAMP) native
 
@@ -38,6 +43,16 @@ $(STAMP): pyproject.toml
 test: venv
 	scripts/with-services -- $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The fault and volume tests too slow for `make test` (docs/reliability.md).
+test-faults: venv
+	scripts/with-services -- $(BIN)/python -m pytest -m faults $(PYTEST_ARGS)
+
+# Full JIT for the broker: C1-only (the test default) starts faster but
+# would slow the broker side of the throughput figures.
+bench: venv
+	FENCEWATCH_KAFKA_JVM_OPTS="-XX:+UseG1GC" scripts/with-services -- \
+	  $(BIN)/python bench/run_all.py $(BENCH_ARGS)
+
 # The SPEC §5 fixture through the live processor, then the split-brain demo (two real
 # workers, SIGSTOP past the lease, a fenced destination), on a throwaway local broker.
 # Fails if either outcome is wrong; everything is stopped afterwards.
@@ -49,7 +64,7 @@ demo: venv
 	  $(BIN)/fencewatch demo split-brain --bootstrap-servers "$$KAFKA_BOOTSTRAP"'
 
 lint: venv
-	$(BIN)/ruff check streams tests
+	$(BIN)/ruff check streams tests bench
 	$(BIN)/mypy
 
 broker-start:

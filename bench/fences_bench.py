@@ -8,16 +8,22 @@ sink's apply (compare + write in one transaction), each next to the limit
 measured in the same run: one bare ``INSERT`` in its own transaction through
 the same connection layer. Prints microseconds per call and the ratio.
 """
+# make-bench: --n 2000
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from results import Figure, add_json_arg, emit
 
 from streams.fences import FencedSink, SqlLeaseStore, open_database
 
@@ -29,7 +35,7 @@ def _per_call(n: int, fn: Callable[[int], object]) -> float:
     return (time.perf_counter() - start) / n * 1e6
 
 
-def run(url: str, n: int) -> None:
+def run(url: str, n: int) -> list[Figure]:
     db = open_database(url)
     prefix = f"b{uuid.uuid4().hex[:8]}_"
     leases = SqlLeaseStore(db, prefix=prefix)
@@ -60,23 +66,38 @@ def run(url: str, n: int) -> None:
 
     base = _per_call(n, bare)
     print(f"{db.dialect}: bare INSERT transaction {base:8.1f} µs/call (the limit)")
+    out = []
     for name, fn in (("acquire", acquire), ("stamp", stamp), ("apply (fenced)", apply)):
         t = _per_call(n, fn)
         print(f"{db.dialect}: {name:<22} {t:8.1f} µs/call  ({t / base:.2f}x the bare write)")
+        out.append(
+            Figure(
+                f"{db.dialect} lease store / fenced sink: {name}",
+                t,
+                "µs/call",
+                "a bare one-row INSERT transaction, same connection",
+                base,
+                None,
+                f"{n} calls",
+            )
+        )
     db.close()
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--dsn", default=os.environ.get("FENCEWATCH_PG_DSN"))
+    add_json_arg(ap)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        run(f"sqlite:///{Path(tmp) / 'bench.db'}", args.n)
+        figures = run(f"sqlite:///{Path(tmp) / 'bench.db'}", args.n)
     if args.dsn:
-        run(args.dsn, args.n)
+        figures += run(args.dsn, args.n)
     else:
         print("postgresql: skipped (give --dsn or FENCEWATCH_PG_DSN)")
+    emit(args.json, figures)
     return 0
 
 

@@ -8,6 +8,7 @@ state per key, a realistic ~700-byte state of a key after two clean
 handovers), then a worker is started on it. Targets: restore >= 100,000
 changelog records/s; <= 1 KiB resident per idle key.
 """
+# make-bench: --keys 300000
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from live_support import (
     produce_one,
     worker_env,
 )
+from results import Figure, add_json_arg, emit
 
 from streams.core import Detector, parse_event
 
@@ -45,9 +47,15 @@ def state_blob() -> bytes:
 def write_changelog(bs: str, topic: str, n: int, blob: bytes) -> float:
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bs, "transactional.id": f"{topic}-loader",
-                  "partitioner": "murmur2_random", "linger.ms": 20,
-                  "queue.buffering.max.messages": 500_000})
+    p = Producer(
+        {
+            "bootstrap.servers": bs,
+            "transactional.id": f"{topic}-loader",
+            "partitioner": "murmur2_random",
+            "linger.ms": 20,
+            "queue.buffering.max.messages": 500_000,
+        }
+    )
     p.init_transactions(30)
     p.begin_transaction()
     start = time.monotonic()
@@ -76,6 +84,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
+    add_json_arg(ap)
     args = ap.parse_args()
     bs = bootstrap()
     events, findings, dlq, app_id = names("bench-restore")
@@ -93,8 +102,9 @@ def main() -> int:
         # Baseline: the same worker over an empty changelog (another app id).
         e2, f2, d2, a2 = names("bench-restore-empty")
         create_topics(bs, [e2, f2, d2], args.partitions)
-        base = Worker(bs, worker_env(e2, f2, d2, a2, FENCEWATCH_DATA_DIR=tmp + "/b"),
-                      Path(tmp) / "base.log")
+        base = Worker(
+            bs, worker_env(e2, f2, d2, a2, FENCEWATCH_DATA_DIR=tmp + "/b"), Path(tmp) / "base.log"
+        )
         base.wait_ready()
         time.sleep(2)
         rss0 = base.rss_bytes()
@@ -102,8 +112,18 @@ def main() -> int:
         took = write_changelog(bs, changelog, args.keys, blob)
         print(f"wrote {args.keys:,} changelog records ({len(blob)} B state each) in {took:.1f} s")
         log = Path(tmp) / "w.log"
-        w = Worker(bs, worker_env(events, findings, dlq, app_id, FENCEWATCH_DATA_DIR=tmp + "/w",
-                                  FENCEWATCH_LOG_LEVEL="info"), log)
+        w = Worker(
+            bs,
+            worker_env(
+                events,
+                findings,
+                dlq,
+                app_id,
+                FENCEWATCH_DATA_DIR=tmp + "/w",
+                FENCEWATCH_LOG_LEVEL="info",
+            ),
+            log,
+        )
         try:
             w.wait_ready(timeout=900)
             ready = w.ready_after
@@ -122,31 +142,85 @@ def main() -> int:
     # The memory store loads the changelog directly before faust's recovery
     # starts (streams/live/fast_restore.py); RocksDB goes through faust.
     t_start = log_time(log, "fast restore: reading") or log_time(
-        log, "Highwater for active changelog")
+        log, "Highwater for active changelog"
+    )
     t_read = log_time(log, "fast restore: loaded") or log_time(
-        log, "Done reading from changelog topics")
+        log, "Done reading from changelog topics"
+    )
     t_done = log_time(log, "Recovery complete")
-    direct = re.search(r"fast restore: loaded (\d+) changelog records .* directly in (\S+) s",
-                       log.read_text(errors="replace"))
+    direct = re.search(
+        r"fast restore: loaded (\d+) changelog records .* directly in (\S+) s",
+        log.read_text(errors="replace"),
+    )
     print(f"keys in table after restore: {in_table:,} (processed events {keys})")
     print(f"worker start to ready: {ready:.1f} s")
     if direct:
         n, secs = int(direct.group(1)), float(direct.group(2))
-        print(f"direct load (confluent-kafka): {n:,} records in {secs:.2f} s = "
-              f"{n / secs:,.0f} records/s")
+        print(
+            f"direct load (confluent-kafka): {n:,} records in {secs:.2f} s = "
+            f"{n / secs:,.0f} records/s"
+        )
     if t_start and t_done:
         total = (t_done - t_start).total_seconds()
-        print(f"recovery (start of reading -> Recovery complete): {total:.1f} s = "
-              f"{args.keys / total:,.0f} records/s; ratio to 100,000/s: "
-              f"{args.keys / total / 100_000:.2f}")
+        print(
+            f"recovery (start of reading -> Recovery complete): {total:.1f} s = "
+            f"{args.keys / total:,.0f} records/s; ratio to 100,000/s: "
+            f"{args.keys / total / 100_000:.2f}"
+        )
     if t_start and t_read:
         reading = (t_read - t_start).total_seconds()
-        print(f"  of which reading the changelog: {reading:.1f} s"
-              + ("" if direct else
-                 " (includes faust's fixed 2 x 5 s wait for the trailing transaction marker)"))
+        print(
+            f"  of which reading the changelog: {reading:.1f} s"
+            + (
+                ""
+                if direct
+                else " (includes faust's fixed 2 x 5 s wait for the trailing transaction marker)"
+            )
+        )
     per_key = (rss - rss0) / args.keys
-    print(f"RSS {rss / 2**20:.0f} MiB vs {rss0 / 2**20:.0f} MiB empty: {per_key:.0f} B per key; "
-          f"ratio to 1 KiB: {per_key / 1024:.2f}")
+    print(
+        f"RSS {rss / 2**20:.0f} MiB vs {rss0 / 2**20:.0f} MiB empty: {per_key:.0f} B per key; "
+        f"ratio to 1 KiB: {per_key / 1024:.2f}"
+    )
+    figures = []
+    if direct:
+        n, secs = int(direct.group(1)), float(direct.group(2))
+        figures.append(
+            Figure(
+                "state restore, memory store (direct load)",
+                n / secs,
+                "records/s",
+                None,
+                None,
+                "value >= 100000",
+                f"{args.keys:,} keys, {len(blob)} B state each",
+            )
+        )
+    if t_start and t_done:
+        total = (t_done - t_start).total_seconds()
+        figures.append(
+            Figure(
+                "state restore to recovery complete",
+                args.keys / total,
+                "records/s",
+                None,
+                None,
+                None,
+                f"{args.keys:,} keys; includes faust's recovery",
+            )
+        )
+    figures.append(
+        Figure(
+            "resident memory per idle key",
+            per_key,
+            "bytes",
+            None,
+            None,
+            "value <= 1024",
+            f"RSS after restore minus an empty worker's, over {args.keys:,} keys",
+        )
+    )
+    emit(args.json, figures)
     return 0
 
 

@@ -181,3 +181,60 @@ def worker_env(events: str, findings: str, dlq: str, app_id: str, **extra: str) 
     }
     env.update(extra)
     return env
+
+
+class BareRelay:
+    """confluent-kafka consume -> produce -> transactional commit with the
+    offsets every ``interval`` s (read_committed input): the exactly-once
+    floor, the limit of bench/live_latency.py (latency) and
+    bench/live_throughput.py (throughput). :attr:`relayed` counts the
+    records whose transaction committed."""
+
+    def __init__(self, bs: str, src: str, dst: str, partitions: int, interval: float) -> None:
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        self.c = Consumer(
+            {
+                "bootstrap.servers": bs,
+                "group.id": f"bare-{src}",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        self.c.assign([TopicPartition(src, q, 0) for q in range(partitions)])
+        self.p = Producer(
+            {"bootstrap.servers": bs, "transactional.id": f"bare-{src}", "linger.ms": 0}
+        )
+        self.dst, self.interval = dst, interval
+        self.relayed = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+
+    def run(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        p, c = self.p, self.c
+        p.init_transactions(30)
+        p.begin_transaction()
+        positions: dict[tuple[str, int], int] = {}
+        pending = 0
+        last = time.monotonic()
+        while not self.stop.is_set():
+            for m in c.consume(500, 0.005):
+                if m.error() is None:
+                    p.produce(self.dst, m.value(), key=m.key(), partition=m.partition())
+                    positions[m.topic(), m.partition()] = m.offset() + 1
+                    pending += 1
+            p.poll(0)
+            if positions and time.monotonic() - last >= self.interval:
+                offsets = [TopicPartition(t, q, o) for (t, q), o in positions.items()]
+                p.send_offsets_to_transaction(offsets, c.consumer_group_metadata(), 30)
+                p.commit_transaction(30)
+                p.begin_transaction()
+                self.relayed += pending
+                pending = 0
+                positions.clear()
+                last = time.monotonic()
+        p.abort_transaction(30)
+        c.close()

@@ -1,0 +1,61 @@
+"""Machine-readable figures of the benchmarks (``--json FILE``), and the
+convention by which ``make bench`` (``bench/run_all.py``) finds them.
+
+A script in ``bench/`` joins ``make bench`` when one of its first 40 lines is
+
+    # make-bench: [ARGS...]
+
+(``ARGS`` are its arguments for that run, possibly none). It must accept
+``--json FILE`` and, when given, write its figures there with :func:`emit`.
+Helpers (like this module) carry no such line. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["Figure", "add_json_arg", "emit"]
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One measured figure beside the limit measured in the same run.
+
+    ``ratio`` is ``value / limit`` (so for times, lower is better; for rates,
+    higher is). ``target`` is ``"<field> <op> <number>"`` with field ``value``
+    or ``ratio`` and op ``<=`` or ``>=`` (e.g. ``"ratio >= 0.5"``); the runner
+    evaluates it.
+    """
+
+    name: str
+    value: float
+    unit: str
+    limit_name: str | None = None
+    limit: float | None = None
+    target: str | None = None
+    note: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if self.limit is None or self.limit == 0:
+            return None
+        return self.value / self.limit
+
+    def to_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out["ratio"] = self.ratio
+        return out
+
+
+def add_json_arg(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--json", type=Path, help="also write the figures to this file (make bench)")
+
+
+def emit(path: Path | None, figures: list[Figure]) -> None:
+    """Write ``figures`` to ``path`` as ``{"figures": [...]}``; nothing if None."""
+    if path is None:
+        return
+    path.write_text(json.dumps({"figures": [f.to_dict() for f in figures]}, indent=2) + "\n")

@@ -15,7 +15,7 @@ __all__ = ["main"]
 
 # Subcommand modules, imported lazily so that `fencewatch audit` on a file never
 # pays for (or needs) the Kafka client libraries.
-_COMMANDS: tuple[str, ...] = ("audit", "topics", "run", "demo")
+_COMMANDS: tuple[str, ...] = ("audit", "topics", "run", "demo", "findings", "status", "verify")
 
 
 def _version() -> str:

@@ -1,0 +1,251 @@
+"""``fencewatch findings``: read the findings topic; follow it; alert hooks.
+
+Without ``--follow`` (and without a hook) the read ends at the end offsets
+captured at start and shows the latest revision of each finding. With
+``--follow`` each new revision is shown as it arrives, an update of one shown
+before marked as such. ``--exec``/``--webhook`` hand every revision to a hook
+(docs/operate.md); with ``--group`` the position is committed only after the
+hook took it.
+
+Exit status: 0; 2 for a usage error, an unreachable broker, or a topic that
+holds no findings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import orjson
+
+from streams.core.findings import Finding
+from streams.core.records import Kind, Severity
+from streams.errors import FencewatchError
+
+__all__ = ["kafka_config", "register", "render_finding_line"]
+
+_ENV_BOOTSTRAP = "FENCEWATCH_BOOTSTRAP_SERVERS"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "findings",
+        help="show or follow the findings topic; alert hooks (--exec, --webhook)",
+        description="Read ownership findings: the latest revision of each, or follow new ones.",
+    )
+    p.add_argument("--bootstrap-servers", metavar="HOST:PORT", help=f"(or {_ENV_BOOTSTRAP})")
+    p.add_argument("--topic", default=None, help="findings topic (default ownership.findings)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--since", metavar="TIME", help="start at this time (ISO 8601 or epoch ms)")
+    where.add_argument("--new", action="store_true", help="only findings produced from now on")
+    p.add_argument("--follow", "-f", action="store_true", help="keep reading new findings")
+    p.add_argument("--group", metavar="NAME", help="keep a durable position in this consumer group")
+    p.add_argument("--min-severity", choices=[s.value for s in Severity])
+    p.add_argument("--kind", action="append", default=[], choices=[k.value for k in Kind])
+    p.add_argument("--workflow", action="append", default=[], metavar="KEY")
+    p.add_argument("--prefix", metavar="P", help="workflow keys starting with P")
+    p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
+    p.add_argument("--max-tracked", type=int, default=None, help="finding ids remembered")
+    h = p.add_argument_group("alert hooks")
+    target = h.add_mutually_exclusive_group()
+    target.add_argument("--exec", dest="exec_cmd", metavar="CMD", help="run CMD per finding")
+    target.add_argument("--webhook", metavar="URL", help="POST each finding to URL")
+    h.add_argument(
+        "--dead-letter",
+        metavar="FILE",
+        default="fencewatch-findings.dead.jsonl",
+        help="undeliverable findings are appended here (default %(default)s)",
+    )
+    h.add_argument("--max-attempts", type=int, default=5, help="tries per finding (default 5)")
+    h.add_argument("--max-in-flight", type=int, default=100, help="queued deliveries (100)")
+    h.add_argument("--hook-timeout", type=float, default=10.0, help="seconds per attempt (10)")
+    p.add_argument(
+        "--kafka-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra client setting (e.g. security.protocol=SASL_SSL); repeatable",
+    )
+    p.set_defaults(handler=_main)
+
+
+def _err(msg: str) -> None:
+    print(f"fencewatch findings: {msg}", file=sys.stderr)
+
+
+def kafka_config(items: list[str]) -> dict[str, str]:
+    """``KEY=VALUE`` items as a dict; ValueError naming a malformed one."""
+    config: dict[str, str] = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise ValueError(f"--kafka-config wants KEY=VALUE, got {item!r}")
+        config[k] = v
+    return config
+
+
+def render_finding_line(f: Finding, previous_revision: int | None = None) -> str:
+    """One line per finding: severity, kind, key, epochs, effect, id/revision."""
+    epochs = (
+        f"epochs {','.join(map(str, f.epochs))}"
+        if f.epochs is not None
+        else f"epoch {f.stale_epoch} ({f.stale_worker})"
+        + ("" if f.current_epoch is None else f" < {f.current_epoch} ({f.current_worker})")
+    )
+    effect = "" if f.effect_key is None else f"  effect {f.effect_key!r}"
+    update = "" if previous_revision is None else f"  UPDATE of r{previous_revision}"
+    return (
+        f"{f.severity.value:<10} {f.kind.value:<18} {f.workflow_key}  {epochs}{effect}"
+        f"  {f.finding_id} r{f.revision}{update}"
+    )
+
+
+@contextmanager
+def _stop_on_signals(stop: Any) -> Iterator[None]:
+    def handle(_sig: int, _frame: FrameType | None) -> None:
+        stop()
+
+    old = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from streams.cli.audit import _time_ms as time_ms
+    from streams.findings import (
+        DEFAULT_FINDINGS_TOPIC,
+        DEFAULT_MAX_TRACKED,
+        FROM_BEGINNING,
+        ONLY_NEW,
+        FindingFilter,
+        FindingsSettings,
+        Since,
+    )
+
+    bootstrap = args.bootstrap_servers or os.environ.get(_ENV_BOOTSTRAP)
+    if not bootstrap:
+        raise ValueError(f"--bootstrap-servers HOST:PORT is required (or {_ENV_BOOTSTRAP})")
+    start = Since(time_ms(args.since)) if args.since else ONLY_NEW if args.new else FROM_BEGINNING
+    return FindingsSettings(
+        bootstrap_servers=bootstrap,
+        topic=args.topic or DEFAULT_FINDINGS_TOPIC,
+        group=args.group,
+        start=start,
+        follow=args.follow,
+        filter=FindingFilter(
+            min_severity=Severity(args.min_severity) if args.min_severity else None,
+            kinds=frozenset(Kind(k) for k in args.kind),
+            workflows=frozenset(args.workflow),
+            prefix=args.prefix,
+        ),
+        max_tracked=args.max_tracked or DEFAULT_MAX_TRACKED,
+        config=kafka_config(args.kafka_config),
+    )
+
+
+def _main(args: argparse.Namespace) -> int:
+    from streams.findings import FindingsConsumer
+
+    hooked = args.exec_cmd is not None or args.webhook is not None
+    if args.format == "json" and (args.follow or hooked):
+        _err("--format json is one document at the end of a bounded read: use jsonl or text")
+        return 2
+    try:
+        settings = _settings(args)
+        consumer = FindingsConsumer(settings)
+    except (ValueError, FencewatchError) as exc:
+        _err(str(exc))
+        return 2
+    try:
+        with consumer, _stop_on_signals(consumer.stop):
+            if hooked:
+                _hooked(consumer, args)
+            elif args.follow:
+                _follow(consumer, args.format)
+            else:
+                _show(consumer, args.format)
+    except (ValueError, FencewatchError) as exc:
+        _err(str(exc))
+        return 2
+    except BrokenPipeError:  # `fencewatch findings | head`
+        return 0
+    return _not_findings_check(consumer)
+
+
+def _not_findings_check(consumer: Any) -> int:
+    st = consumer.stats
+    if st.not_findings:
+        first = st.errors[0] if st.errors else ""
+        if st.not_findings == st.records:
+            _err(
+                f"{consumer.settings.topic} holds no findings ({st.not_findings} other "
+                f"records; first: {first}); for an events topic use fencewatch audit --topic"
+            )
+            return 2
+        _err(f"skipped {st.not_findings} records that are not findings (first: {first})")
+    return 0
+
+
+def _show(consumer: Any, fmt: str) -> None:
+    latest = consumer.latest()
+    if fmt == "jsonl":
+        sys.stdout.write("".join(f.to_json().decode() + "\n" for f in latest))
+    elif fmt == "json":
+        doc = {"findings": [f.to_dict() for f in latest], "count": len(latest)}
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        for f in latest:
+            print(render_finding_line(f))
+        print(f"{len(latest)} finding(s) on {consumer.settings.topic}")
+
+
+def _emit(d: Any, fmt: str) -> None:
+    if fmt == "jsonl":
+        sys.stdout.write(d.finding.to_json().decode() + "\n")
+    else:
+        sys.stdout.write(render_finding_line(d.finding, d.previous_revision) + "\n")
+    sys.stdout.flush()
+
+
+def _follow(consumer: Any, fmt: str) -> None:
+    for d in consumer:
+        _emit(d, fmt)
+
+
+def _hooked(consumer: Any, args: argparse.Namespace) -> None:
+    from streams.findings import DeadLetterFile, ExecTarget, HookSender, RetryPolicy, WebhookTarget
+
+    target: Any = (
+        WebhookTarget(args.webhook, timeout_s=args.hook_timeout)
+        if args.webhook is not None
+        else ExecTarget(args.exec_cmd, timeout_s=args.hook_timeout)
+    )
+    sender = HookSender(
+        target,
+        consumer.ack,
+        policy=RetryPolicy(max_attempts=args.max_attempts),
+        dead_letters=DeadLetterFile(Path(args.dead_letter)),
+        max_in_flight=args.max_in_flight,
+    )
+    try:
+        while not consumer.stopping and not consumer.finished:
+            d = consumer.poll(0.5)
+            if d is None:
+                continue
+            _emit(d, args.format)
+            sender.submit(d)
+    finally:
+        sender.close()
+        st = sender.stats
+        if st.dead_lettered:
+            _err(f"{st.dead_lettered} finding(s) written to the dead letters {args.dead_letter}")

@@ -1,0 +1,100 @@
+"""``fencewatch status``: per-workflow health from the status topic (SPEC §8).
+
+A bounded read (log start to the end offsets captured at start, no consumer
+group), one line per workflow, worst first. Exit status: 0; 2 for a usage
+error, an unreachable broker or a topic that is not a status topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import orjson
+
+from streams.errors import FencewatchError
+
+__all__ = ["register", "render_status_line"]
+
+_ENV_BOOTSTRAP = "FENCEWATCH_BOOTSTRAP_SERVERS"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "status",
+        help="per-workflow health from the status topic, worst first",
+        description="Where every workflow stands now (SPEC §8), read from the status topic.",
+    )
+    p.add_argument("--bootstrap-servers", metavar="HOST:PORT", help=f"(or {_ENV_BOOTSTRAP})")
+    p.add_argument("--topic", default=None, help="status topic (default ownership.status)")
+    p.add_argument("--open", action="store_true", help="only workflows with open findings")
+    p.add_argument("--workflow", action="append", default=[], metavar="KEY", help="repeatable")
+    p.add_argument("--prefix", metavar="P", help="workflow keys starting with P")
+    p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
+    p.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(handler=_main)
+
+
+def _err(msg: str) -> None:
+    print(f"fencewatch status: {msg}", file=sys.stderr)
+
+
+def render_status_line(d: dict[str, Any]) -> str:
+    """``SEVERITY key  epoch N (worker)  open a, cleared b  stale epochs ...``."""
+    worst = d.get("worst_open") or "ok"
+    epoch = d.get("current_epoch")
+    owner = "no owner" if epoch is None else f"epoch {epoch} ({d.get('current_worker')})"
+    if d.get("released"):
+        owner += " released"
+    opened = d.get("open") or []
+    kinds = ",".join(sorted({o["kind"] for o in opened}))
+    stale = d.get("stale_epochs") or []
+    stale_txt = (
+        "" if not stale else "  stale " + ",".join(f"{s['epoch']}x{s['events']}" for s in stale)
+    )
+    return (
+        f"{worst:<10} {d['workflow_key']}  {owner}  open {len(opened)}"
+        f"{' (' + kinds + ')' if kinds else ''}  cleared {len(d.get('cleared') or [])}{stale_txt}"
+    )
+
+
+def _main(args: argparse.Namespace) -> int:
+    from streams.cli.findings import kafka_config
+    from streams.findings.status import (
+        DEFAULT_STATUS_TOPIC,
+        read_status,
+        select_status,
+        worst_first,
+    )
+
+    bootstrap = args.bootstrap_servers or os.environ.get(_ENV_BOOTSTRAP)
+    if not bootstrap:
+        _err(f"--bootstrap-servers HOST:PORT is required (or {_ENV_BOOTSTRAP})")
+        return 2
+    topic = args.topic or DEFAULT_STATUS_TOPIC
+    try:
+        docs = read_status(bootstrap, topic, config=kafka_config(args.kafka_config))
+    except (ValueError, FencewatchError) as exc:
+        _err(str(exc))
+        return 2
+    rows = worst_first(
+        select_status(
+            docs.values(),
+            open_only=args.open,
+            workflows=frozenset(args.workflow),
+            prefix=args.prefix,
+        )
+    )
+    if args.format == "jsonl":
+        sys.stdout.write("".join(orjson.dumps(d).decode() + "\n" for d in rows))
+    elif args.format == "json":
+        doc = {"workflows": rows, "count": len(rows)}
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        for d in rows:
+            print(render_status_line(d))
+        n_open = sum(1 for d in rows if d.get("open"))
+        print(f"{len(rows)} workflow(s), {n_open} with open findings ({topic})")
+    return 0

@@ -1,0 +1,105 @@
+"""``fencewatch verify``: a person records that an effect's intended outcome
+holds (SPEC §8).
+
+Publishes an ``outcome_verified`` event for the workflow's current epoch
+(read from the status topic, or ``--epoch N``) with ``worker_id``
+``person:NAME`` and ``attrs.verified_by``. Under SPEC §4 it clears a finding
+only together with the fence (the stale worker refused by a destination).
+
+The event carries no ``seq``: a person is not the coordination store's
+sequencer, so it is placed by arrival, after every event of the key that
+arrived before it (SPEC §3). Exit status: 0 published; 2 usage error,
+unknown workflow, or broker failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from streams.errors import FencewatchError
+
+__all__ = ["register"]
+
+_ENV_BOOTSTRAP = "FENCEWATCH_BOOTSTRAP_SERVERS"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="record a person's verification of an effect's outcome (outcome_verified)",
+        description="Publish outcome_verified for a workflow's current epoch (SPEC §8).",
+    )
+    p.add_argument("--bootstrap-servers", metavar="HOST:PORT", help=f"(or {_ENV_BOOTSTRAP})")
+    p.add_argument("--workflow", required=True, metavar="KEY")
+    p.add_argument("--effect", required=True, metavar="EFFECT_KEY")
+    p.add_argument("--by", required=True, metavar="NAME", help="who verified it")
+    p.add_argument("--epoch", type=int, help="the current epoch (default: from the status topic)")
+    p.add_argument("--events-topic", default="ownership.events")
+    p.add_argument("--status-topic", default=None, help="default ownership.status")
+    p.add_argument("--note", help="free text kept in attrs.note")
+    p.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE")
+    p.set_defaults(handler=_main)
+
+
+def _err(msg: str) -> None:
+    print(f"fencewatch verify: {msg}", file=sys.stderr)
+
+
+def _current_epoch(bootstrap: str, args: argparse.Namespace, config: dict[str, str]) -> int:
+    from streams.findings.status import DEFAULT_STATUS_TOPIC, read_status
+
+    topic = args.status_topic or DEFAULT_STATUS_TOPIC
+    doc = read_status(bootstrap, topic, config=config).get(args.workflow)
+    if doc is None or doc.get("current_epoch") is None:
+        raise ValueError(
+            f"workflow {args.workflow!r} has no current epoch on {topic}: give --epoch N"
+        )
+    return int(doc["current_epoch"])
+
+
+def _main(args: argparse.Namespace) -> int:
+    from streams.cli.findings import kafka_config
+    from streams.core.records import Event, EventType
+    from streams.core.validate import InvalidEvent
+    from streams.sdk.reporter import OwnershipReporter, ReporterSettings
+
+    bootstrap = args.bootstrap_servers or os.environ.get(_ENV_BOOTSTRAP)
+    if not bootstrap:
+        _err(f"--bootstrap-servers HOST:PORT is required (or {_ENV_BOOTSTRAP})")
+        return 2
+    worker = f"person:{args.by}"
+    try:
+        config = kafka_config(args.kafka_config)
+        epoch = args.epoch if args.epoch is not None else _current_epoch(bootstrap, args, config)
+        attrs: dict[str, Any] = {"verified_by": args.by}
+        if args.note:
+            attrs["note"] = args.note
+        event = Event(
+            EventType.OUTCOME_VERIFIED,
+            args.workflow,
+            epoch,
+            worker,
+            effect_key=args.effect,
+            event_id=uuid.uuid4().hex,
+            ts=datetime.now(UTC).isoformat(timespec="milliseconds"),
+            attrs=attrs,
+        )
+        settings = ReporterSettings(bootstrap, worker, topic=args.events_topic, extra=config)
+        with OwnershipReporter(settings) as reporter:
+            reporter.publish(event)
+    except InvalidEvent as exc:
+        _err(f"the event would be invalid: {exc}")
+        return 2
+    except (ValueError, FencewatchError) as exc:
+        _err(str(exc))
+        return 2
+    print(
+        f"published outcome_verified for {args.workflow!r} effect {args.effect!r} at epoch "
+        f"{epoch} by {worker} (event_id {event.event_id})"
+    )
+    return 0

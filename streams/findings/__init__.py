@@ -1,0 +1,55 @@
+"""The findings consumer API: iterate the findings topic as typed records,
+latest revision first-class, position committed after the handler returns;
+and the alert hooks (a command, a webhook) built on it. See docs/operate.md."""
+
+from __future__ import annotations
+
+from streams.findings.consumer import (
+    DEFAULT_FINDINGS_TOPIC,
+    ConsumerStats,
+    Delivery,
+    FindingsConsumer,
+    FindingsSettings,
+    TooManyFindings,
+)
+from streams.findings.hooks import (
+    DeadLetterFile,
+    DeliveryFailed,
+    ExecTarget,
+    HookSender,
+    HookTarget,
+    RetryPolicy,
+    WebhookTarget,
+)
+from streams.findings.select import (
+    DEFAULT_MAX_TRACKED,
+    FindingFilter,
+    NotAFinding,
+    RevisionTracker,
+    decode_finding,
+)
+from streams.kafka.tail import FROM_BEGINNING, ONLY_NEW, Since
+
+__all__ = [
+    "DEFAULT_FINDINGS_TOPIC",
+    "DEFAULT_MAX_TRACKED",
+    "FROM_BEGINNING",
+    "ONLY_NEW",
+    "ConsumerStats",
+    "DeadLetterFile",
+    "Delivery",
+    "DeliveryFailed",
+    "ExecTarget",
+    "FindingFilter",
+    "FindingsConsumer",
+    "FindingsSettings",
+    "HookSender",
+    "HookTarget",
+    "NotAFinding",
+    "RetryPolicy",
+    "RevisionTracker",
+    "Since",
+    "TooManyFindings",
+    "WebhookTarget",
+    "decode_finding",
+]

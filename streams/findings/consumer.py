@@ -1,0 +1,333 @@
+"""Consume the findings topic as typed records: the findings consumer API.
+
+::
+
+    from fencewatch import FindingsConsumer, FindingsSettings
+
+    settings = FindingsSettings("kafka:9092", group="pager", follow=True)
+    with FindingsConsumer(settings) as findings:
+        findings.run(lambda d: page(d.finding, key=d.idempotency_key))
+
+Guarantees (docs/operate.md):
+
+* **Latest revision wins.** A record is delivered only when its revision is
+  higher than every revision delivered for its ``finding_id`` in this run, so
+  ``(finding_id, revision)`` never reaches the handler twice in one run, and an
+  older revision never follows a newer one. ``Delivery.previous_revision``
+  says which revision a delivery supersedes (an *update*).
+* **At least once across restarts.** With a ``group``, the position is
+  committed only past records whose handler returned (or that were skipped):
+  a crash re-delivers at most the records after the last commit, so handlers
+  use ``Delivery.idempotency_key`` (``finding_id/revision``) to drop repeats.
+  Without a group nothing is committed and every run starts from ``start``.
+* ``read_committed``: findings of an aborted processor transaction are never seen.
+* Bounded memory: the revisions seen are kept for ``max_tracked`` finding ids
+  (see :class:`~streams.findings.select.RevisionTracker` for what happens at
+  the bound); acknowledgements pending are bounded by what the caller keeps
+  in flight.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from streams.core.findings import Finding
+from streams.errors import FencewatchError
+from streams.findings.select import (
+    DEFAULT_MAX_TRACKED,
+    FindingFilter,
+    NotAFinding,
+    RevisionTracker,
+    decode_finding,
+)
+from streams.kafka.tail import FROM_BEGINNING, Start, TailRecord, TopicTail
+
+__all__ = [
+    "DEFAULT_FINDINGS_TOPIC",
+    "ConsumerStats",
+    "Delivery",
+    "FindingsConsumer",
+    "FindingsSettings",
+    "TooManyFindings",
+]
+
+DEFAULT_FINDINGS_TOPIC = "ownership.findings"
+#: Findings a bounded read (:meth:`FindingsConsumer.latest`) holds at most.
+DEFAULT_MAX_FINDINGS = 1_000_000
+_MAX_KEPT_ERRORS = 5
+
+
+class TooManyFindings(FencewatchError):
+    """A bounded read found more distinct findings than it may hold."""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One finding revision handed to a handler, with where it was read."""
+
+    finding: Finding
+    partition: int
+    offset: int
+    #: Kafka timestamp of the record (epoch ms; -1 if none).
+    timestamp_ms: int
+    #: The revision of this finding delivered before in this run, if any.
+    previous_revision: int | None
+
+    @property
+    def update(self) -> bool:
+        """A newer revision of a finding already delivered in this run."""
+        return self.previous_revision is not None
+
+    @property
+    def idempotency_key(self) -> str:
+        """``finding_id/revision``: the key a handler de-duplicates on."""
+        return f"{self.finding.finding_id}/{self.finding.revision}"
+
+
+@dataclass(frozen=True, slots=True)
+class FindingsSettings:
+    """Where to read and what to keep. ``config`` adds client settings
+    (security: ``security.protocol``, ``sasl.*``, ``ssl.*``)."""
+
+    bootstrap_servers: str
+    topic: str = DEFAULT_FINDINGS_TOPIC
+    #: A consumer group that stores the position (None: nothing is committed).
+    group: str | None = None
+    #: Where to start when the group has no committed position.
+    start: Start = FROM_BEGINNING
+    #: Keep reading new records; False ends at the end offsets captured at start.
+    follow: bool = False
+    filter: FindingFilter = field(default_factory=FindingFilter)
+    max_tracked: int = DEFAULT_MAX_TRACKED
+    #: Seconds between commits of the acknowledged position (and at close).
+    commit_interval_s: float = 0.5
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ConsumerStats:
+    records: int = 0
+    delivered: int = 0
+    #: Records whose revision was not newer than one delivered (redelivered or superseded).
+    repeated: int = 0
+    filtered: int = 0
+    #: Records that are not findings, and the first reasons.
+    not_findings: int = 0
+    errors: list[str] = field(default_factory=list)
+    #: Finding ids the revision tracker forgot at its bound.
+    forgotten: int = 0
+
+
+class _Positions:
+    """Per partition: the offsets handed out and not yet acknowledged, and
+    the committable position (every offset before it acknowledged)."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, deque[int]] = {}
+        self._acked: dict[int, set[int]] = {}
+        self.next: dict[int, int] = {}
+
+    def begin(self, partition: int, offset: int) -> None:
+        self._open.setdefault(partition, deque()).append(offset)
+
+    def ack(self, partition: int, offset: int) -> None:
+        pending = self._open.get(partition)
+        if not pending:
+            return
+        done = self._acked.setdefault(partition, set())
+        done.add(offset)
+        while pending and pending[0] in done:
+            o = pending.popleft()
+            done.discard(o)
+            self.next[partition] = o + 1
+
+    @property
+    def in_flight(self) -> int:
+        return sum(len(d) for d in self._open.values())
+
+
+class FindingsConsumer:
+    """Reads findings; deliver them with :meth:`run`, by iterating (each
+    item is acknowledged when the next is asked for), or with
+    :meth:`poll` and :meth:`ack` (acks may come from other threads, in any
+    order). Use as a context manager or call :meth:`close`."""
+
+    def __init__(
+        self, settings: FindingsSettings, *, tail: Callable[..., TopicTail] = TopicTail
+    ) -> None:
+        self.settings = settings
+        self.stats = ConsumerStats()
+        self._tracker = RevisionTracker(settings.max_tracked)
+        self._positions = _Positions()
+        self._acks: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
+        self._committed: dict[int, int] = {}
+        self._last_commit = time.monotonic()
+        self._stopping = False
+        self._closed = False
+        self._tail = tail(
+            settings.bootstrap_servers,
+            settings.topic,
+            group=settings.group,
+            start=settings.start,
+            stop_at_end=not settings.follow,
+            config=settings.config,
+        )
+
+    # -- reading --------------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        """A bounded read (``follow=False``) has reached its end snapshot."""
+        return self._tail.finished
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def stop(self) -> None:
+        """Make :meth:`run` and iteration return after the current record
+        (safe from a signal handler or another thread)."""
+        self._stopping = True
+
+    def poll(self, timeout: float = 1.0) -> Delivery | None:
+        """The next finding revision to deliver, or None if none came within
+        ``timeout``. Records not delivered (filtered, not newer, not a
+        finding) are acknowledged here; a delivery must be :meth:`ack`-ed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._drain_acks()
+            self.maybe_commit()
+            left = deadline - time.monotonic()
+            rec = self._tail.poll(max(left, 0.0))
+            if rec is None:
+                return None
+            self._positions.begin(rec.partition, rec.offset)
+            delivery = self._admit(rec)
+            if delivery is not None:
+                return delivery
+            self._positions.ack(rec.partition, rec.offset)
+            if left <= 0:
+                return None
+
+    def _admit(self, rec: TailRecord) -> Delivery | None:
+        st = self.stats
+        st.records += 1
+        try:
+            finding = decode_finding(rec.value)
+        except NotAFinding as exc:
+            st.not_findings += 1
+            if len(st.errors) < _MAX_KEPT_ERRORS:
+                st.errors.append(f"{self.settings.topic}/{rec.partition}@{rec.offset}: {exc}")
+            return None
+        if not self.settings.filter.accepts(finding):
+            st.filtered += 1
+            return None
+        new, previous = self._tracker.offer(finding.finding_id, finding.revision)
+        st.forgotten = self._tracker.forgotten
+        if not new:
+            st.repeated += 1
+            return None
+        st.delivered += 1
+        return Delivery(finding, rec.partition, rec.offset, rec.timestamp_ms, previous)
+
+    def ack(self, delivery: Delivery) -> None:
+        """The handler is done with ``delivery``: its position may be
+        committed. Thread-safe."""
+        self._acks.put((delivery.partition, delivery.offset))
+
+    def _drain_acks(self) -> None:
+        while True:
+            try:
+                p, o = self._acks.get_nowait()
+            except queue.Empty:
+                return
+            self._positions.ack(p, o)
+
+    @property
+    def in_flight(self) -> int:
+        """Records handed out and not acknowledged yet."""
+        self._drain_acks()
+        return self._positions.in_flight
+
+    # -- positions ------------------------------------------------------------
+
+    def maybe_commit(self, *, force: bool = False) -> None:
+        """Commit the acknowledged position if the commit interval has passed
+        (or ``force``: synchronously). A no-op without a group."""
+        now = time.monotonic()
+        if not force and now - self._last_commit < self.settings.commit_interval_s:
+            return
+        self._last_commit = now
+        self._drain_acks()
+        changed = {p: o for p, o in self._positions.next.items() if self._committed.get(p) != o}
+        if not changed:
+            return
+        self._tail.commit(changed, asynchronous=not force)
+        self._committed.update(changed)
+
+    # -- delivery styles ------------------------------------------------------
+
+    def run(self, handler: Callable[[Delivery], object], *, idle: float = 0.5) -> ConsumerStats:
+        """Call ``handler`` for each delivery, acknowledging after it returns;
+        until the bounded read ends (``follow=False``) or :meth:`stop`. An
+        exception from the handler propagates (its record is not acknowledged,
+        so it is delivered again after a restart)."""
+        for delivery in self._iterate(idle):
+            handler(delivery)
+            self.ack(delivery)
+        return self.stats
+
+    def __iter__(self) -> Iterator[Delivery]:
+        # The loop body is the handler: an item is acknowledged when the next
+        # one is asked for, so a crash inside the body leaves it uncommitted.
+        for delivery in self._iterate(0.5):
+            yield delivery
+            self.ack(delivery)
+
+    def _iterate(self, idle: float) -> Iterator[Delivery]:
+        while not self._stopping and not self.finished:
+            d = self.poll(idle)
+            if d is not None:
+                yield d
+
+    def latest(self, *, max_findings: int = DEFAULT_MAX_FINDINGS) -> list[Finding]:
+        """A bounded read's latest revision of each finding, in arrival order
+        of each finding's first record. Raises :class:`TooManyFindings` past
+        ``max_findings`` distinct ids (rather than forget some)."""
+        if self.settings.follow:
+            raise ValueError("latest() needs a bounded read (follow=False)")
+        held: dict[str, Finding] = {}
+        for d in self:
+            if d.finding.finding_id not in held and len(held) >= max_findings:
+                raise TooManyFindings(
+                    f"more than {max_findings} findings on {self.settings.topic}; "
+                    "narrow the read with filters, or raise the bound"
+                )
+            cur = held.get(d.finding.finding_id)
+            # Past the tracker's bound an older revision may come through again.
+            if cur is None or d.finding.revision > cur.revision:
+                held[d.finding.finding_id] = d.finding
+        return list(held.values())
+
+    # -- lifecycle ------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commit what was acknowledged (synchronously) and close; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.maybe_commit(force=True)
+        finally:
+            self._tail.close()
+
+    def __enter__(self) -> FindingsConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,289 @@
+"""Alert hooks: hand each finding revision to a command or a webhook.
+
+One sender thread takes deliveries from a bounded in-flight queue, in order
+(so a receiver sees a finding's revisions in increasing order), and tries
+each one up to ``RetryPolicy.max_attempts`` times with exponential backoff.
+A delivery that still fails, or fails permanently (a 4xx answer other than
+408/429), is appended to the dead-letter file (JSON Lines, fsync'ed) and
+counts as handled. Only then is its position acknowledged to the consumer,
+so a killed follower resends at most what was in flight or uncommitted.
+
+Webhook: ``POST`` of the finding JSON with ``Content-Type: application/json``
+and ``Idempotency-Key: <finding_id>/<revision>``; 2xx is success; 5xx, 408,
+429 and connection errors/timeouts are retried.
+
+Command: ``/bin/sh -c CMD`` with the finding JSON on stdin and
+``FENCEWATCH_FINDING_ID``, ``_REVISION``, ``_KIND``, ``_SEVERITY``,
+``_WORKFLOW_KEY``, ``_PREVIOUS_REVISION`` (empty unless an update) and
+``_IDEMPOTENCY_KEY`` in its environment; exit 0 is success, anything else
+(or exceeding the timeout) is retried.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Protocol
+
+import orjson
+
+from streams.errors import FencewatchError
+from streams.findings.consumer import Delivery
+
+__all__ = [
+    "DeadLetterFile",
+    "DeliveryFailed",
+    "ExecTarget",
+    "HookSender",
+    "HookTarget",
+    "RetryPolicy",
+    "WebhookTarget",
+]
+
+
+class DeliveryFailed(FencewatchError):
+    """One attempt to hand a finding to a hook failed; ``retriable`` says
+    whether another attempt may succeed."""
+
+    def __init__(self, message: str, *, retriable: bool) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+class HookTarget(Protocol):
+    """Where findings go. ``send`` returns on success, raises DeliveryFailed."""
+
+    def send(self, delivery: Delivery) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    max_attempts: int = 5
+    base_delay_s: float = 0.2
+    max_delay_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        if self.base_delay_s < 0 or self.max_delay_s < self.base_delay_s:
+            raise ValueError("need 0 <= base delay <= max delay")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        return float(min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1)))
+
+
+def _body(delivery: Delivery) -> bytes:
+    return delivery.finding.to_json()
+
+
+class WebhookTarget:
+    """POST each finding to ``url``."""
+
+    def __init__(self, url: str, *, timeout_s: float = 10.0) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"webhook URL must be http:// or https://, got {url!r}")
+        self.url = url
+        self.timeout_s = timeout_s
+
+    def send(self, delivery: Delivery) -> None:
+        req = urllib.request.Request(
+            self.url,
+            data=_body(delivery),
+            method="POST",
+            headers={
+                "Content-Type": "application/json",
+                "Idempotency-Key": delivery.idempotency_key,
+                "User-Agent": "fencewatch-findings",
+            },
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                resp.read()
+        except urllib.error.HTTPError as exc:
+            code = exc.code
+            retriable = code >= 500 or code in (408, 429)
+            raise DeliveryFailed(f"{self.url} answered {code}", retriable=retriable) from None
+        except (urllib.error.URLError, OSError) as exc:  # refused, reset, timeout, DNS
+            reason = getattr(exc, "reason", exc)
+            raise DeliveryFailed(f"{self.url}: {reason}", retriable=True) from None
+
+
+class ExecTarget:
+    """Run ``command`` through ``/bin/sh -c`` once per finding."""
+
+    def __init__(self, command: str, *, timeout_s: float = 30.0) -> None:
+        if not command.strip():
+            raise ValueError("the --exec command is empty")
+        self.command = command
+        self.timeout_s = timeout_s
+
+    def send(self, delivery: Delivery) -> None:
+        f = delivery.finding
+        env = dict(os.environ)
+        env.update(
+            {
+                "FENCEWATCH_FINDING_ID": f.finding_id,
+                "FENCEWATCH_REVISION": str(f.revision),
+                "FENCEWATCH_KIND": f.kind.value,
+                "FENCEWATCH_SEVERITY": f.severity.value,
+                "FENCEWATCH_WORKFLOW_KEY": f.workflow_key,
+                "FENCEWATCH_PREVIOUS_REVISION": (
+                    "" if delivery.previous_revision is None else str(delivery.previous_revision)
+                ),
+                "FENCEWATCH_IDEMPOTENCY_KEY": delivery.idempotency_key,
+            }
+        )
+        try:
+            done = subprocess.run(
+                ["/bin/sh", "-c", self.command],
+                input=_body(delivery),
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=self.timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise DeliveryFailed(
+                f"command ran longer than {self.timeout_s:g} s", retriable=True
+            ) from None
+        except OSError as exc:
+            raise DeliveryFailed(f"cannot run the command: {exc}", retriable=True) from None
+        if done.returncode != 0:
+            tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+            detail = f": {tail[0][:200]}" if tail else ""
+            raise DeliveryFailed(f"command exited {done.returncode}{detail}", retriable=True)
+
+
+class DeadLetterFile:
+    """Appends undeliverable findings, one JSON object per line: ``finding``,
+    ``idempotency_key``, ``attempts``, ``error``, ``failed_at``. Each line is
+    fsync'ed before its position may be committed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh: IO[bytes] | None = None
+
+    def append(self, delivery: Delivery, *, attempts: int, error: str) -> None:
+        if self._fh is None:
+            self._fh = open(self.path, "ab")  # noqa: SIM115 - closed in close()
+        line = orjson.dumps(
+            {
+                "finding": delivery.finding.to_dict(),
+                "idempotency_key": delivery.idempotency_key,
+                "attempts": attempts,
+                "error": error,
+                "failed_at": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            }
+        )
+        self._fh.write(line + b"\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+@dataclass(slots=True)
+class HookStats:
+    delivered: int = 0
+    retries: int = 0
+    dead_lettered: int = 0
+
+
+class HookSender:
+    """The sender thread and its bounded queue. ``done`` is called (on the
+    sender thread) for each delivery once it was delivered or dead-lettered."""
+
+    def __init__(
+        self,
+        target: HookTarget,
+        done: Callable[[Delivery], None],
+        *,
+        policy: RetryPolicy | None = None,
+        dead_letters: DeadLetterFile,
+        max_in_flight: int = 100,
+    ) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
+        self.target = target
+        self.policy = policy or RetryPolicy()
+        self.dead_letters = dead_letters
+        self.stats = HookStats()
+        self._done = done
+        self._queue: queue.Queue[Delivery | None] = queue.Queue(maxsize=max_in_flight)
+        self._abort = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="fencewatch-hook", daemon=True)
+        self._thread.start()
+
+    def submit(self, delivery: Delivery) -> None:
+        """Queue ``delivery``; blocks while ``max_in_flight`` are queued.
+        Raises the sender's fatal error (a dead-letter file that cannot be
+        written), if any."""
+        while True:
+            self._raise_failure()
+            try:
+                self._queue.put(delivery, timeout=0.2)
+                return
+            except queue.Full:
+                continue
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise FencewatchError(f"alert hook stopped: {self._failure}") from self._failure
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None or self._abort.is_set():
+                    return
+                if self._deliver(item):
+                    self._done(item)
+        except BaseException as exc:  # reported to the polling thread by submit()/close()
+            self._failure = exc
+
+    def _deliver(self, delivery: Delivery) -> bool:
+        """True once delivered or dead-lettered; False when aborted (left
+        unacknowledged, so it is sent again after a restart)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                self.target.send(delivery)
+                self.stats.delivered += 1
+                return True
+            except DeliveryFailed as exc:
+                if not exc.retriable or attempt >= self.policy.max_attempts:
+                    self.dead_letters.append(delivery, attempts=attempt, error=str(exc))
+                    self.stats.dead_lettered += 1
+                    return True
+                self.stats.retries += 1
+                if self._abort.wait(self.policy.delay(attempt)):
+                    return False
+
+    def close(self, *, drain_timeout_s: float = 30.0) -> None:
+        """Let the queued deliveries finish (up to ``drain_timeout_s``), then
+        stop; what is left is not acknowledged. Raises the fatal error, if any."""
+        try:
+            self._queue.put(None, timeout=drain_timeout_s)
+        except queue.Full:
+            self._abort.set()
+        self._thread.join(drain_timeout_s)
+        if self._thread.is_alive():
+            self._abort.set()
+            self._thread.join(5.0)
+        self.dead_letters.close()
+        self._raise_failure()

@@ -1,0 +1,111 @@
+"""Which findings a reader wants, and which revisions it has already seen.
+
+Pure: no Kafka, no clock. Used by the consumer API and ``fencewatch findings``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import orjson
+
+from streams.core.findings import Finding
+from streams.core.records import SEVERITY_RANK, Kind, Severity
+
+__all__ = [
+    "DEFAULT_MAX_TRACKED",
+    "FindingFilter",
+    "NotAFinding",
+    "RevisionTracker",
+    "decode_finding",
+]
+
+#: Finding ids whose highest delivered revision is remembered (see RevisionTracker).
+DEFAULT_MAX_TRACKED = 100_000
+
+
+class NotAFinding(ValueError):
+    """A record of the findings topic that does not decode as a finding."""
+
+
+def decode_finding(value: bytes | None) -> Finding:
+    """The finding in a record value; raises :class:`NotAFinding` saying why not."""
+    if not value:
+        raise NotAFinding("empty record")
+    try:
+        doc = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise NotAFinding(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise NotAFinding(f"a JSON {type(doc).__name__}, not an object")
+    try:
+        return Finding.from_dict(doc)
+    except KeyError as exc:
+        raise NotAFinding(f"{exc.args[0]}: is required") from None
+    except (TypeError, ValueError) as exc:
+        raise NotAFinding(str(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class FindingFilter:
+    """Keep findings at or above ``min_severity``, of one of ``kinds`` (all
+    when empty), of one of ``workflows`` or starting with ``prefix`` (all
+    when both are empty/None; either matching is enough)."""
+
+    min_severity: Severity | None = None
+    kinds: frozenset[Kind] = frozenset()
+    workflows: frozenset[str] = frozenset()
+    prefix: str | None = None
+
+    def accepts(self, f: Finding) -> bool:
+        if (
+            self.min_severity is not None
+            and SEVERITY_RANK[f.severity] < SEVERITY_RANK[self.min_severity]
+        ):
+            return False
+        if self.kinds and f.kind not in self.kinds:
+            return False
+        if self.workflows or self.prefix is not None:
+            by_key = f.workflow_key in self.workflows
+            by_prefix = self.prefix is not None and f.workflow_key.startswith(self.prefix)
+            return by_key or by_prefix
+        return True
+
+
+class RevisionTracker:
+    """The highest revision delivered per finding id, for at most
+    ``max_tracked`` ids (least recently delivered forgotten first).
+
+    At the bound: a forgotten id is treated as never seen, so a later record
+    of it (a redelivered old revision, in practice only after an
+    at-least-once processor restart) is delivered again: a duplicate the
+    handler's idempotency key (``finding_id/revision``) absorbs, never a loss.
+    ``forgotten`` counts the evictions."""
+
+    def __init__(self, max_tracked: int = DEFAULT_MAX_TRACKED) -> None:
+        if max_tracked < 1:
+            raise ValueError("max_tracked must be >= 1")
+        self.max_tracked = max_tracked
+        self._seen: OrderedDict[str, int] = OrderedDict()
+        self.forgotten = 0
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def previous(self, finding_id: str) -> int | None:
+        return self._seen.get(finding_id)
+
+    def offer(self, finding_id: str, revision: int) -> tuple[bool, int | None]:
+        """``(new, previous)``: ``new`` when ``revision`` is higher than every
+        revision delivered for the id (it is then recorded); ``previous`` is
+        the highest delivered before, or None."""
+        prev = self._seen.get(finding_id)
+        if prev is not None and revision <= prev:
+            return False, prev
+        self._seen[finding_id] = revision
+        self._seen.move_to_end(finding_id)
+        if len(self._seen) > self.max_tracked:
+            self._seen.popitem(last=False)
+            self.forgotten += 1
+        return True, prev

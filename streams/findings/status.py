@@ -1,0 +1,103 @@
+"""Read the compacted status topic (SPEC §8): where every workflow stands now.
+
+A bounded read, from the log start to the end offsets captured at start, no
+consumer group; the last record of each key wins (the topic is compacted,
+but its uncompacted head can still hold older records of a key), and a
+tombstone (null value) removes the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from streams.core.records import SEVERITY_RANK, Severity
+from streams.errors import FencewatchError
+from streams.kafka.tail import TopicTail
+
+__all__ = [
+    "DEFAULT_MAX_WORKFLOWS",
+    "DEFAULT_STATUS_TOPIC",
+    "StatusTopicError",
+    "read_status",
+    "select_status",
+    "worst_first",
+]
+
+DEFAULT_STATUS_TOPIC = "ownership.status"
+#: Workflows a status read holds at most (one small record each).
+DEFAULT_MAX_WORKFLOWS = 2_000_000
+
+
+class StatusTopicError(FencewatchError):
+    """The status topic holds records that are not status records, or too many."""
+
+
+def read_status(
+    bootstrap: str,
+    topic: str = DEFAULT_STATUS_TOPIC,
+    *,
+    config: Mapping[str, Any] | None = None,
+    max_workflows: int = DEFAULT_MAX_WORKFLOWS,
+) -> dict[str, dict[str, Any]]:
+    """The latest status record per workflow key."""
+    out: dict[str, dict[str, Any]] = {}
+    tail = TopicTail(bootstrap, topic, stop_at_end=True, config=config)
+    try:
+        while not tail.finished:
+            rec = tail.poll(30.0)
+            if rec is None:
+                if tail.finished:
+                    break
+                raise FencewatchError(f"no record from {topic} within 30 s")
+            key = (rec.key or b"").decode("utf-8", "replace")
+            if rec.value is None:
+                out.pop(key, None)
+                continue
+            try:
+                doc = orjson.loads(rec.value)
+            except orjson.JSONDecodeError:
+                doc = None
+            if not isinstance(doc, dict) or "workflow_key" not in doc or "open" not in doc:
+                raise StatusTopicError(
+                    f"{topic}/{rec.partition}@{rec.offset} is not a status record (SPEC §8)"
+                )
+            if doc["workflow_key"] not in out and len(out) >= max_workflows:
+                raise StatusTopicError(f"more than {max_workflows} workflows on {topic}")
+            out[doc["workflow_key"]] = doc
+    finally:
+        tail.close()
+    return out
+
+
+def _rank(doc: Mapping[str, Any]) -> int:
+    worst = doc.get("worst_open")
+    return -1 if worst is None else SEVERITY_RANK[Severity(worst)]
+
+
+def worst_first(docs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Worst open severity first, then most open findings, then by key."""
+    return sorted(docs, key=lambda d: (-_rank(d), -len(d.get("open") or ()), d["workflow_key"]))
+
+
+def select_status(
+    docs: Iterable[dict[str, Any]],
+    *,
+    open_only: bool = False,
+    workflows: frozenset[str] = frozenset(),
+    prefix: str | None = None,
+) -> list[dict[str, Any]]:
+    """The records kept by ``--open``, ``--workflow`` and ``--prefix``."""
+    out = []
+    for d in docs:
+        key = d["workflow_key"]
+        if (workflows or prefix is not None) and not (
+            key in workflows or (prefix is not None and key.startswith(prefix))
+        ):
+            continue
+        if open_only and not d.get("open"):
+            continue
+        out.append(d)
+    return out

@@ -1,0 +1,213 @@
+"""A positioned topic reader for consumers that follow a topic and may keep a
+durable position: ``fencewatch findings`` and the findings consumer API.
+
+* Every partition of the topic is *assigned* (never a group subscription):
+  a consumer group, when named, only stores the position (offset commits
+  work without group membership), so two followers with one group name do not
+  split the partitions between them, and a restart resumes at once, without a
+  rebalance. The partitions are those the topic has when the reader starts.
+* ``isolation.level=read_committed``: records of aborted transactions are
+  never returned.
+* The start is the group's committed offset where there is one, else the
+  ``start`` bound (log start, end = only new records, or a timestamp).
+* ``stop_at_end``: the read ends at the high watermarks captured at start (a
+  partition whose last records are transaction markers ends at its EOF).
+* Client exceptions leave as :class:`~streams.errors.BrokerError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from streams.errors import BrokerError
+
+__all__ = ["FROM_BEGINNING", "ONLY_NEW", "Since", "Start", "TailRecord", "TopicTail"]
+
+
+@dataclass(frozen=True, slots=True)
+class TailRecord:
+    key: bytes | None
+    value: bytes | None
+    partition: int
+    offset: int
+    #: The record's Kafka timestamp (broker or producer time), epoch ms; -1 if none.
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Edge:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Since:
+    """Start at the first record whose timestamp is >= ``ms`` (epoch ms)."""
+
+    ms: int
+
+
+#: Each partition's log start.
+FROM_BEGINNING = _Edge("beginning")
+#: Each partition's end when the reader starts: only records produced later.
+ONLY_NEW = _Edge("new")
+
+Start = _Edge | Since
+
+
+def _broker_error(exc: Exception, what: str) -> BrokerError:
+    err: Any = exc.args[0] if exc.args else None
+    if err is not None and hasattr(err, "name") and hasattr(err, "str"):
+        return BrokerError(f"{what}: {err.str()}", code=err.name(), retriable=bool(err.retriable()))
+    return BrokerError(f"{what}: {exc}")
+
+
+class TopicTail:
+    """Reads ``topic`` from its start positions; :meth:`poll` returns one
+    record at a time. Not thread-safe: one thread polls and commits."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        group: str | None = None,
+        start: Start = FROM_BEGINNING,
+        stop_at_end: bool = False,
+        config: Mapping[str, Any] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+        self.topic = topic
+        self.group = group
+        self._timeout = timeout
+        conf: dict[str, Any] = {
+            "bootstrap.servers": bootstrap,
+            # The client wants a group id even when nothing is committed; this
+            # one is never joined (partitions are assigned) nor committed to.
+            "group.id": group or "fencewatch-findings-reader",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": stop_at_end,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            # Bounded prefetch: at most ~8 MiB queued in the client.
+            "queued.max.messages.kbytes": 8192,
+        }
+        conf.update(config or {})
+        try:
+            self._consumer = Consumer(conf)
+        except KafkaException as exc:
+            raise _broker_error(exc, "consumer settings") from None
+        try:
+            self._open(start, stop_at_end, TopicPartition)
+        except KafkaException as exc:
+            self._consumer.close()
+            raise _broker_error(exc, f"topic {topic}") from None
+        except BaseException:
+            self._consumer.close()
+            raise
+
+    def _open(self, start: Start, stop_at_end: bool, tp: Any) -> None:
+        c, topic, timeout = self._consumer, self.topic, self._timeout
+        meta = c.list_topics(topic, timeout=timeout)
+        tmeta = meta.topics.get(topic)
+        if tmeta is None or tmeta.error is not None or not tmeta.partitions:
+            reason = tmeta.error.str() if tmeta is not None and tmeta.error else "no such topic"
+            raise BrokerError(f"topic {topic}: {reason}", code="UNKNOWN_TOPIC_OR_PART")
+        self.partitions: list[int] = sorted(tmeta.partitions)
+        lows: dict[int, int] = {}
+        highs: dict[int, int] = {}
+        for p in self.partitions:
+            lows[p], highs[p] = c.get_watermark_offsets(tp(topic, p), timeout=timeout, cached=False)
+        if isinstance(start, Since):
+            found = c.offsets_for_times([tp(topic, p, start.ms) for p in self.partitions], timeout)
+            # -1: no record at or after the time: start at the end.
+            begin = {t.partition: highs[t.partition] if t.offset < 0 else t.offset for t in found}
+        elif start == ONLY_NEW:
+            begin = dict(highs)
+        else:
+            begin = dict(lows)
+        if self.group is not None:
+            for t in c.committed([tp(topic, p) for p in self.partitions], timeout=timeout):
+                if t.offset >= 0:
+                    # A committed position below the log start (retention) resumes at the start.
+                    begin[t.partition] = max(t.offset, lows[t.partition])
+        self.start_positions: dict[int, int] = dict(begin)
+        #: The end snapshot of a bounded read (None when following).
+        self.end_positions: dict[int, int] | None = dict(highs) if stop_at_end else None
+        self._pending = (
+            {p for p in self.partitions if begin[p] < highs[p]}
+            if stop_at_end
+            else set(self.partitions)
+        )
+        if self._pending:
+            c.assign([tp(topic, p, begin[p]) for p in sorted(self._pending)])
+
+    @property
+    def finished(self) -> bool:
+        """A bounded read has reached every partition's end snapshot."""
+        return self.end_positions is not None and not self._pending
+
+    def poll(self, timeout: float) -> TailRecord | None:
+        """The next record, or None when none came within ``timeout`` (or the
+        bounded read is finished)."""
+        from confluent_kafka import OFFSET_END, KafkaError, KafkaException, TopicPartition
+
+        while not self.finished:
+            try:
+                msg = self._consumer.poll(timeout)
+            except KafkaException as exc:
+                raise _broker_error(exc, f"reading {self.topic}") from None
+            if msg is None:
+                return None
+            err = msg.error()
+            p = msg.partition()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    self._done(p, TopicPartition, OFFSET_END)
+                    continue
+                if err.retriable():
+                    continue
+                raise BrokerError(
+                    f"reading {self.topic}: {err.str()}", code=err.name(), retriable=False
+                )
+            offset = msg.offset()
+            if p is None or offset is None or p not in self._pending:
+                continue
+            ends = self.end_positions
+            if ends is not None and offset >= ends[p]:
+                self._done(p, TopicPartition, OFFSET_END)
+                continue
+            ts_type, ts = msg.timestamp()
+            rec = TailRecord(msg.key(), msg.value(), p, offset, ts if ts_type else -1)
+            if ends is not None and offset + 1 >= ends[p]:
+                self._done(p, TopicPartition, OFFSET_END)
+            return rec
+        return None
+
+    def _done(self, p: int | None, tp: Any, end: int) -> None:
+        if p in self._pending:
+            self._pending.discard(p)
+            self._consumer.incremental_unassign([tp(self.topic, p, end)])
+
+    def commit(self, positions: Mapping[int, int], *, asynchronous: bool) -> None:
+        """Store ``positions`` (partition -> next offset to read) as the
+        group's position. A no-op without a group."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        if self.group is None or not positions:
+            return
+        tps = [TopicPartition(self.topic, p, o) for p, o in sorted(positions.items())]
+        try:
+            if asynchronous:
+                self._consumer.commit(offsets=tps, asynchronous=True)
+            else:
+                self._consumer.commit(offsets=tps, asynchronous=False)
+        except KafkaException as exc:
+            raise _broker_error(exc, f"committing the position of group {self.group}") from None
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,115 @@
+"""The findings consumer API against a real broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from streams.core.records import Kind, Severity
+from streams.findings import (
+    ONLY_NEW,
+    Delivery,
+    FindingFilter,
+    FindingsConsumer,
+    FindingsSettings,
+    RevisionTracker,
+)
+from tests.findings.conftest import fixture_findings, produce_findings, synthetic_findings
+
+
+def test_tracker_delivers_each_revision_once_and_forgets_at_the_bound() -> None:
+    """A revision not newer than the one delivered is refused; past the bound the oldest id goes."""
+    t = RevisionTracker(max_tracked=2)
+    assert t.offer("a", 1) == (True, None)
+    assert t.offer("a", 1) == (False, 1)
+    assert t.offer("a", 2) == (True, 1)
+    assert t.offer("a", 1) == (False, 2)
+    assert t.offer("b", 1) == (True, None)
+    assert t.offer("c", 1) == (True, None)  # evicts "a", the least recently delivered
+    assert (len(t), t.forgotten) == (2, 1)
+    assert t.offer("a", 1) == (True, None)  # forgotten: a duplicate, never a loss
+
+
+def test_bounded_read_gives_the_latest_revision_of_each_finding(
+    kafka_bootstrap: str, findings_topic: Callable[..., str]
+) -> None:
+    """The fixture's five revisions read back as four findings, stale_attempt at revision 2."""
+    topic = findings_topic()
+    with FindingsConsumer(FindingsSettings(kafka_bootstrap, topic)) as c:
+        latest = c.latest()
+    by_kind = {f.kind: f for f in latest}
+    assert len(latest) == 4
+    assert set(by_kind) == {
+        Kind.STALE_ACTIVITY, Kind.STALE_ATTEMPT, Kind.STALE_COMMIT, Kind.CONFLICTING_COMMIT,
+    }  # fmt: skip
+    assert by_kind[Kind.STALE_ATTEMPT].revision == 2
+    assert c.stats.records == 5 and c.stats.delivered == 5
+
+
+def test_filters_select_by_severity_kind_and_workflow(
+    kafka_bootstrap: str, findings_topic: Callable[..., str]
+) -> None:
+    """--min-severity, --kind and --workflow/--prefix keep only the matching findings."""
+    topic = findings_topic()
+
+    def kinds(flt: FindingFilter) -> set[str]:
+        with FindingsConsumer(FindingsSettings(kafka_bootstrap, topic, filter=flt)) as c:
+            return {f.kind.value for f in c.latest()}
+
+    assert kinds(FindingFilter(min_severity=Severity.INCIDENT)) == {
+        "stale_commit", "conflicting_commit",
+    }  # fmt: skip
+    assert kinds(FindingFilter(kinds=frozenset({Kind.STALE_ACTIVITY}))) == {"stale_activity"}
+    assert kinds(FindingFilter(workflows=frozenset({"report-index"}))) == set()
+    assert len(kinds(FindingFilter(prefix="export-"))) == 4
+
+
+def test_position_is_committed_only_after_the_handler_returns(
+    kafka_bootstrap: str, findings_topic: Callable[..., str]
+) -> None:
+    """A handler that fails on the 3rd delivery: a restart in the same group starts at the 3rd."""
+    findings = synthetic_findings(6, revisions=1)
+    topic = findings_topic(findings, partitions=1)
+    settings = FindingsSettings(kafka_bootstrap, topic, group="g-commit")
+    seen: list[str] = []
+
+    def handler(d: Delivery) -> None:
+        if len(seen) == 2:
+            raise RuntimeError("handler down")
+        seen.append(d.idempotency_key)
+
+    with FindingsConsumer(settings) as c, pytest.raises(RuntimeError):
+        c.run(handler)
+    after: list[str] = []
+    with FindingsConsumer(settings) as c:
+        c.run(lambda d: after.append(d.idempotency_key))
+    assert seen == ["f-00000/1", "f-00001/1"]
+    assert after == [f"f-{i:05d}/1" for i in range(2, 6)]
+
+
+def test_follow_delivers_new_revisions_as_updates_and_never_twice(
+    kafka_bootstrap: str, findings_topic: Callable[..., str]
+) -> None:
+    """Following from 'new': a redelivered revision is dropped, a newer one is marked an update."""
+    topic = findings_topic([], partitions=1)
+    one, two = synthetic_findings(1, revisions=2)
+    settings = FindingsSettings(kafka_bootstrap, topic, start=ONLY_NEW, follow=True)
+    got: list[Delivery] = []
+    with FindingsConsumer(settings) as c:
+        produce_findings(kafka_bootstrap, topic, [one, one, two, one, two])
+        while len(got) < 2 or c.stats.records < 5:
+            d = c.poll(10.0)
+            assert d is not None or c.stats.records >= 5, "no record within 10 s"
+            if d is not None:
+                got.append(d)
+                c.ack(d)
+    assert [(d.idempotency_key, d.update, d.previous_revision) for d in got] == [
+        ("f-00000/1", False, None), ("f-00000/2", True, 1),
+    ]  # fmt: skip
+    assert c.stats.repeated == 3
+
+
+def test_fixture_findings_have_five_revisions() -> None:
+    """The helper's premise: the fixture emits five revisions, stale_attempt twice."""
+    assert [f.revision for f in fixture_findings()] == [1, 1, 1, 2, 1]

@@ -1,0 +1,143 @@
+"""``fencewatch findings`` and ``fencewatch status`` against a real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from streams.cli import main
+from tests.findings.conftest import (
+    fixture_event_lines,
+    jsonl,
+    produce_findings,
+    produce_raw,
+    synthetic_findings,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_findings_jsonl_shows_latest_revisions_and_json_is_one_document(
+    kafka_bootstrap: str, findings_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """jsonl prints the four latest findings; json one document with the same ones."""
+    topic = findings_topic()
+    args = ["findings", "--bootstrap-servers", kafka_bootstrap, "--topic", topic]
+    assert main([*args, "--format", "jsonl"]) == 0
+    lines = jsonl(capsys.readouterr().out)
+    assert sorted((d["kind"], d["revision"]) for d in lines) == [
+        ("conflicting_commit", 1), ("stale_activity", 1), ("stale_attempt", 2), ("stale_commit", 1),
+    ]  # fmt: skip
+    assert main([*args, "--format", "json", "--min-severity", "critical"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [f["kind"] for f in doc["findings"]] == ["conflicting_commit"]
+
+
+def test_findings_text_names_each_finding_once(
+    kafka_bootstrap: str, findings_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The text view has one line per finding id and a count."""
+    topic = findings_topic()
+    assert main(["findings", "--bootstrap-servers", kafka_bootstrap, "--topic", topic]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"4 finding(s) on {topic}"
+    assert sum("stale_attempt" in line for line in out) == 1
+    assert "r2" in next(line for line in out if "stale_attempt" in line)
+
+
+def test_findings_on_an_events_topic_says_so_and_exits_2(
+    kafka_bootstrap: str, unique_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Records that are not findings: exit 2, pointing at fencewatch audit."""
+    topic = unique_topic(1, prefix="events")
+    produce_raw(kafka_bootstrap, topic, fixture_event_lines())
+    assert main(["findings", "--bootstrap-servers", kafka_bootstrap, "--topic", topic]) == 2
+    err = capsys.readouterr().err
+    assert "holds no findings" in err and "fencewatch audit --topic" in err
+
+
+def test_findings_unknown_topic_is_one_line_exit_2(
+    kafka_bootstrap: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A missing topic is a one-line error naming it, exit 2."""
+    rc = main(["findings", "--bootstrap-servers", kafka_bootstrap, "--topic", "no-such-x1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "no-such-x1" in err
+
+
+def test_follow_marks_a_newer_revision_as_an_update(
+    kafka_bootstrap: str, findings_topic: Callable[..., str]
+) -> None:
+    """`--follow --new` prints each new revision once, the second marked UPDATE of r1."""
+    topic = findings_topic([], partitions=1)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streams", "findings", "--bootstrap-servers", kafka_bootstrap,
+         "--topic", topic, "--follow", "--new"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(3.0)  # let it capture "new" before the records exist
+        one, two = synthetic_findings(1, revisions=2)
+        produce_findings(kafka_bootstrap, topic, [one, one, two])
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        second = proc.stdout.readline()
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    assert "f-00000 r1" in first and "UPDATE" not in first
+    assert "f-00000 r2  UPDATE of r1" in second
+    assert proc.returncode == 0
+
+
+def _status(key: str, worst: str | None, n_open: int, epoch: int = 2) -> bytes:
+    opened = [
+        {"finding_id": f"{key}-{i}", "kind": "stale_commit", "severity": worst, "revision": 1}
+        for i in range(n_open)
+    ]
+    return json.dumps(
+        {
+            "workflow_key": key, "current_epoch": epoch, "current_worker": "w2",
+            "acquired_seq": 1, "acquisition_implied": False, "released": False,
+            "last_position": 9, "stale_epochs": [], "open": opened, "cleared": [],
+            "worst_open": worst, "updated_ms": 1,
+        }
+    ).encode()  # fmt: skip
+
+
+def test_status_prints_worst_first_last_record_per_key_wins(
+    kafka_bootstrap: str, unique_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One line per workflow, worst first; --open, --prefix and --workflow select."""
+    from confluent_kafka import Producer
+
+    topic = unique_topic(2, prefix="status", config={"cleanup.policy": "compact"})
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    for key, value in [
+        ("a/ok", _status("a/ok", None, 0)),
+        ("b/warn", _status("b/warn", "critical", 1)),  # superseded below
+        ("c/crit", _status("c/crit", "critical", 2)),
+        ("b/warn", _status("b/warn", "warning", 1, epoch=3)),
+    ]:
+        p.produce(topic, value, key=key.encode())
+    assert p.flush(30) == 0
+    base = ["status", "--bootstrap-servers", kafka_bootstrap, "--topic", topic]
+    assert main(base) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in lines[:3]] == [
+        ["critical", "c/crit"], ["warning", "b/warn"], ["ok", "a/ok"],
+    ]  # fmt: skip
+    assert "epoch 3" in lines[1]
+    assert main([*base, "--open", "--format", "jsonl"]) == 0
+    assert [d["workflow_key"] for d in jsonl(capsys.readouterr().out)] == ["c/crit", "b/warn"]
+    assert main([*base, "--prefix", "a/", "--workflow", "b/warn", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [d["workflow_key"] for d in doc["workflows"]] == ["b/warn", "a/ok"]

@@ -1,0 +1,115 @@
+"""fencewatch: stale-owner (split-brain) detection and fencing for agents.
+
+The public import name. ``streams`` is the implementation package; everything
+here is re-exported from it, and only what is listed in ``__all__`` is the
+supported API::
+
+    import fencewatch
+
+    with fencewatch.OwnershipReporter(fencewatch.ReporterSettings("kafka:9092", "w1")) as r:
+        r.progress("tenant/export/2026-07-26", epoch=18)
+
+See docs/sdk.md (the SDK and fences) and docs/operate.md (findings consumer).
+"""
+
+from __future__ import annotations
+
+from streams.core.findings import Evidence, Finding
+from streams.core.records import Event, EventType, Kind, Severity
+from streams.errors import (
+    BrokerError,
+    FencewatchError,
+    LeaseHeld,
+    LeaseLost,
+    StaleOwner,
+    StoreError,
+)
+from streams.fences import (
+    AppliedEffect,
+    Database,
+    EffectSink,
+    EventPublisher,
+    FencedSink,
+    Lease,
+    LeaseStore,
+    Receipt,
+    SqlLeaseStore,
+    Stamp,
+    UnfencedSink,
+    open_database,
+)
+from streams.findings import (
+    FROM_BEGINNING,
+    ONLY_NEW,
+    DeadLetterFile,
+    Delivery,
+    DeliveryFailed,
+    ExecTarget,
+    FindingFilter,
+    FindingsConsumer,
+    FindingsSettings,
+    HookSender,
+    RetryPolicy,
+    Since,
+    TooManyFindings,
+    WebhookTarget,
+)
+from streams.sdk import EffectBoundary, OwnershipReporter, Report, ReporterSettings
+
+__all__ = [
+    "FROM_BEGINNING",
+    "ONLY_NEW",
+    "AppliedEffect",
+    "BrokerError",
+    "Database",
+    "DeadLetterFile",
+    "Delivery",
+    "DeliveryFailed",
+    "EffectBoundary",
+    "EffectSink",
+    "Event",
+    "EventPublisher",
+    "EventType",
+    "Evidence",
+    "ExecTarget",
+    "FencedSink",
+    "FencewatchError",
+    "Finding",
+    "FindingFilter",
+    "FindingsConsumer",
+    "FindingsSettings",
+    "HookSender",
+    "Kind",
+    "Lease",
+    "LeaseHeld",
+    "LeaseLost",
+    "LeaseStore",
+    "OwnershipReporter",
+    "Receipt",
+    "Report",
+    "ReporterSettings",
+    "RetryPolicy",
+    "Severity",
+    "Since",
+    "SqlLeaseStore",
+    "StaleOwner",
+    "Stamp",
+    "StoreError",
+    "TooManyFindings",
+    "UnfencedSink",
+    "WebhookTarget",
+    "__version__",
+    "open_database",
+]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fencewatch")
+    except PackageNotFoundError:  # a checkout without an install
+        return "unknown"
+
+
+__version__ = _version()

@@ -18,11 +18,13 @@ from streams.core.findings import Evidence, Finding
 from streams.core.records import Event, EventType, Kind, Severity
 from streams.errors import (
     BrokerError,
+    EffectRefused,
     FencewatchError,
     LeaseHeld,
     LeaseLost,
     StaleOwner,
     StoreError,
+    StoreUnavailable,
 )
 from streams.fences import (
     AppliedEffect,
@@ -54,7 +56,15 @@ from streams.findings import (
     TooManyFindings,
     WebhookTarget,
 )
-from streams.sdk import EffectBoundary, OwnershipReporter, Report, ReporterSettings
+from streams.sdk import (
+    EffectBoundary,
+    EffectOutcome,
+    Owner,
+    OwnershipReporter,
+    Report,
+    ReporterSettings,
+    Risk,
+)
 
 __all__ = [
     "FROM_BEGINNING",
@@ -66,6 +76,8 @@ __all__ = [
     "Delivery",
     "DeliveryFailed",
     "EffectBoundary",
+    "EffectOutcome",
+    "EffectRefused",
     "EffectSink",
     "Event",
     "EventPublisher",
@@ -84,17 +96,20 @@ __all__ = [
     "LeaseHeld",
     "LeaseLost",
     "LeaseStore",
+    "Owner",
     "OwnershipReporter",
     "Receipt",
     "Report",
     "ReporterSettings",
     "RetryPolicy",
+    "Risk",
     "Severity",
     "Since",
     "SqlLeaseStore",
     "StaleOwner",
     "Stamp",
     "StoreError",
+    "StoreUnavailable",
     "TooManyFindings",
     "UnfencedSink",
     "WebhookTarget",

@@ -15,6 +15,7 @@ from streams.core.errors import ConfigError, FencewatchError, InvalidEvent, Stat
 __all__ = [
     "BrokerError",
     "ConfigError",
+    "EffectRefused",
     "FencewatchError",
     "InvalidEvent",
     "LeaseHeld",
@@ -22,6 +23,7 @@ __all__ = [
     "StaleOwner",
     "StateError",
     "StoreError",
+    "StoreUnavailable",
 ]
 
 
@@ -48,6 +50,38 @@ class StoreError(FencewatchError):
     def __init__(self, message: str, *, retriable: bool = False) -> None:
         super().__init__(message)
         self.retriable = retriable
+
+
+class StoreUnavailable(StoreError):
+    """The store could not be reached or did not answer within its bounded
+    timeout (connection refused or lost, connect or statement timeout, a lock
+    wait past the busy timeout). Always retriable: the same call may succeed
+    once the store answers again."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retriable=True)
+
+
+class EffectRefused(FencewatchError):
+    """The SDK refused an effect before attempting it: nothing reached the
+    destination. ``reason`` is ``store_unavailable`` (an ``irreversible``
+    effect whose epoch the lease store could not confirm) or
+    ``deferred_queue_full`` (a ``deferrable`` effect past the owner's bound);
+    ``detail`` names the underlying cause."""
+
+    def __init__(
+        self, key: str, epoch: int, effect_key: str, risk: str, reason: str, detail: str
+    ) -> None:
+        super().__init__(
+            f"{risk} effect {effect_key!r} of {key!r} at epoch {epoch} was not attempted:"
+            f" {reason} ({detail})"
+        )
+        self.key = key
+        self.epoch = epoch
+        self.effect_key = effect_key
+        self.risk = risk
+        self.reason = reason
+        self.detail = detail
 
 
 class LeaseHeld(FencewatchError):

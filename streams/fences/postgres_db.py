@@ -5,10 +5,17 @@ lock the one row they compare (``SELECT ... FOR UPDATE``) so the compare and
 the write share the atomic boundary without serializing unrelated workflow
 keys. The store clock is the server's ``clock_timestamp()``: every worker,
 whatever its own clock says, is judged by the same clock.
+
+Every call is bounded: ``connect_timeout`` for connecting, a server-side
+``statement_timeout`` for each statement (lock waits included), and TCP
+keepalives plus ``tcp_user_timeout`` so a connection to a vanished host fails
+instead of hanging. A store that cannot be reached or answers too slowly
+surfaces as :class:`~streams.errors.StoreUnavailable`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Literal
@@ -16,22 +23,24 @@ from typing import Any, Literal
 import psycopg
 from psycopg import errors as pg_errors
 
-from streams.errors import StoreError
+from streams.errors import StoreError, StoreUnavailable
 from streams.fences.db import PerThread
 
 __all__ = ["PostgresDatabase"]
 
 _NOW_SQL = "SELECT extract(epoch FROM clock_timestamp())::float8"
-_RETRIABLE = (
-    psycopg.OperationalError,
-    pg_errors.SerializationFailure,
-    pg_errors.DeadlockDetected,
-    pg_errors.LockNotAvailable,
-)
+#: Unreachable or too slow: the connection failed or broke, or a statement
+#: (a lock wait included) ran past statement_timeout.
+_UNAVAILABLE = (psycopg.OperationalError, pg_errors.QueryCanceled, pg_errors.LockNotAvailable)
+_RETRIABLE = (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 
 
 def _translate(exc: psycopg.Error) -> StoreError:
-    return StoreError(f"postgres: {exc}".strip(), retriable=isinstance(exc, _RETRIABLE))
+    # One line: libpq messages can span several (hints, "is the server running").
+    text = " ".join(str(exc).split())
+    if isinstance(exc, _UNAVAILABLE):
+        return StoreUnavailable(f"postgres unavailable: {text}")
+    return StoreError(f"postgres: {text}", retriable=isinstance(exc, _RETRIABLE))
 
 
 def _pg(sql: str) -> str:
@@ -66,17 +75,30 @@ class PostgresDatabase:
 
     dialect: Literal["postgres"] = "postgres"
 
-    def __init__(self, dsn: str, *, connect_timeout_s: int = 10) -> None:
+    def __init__(self, dsn: str, *, timeout_s: float = 10.0) -> None:
+        if not 0 < timeout_s <= 3600:
+            raise ValueError(f"timeout_s must be in (0, 3600], got {timeout_s!r}")
         self.dsn = dsn
-        self._connect_timeout_s = connect_timeout_s
+        self.timeout_s = timeout_s
+        # A broken connection (server restarted) is replaced on the next call.
         self._conns: PerThread[psycopg.Connection[Any]] = PerThread(
-            self._open, lambda c: bool(c.closed)
+            self._open, lambda c: bool(c.closed or c.broken)
         )
 
     def _open(self) -> psycopg.Connection[Any]:
+        ms = max(1, int(self.timeout_s * 1000))
         try:
             return psycopg.connect(
-                self.dsn, autocommit=True, connect_timeout=self._connect_timeout_s
+                self.dsn,
+                autocommit=True,
+                # libpq rounds connect_timeout to whole seconds, minimum 2.
+                connect_timeout=max(2, math.ceil(self.timeout_s)),
+                options=f"-c statement_timeout={ms}",
+                keepalives=1,
+                keepalives_idle=max(1, ms // 2000),
+                keepalives_interval=1,
+                keepalives_count=3,
+                tcp_user_timeout=ms,
             )
         except psycopg.Error as exc:
             raise _translate(exc) from exc

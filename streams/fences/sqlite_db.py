@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, Literal
 
-from streams.errors import StoreError
+from streams.errors import StoreError, StoreUnavailable
 from streams.fences.db import Clock, PerThread
 
 __all__ = ["SqliteDatabase"]
@@ -25,8 +25,10 @@ _NOW_SQL = "SELECT (julianday('now') - 2440587.5) * 86400.0"
 
 def _translate(exc: sqlite3.Error) -> StoreError:
     text = str(exc)
-    retriable = isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text)
-    return StoreError(f"sqlite: {text}", retriable=retriable)
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+        # The write lock stayed taken past the busy timeout: too slow.
+        return StoreUnavailable(f"sqlite unavailable: {text}")
+    return StoreError(f"sqlite: {text}")
 
 
 class _SqliteTx:

@@ -6,6 +6,16 @@ See docs/sdk.md and examples/agent_worker.py.
 
 from __future__ import annotations
 
+from streams.sdk.owner import RISKS, EffectOutcome, Owner, Risk
 from streams.sdk.reporter import EffectBoundary, OwnershipReporter, Report, ReporterSettings
 
-__all__ = ["EffectBoundary", "OwnershipReporter", "Report", "ReporterSettings"]
+__all__ = [
+    "RISKS",
+    "EffectBoundary",
+    "EffectOutcome",
+    "Owner",
+    "OwnershipReporter",
+    "Report",
+    "ReporterSettings",
+    "Risk",
+]

@@ -21,12 +21,13 @@ unknown and only the attempt stands, which is what the detector should see.
 
 from __future__ import annotations
 
+import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -34,8 +35,11 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from streams.core.records import Event, EventType, event_to_dict
 from streams.core.validate import to_event
 from streams.errors import BrokerError
-from streams.fences.lease import Lease, LeaseStore, Stamp
+from streams.fences.lease import Lease, LeaseStore, Stamp, check_lease_args
 from streams.fences.sink import EffectSink, Receipt
+
+if TYPE_CHECKING:
+    from streams.sdk.owner import Keeper, Owner
 
 __all__ = ["EffectBoundary", "OwnershipReporter", "Report", "ReporterSettings"]
 
@@ -121,6 +125,8 @@ class OwnershipReporter:
         self._failed = 0
         self._errors: list[str] = []
         self._closed = False
+        self._keeper: Keeper | None = None
+        self._keeper_lock = threading.Lock()
 
     # -- the port the lease store uses -----------------------------------
 
@@ -161,7 +167,7 @@ class OwnershipReporter:
 
     # -- helpers ----------------------------------------------------------
 
-    def _emit(
+    def emit(
         self,
         etype: EventType,
         key: str,
@@ -172,8 +178,17 @@ class OwnershipReporter:
         attrs: dict[str, Any] | None = None,
         stamp: Stamp | None = None,
         seq: int | None = None,
+        unstamped: str | None = None,
     ) -> Report:
-        if stamp is None and seq is None and self.leases is not None:
+        """Publish one event of this worker. Its ``seq`` is ``stamp.seq`` or
+        ``seq`` when given, else a fresh stamp from the lease store. With
+        ``unstamped`` (why: e.g. ``store_unavailable``) no stamp is asked for:
+        the event goes without a seq, and ``attrs.unstamped`` says why — it is
+        then ordered by arrival (SPEC §3), which lowers the confidence of the
+        key's findings; used only when the store cannot be reached."""
+        if unstamped is not None:
+            attrs = {**(attrs or {}), "unstamped": unstamped}
+        elif stamp is None and seq is None and self.leases is not None:
             stamp = self.leases.stamp(key, epoch)
         event = Event(
             etype,
@@ -199,13 +214,13 @@ class OwnershipReporter:
         through this reporter); its seq is the acquisition's store revision."""
         if lease.worker_id != self.settings.worker_id:
             raise ValueError("the lease belongs to another worker")
-        return self._emit(
+        return self.emit(
             EventType.LEASE_ACQUIRED, lease.key, lease.epoch, seq=lease.seq, attrs=attrs
         )
 
     def lease_released(self, key: str, epoch: int, *, stamp: Stamp | None = None) -> Report:
         """Report a release; pass the Stamp that ``LeaseStore.release`` returned."""
-        return self._emit(EventType.LEASE_RELEASED, key, epoch, stamp=stamp)
+        return self.emit(EventType.LEASE_RELEASED, key, epoch, stamp=stamp)
 
     def release(self, lease: Lease) -> Report:
         """Release the lease in the store and report it."""
@@ -216,14 +231,16 @@ class OwnershipReporter:
 
     def progress(self, key: str, epoch: int, *, attrs: dict[str, Any] | None = None) -> Report:
         """A checkpoint. ``report.current`` tells a displaced worker to stop."""
-        return self._emit(EventType.PROGRESS, key, epoch, attrs=attrs)
+        return self.emit(EventType.PROGRESS, key, epoch, attrs=attrs)
 
     def effect_attempted(
         self, key: str, epoch: int, effect_key: str, *, sink: str | None = None
     ) -> Report:
-        return self._emit(EventType.EFFECT_ATTEMPTED, key, epoch, effect_key=effect_key, sink=sink)
+        return self.emit(EventType.EFFECT_ATTEMPTED, key, epoch, effect_key=effect_key, sink=sink)
 
-    def effect_result(self, receipt: Receipt, *, sink: str | None = None) -> Report:
+    def effect_result(
+        self, receipt: Receipt, *, sink: str | None = None, unstamped: str | None = None
+    ) -> Report:
         """``effect_committed`` for a write, ``effect_rejected`` for a refusal
         (``attrs.receipt`` is ``rejected`` or ``duplicate``)."""
         attrs: dict[str, Any] = {"receipt": receipt.status, "current_epoch": receipt.current_epoch}
@@ -234,13 +251,14 @@ class OwnershipReporter:
             if receipt.status == "committed"
             else EventType.EFFECT_REJECTED
         )
-        return self._emit(
+        return self.emit(
             etype,
             receipt.workflow_key,
             receipt.epoch,
             effect_key=receipt.effect_key,
             sink=sink or receipt.sink,
             attrs=attrs,
+            unstamped=unstamped,
         )
 
     @contextmanager
@@ -268,6 +286,69 @@ class OwnershipReporter:
             fx.record(receipt)
         return receipt
 
+    # -- ownership that looks after itself ----------------------------------
+
+    def own(
+        self,
+        key: str,
+        *,
+        ttl: float,
+        on_lost: Callable[[Owner], object] | None = None,
+        renew_fraction: float = 1 / 3,
+        wait_s: float = 0.0,
+        max_deferred: int = 1000,
+        drain_timeout_s: float | None = None,
+    ) -> Owner:
+        """Acquire ``key`` for ``ttl`` seconds (of store time) and keep it:
+        use as ``with reporter.own(key, ttl=30) as owner: ...``.
+
+        The keeper renews every ``renew_fraction * ttl`` seconds; ``on_lost``
+        is called once (from a background thread) when the lease is lost.
+        ``wait_s`` retries while another worker holds the key (else
+        ``LeaseHeld`` at once). ``max_deferred`` bounds the deferrable effects
+        queued while the store is unavailable (past it they are refused);
+        ``drain_timeout_s`` (default ``ttl``) is how long leaving the block
+        waits for them. Publishes ``lease_acquired`` (seq: the acquisition's
+        store revision) unless the store publishes through this reporter.
+        """
+        from streams.sdk.owner import Owner, acquire
+
+        store = self.leases
+        if store is None:
+            raise RuntimeError("own() needs a lease store: OwnershipReporter(..., leases=...)")
+        check_lease_args(key, self.settings.worker_id, ttl)
+        if not 0 < renew_fraction < 1:
+            raise ValueError(f"renew_fraction must be in (0, 1), got {renew_fraction!r}")
+        if not 1 <= max_deferred <= 1_000_000:
+            raise ValueError("max_deferred must be in 1..1000000")
+        lease, started = acquire(self, store, key, ttl, wait_s=max(0.0, wait_s))
+        if getattr(store, "publisher", None) is not self:
+            self.lease_acquired(lease, attrs={"ttl_s": ttl})
+        owner = Owner(
+            self,
+            store,
+            lease,
+            ttl=ttl,
+            renew_fraction=renew_fraction,
+            on_lost=on_lost,
+            max_deferred=max_deferred,
+            drain_timeout_s=ttl if drain_timeout_s is None else drain_timeout_s,
+            started=started,
+        )
+        self.keeper().add(owner)
+        return owner
+
+    def keeper(self) -> Keeper:
+        """The background renewer of this reporter's owners (started on first use)."""
+        from streams.sdk.owner import Keeper
+
+        with self._keeper_lock:
+            if self._closed:
+                raise RuntimeError("reporter is closed")
+            if self._keeper is None:
+                self._keeper = Keeper()
+            return self._keeper
+
     # -- lifecycle --------------------------------------------------------
 
     def flush(self, timeout: float = 30.0) -> None:
@@ -292,9 +373,14 @@ class OwnershipReporter:
             )
 
     def close(self, timeout: float = 30.0) -> None:
-        """Flush and stop; idempotent."""
+        """Stop the keeper (owners still open stop renewing; their leases
+        expire by their TTL), flush and stop; idempotent."""
         if self._closed:
             return
+        with self._keeper_lock:
+            keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.stop()
         try:
             self.flush(timeout)
         finally:

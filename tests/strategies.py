@@ -24,6 +24,7 @@ __all__ = [
     "multi_workflow_events",
     "random_clocks",
     "redelivery",
+    "takeover_workflow",
     "workflow_events",
 ]
 
@@ -220,4 +221,65 @@ def random_clocks(draw: st.DrawFn, events: list[Event]) -> list[Event]:
                 f"2026-07-26T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}Z"
             )
         out.append(_with(e, ts=stamps[ident]))
+    return out
+
+
+def takeover_workflow(
+    key: str = "tenant-7/nightly-export", *, n_events: int = 300, takeovers: int = 5
+) -> list[dict[str, Any]]:
+    """A long, deterministic workflow for the HTML report (not a strategy):
+    ``n_events`` events in seq order, ``takeovers`` changes of owner, and after
+    each one the displaced owner misbehaving in a different way: stale progress;
+    a stale attempt the sink rejects (then verified by the new owner: a cleared
+    finding); a stale commit after the new owner's commit of the same effect
+    (two findings at one position); a stale attempt with no answer; a
+    same-owner retry of a commit. Ordinary progress fills the rest."""
+    if takeovers < 1 or n_events < 12 * (takeovers + 1):
+        raise ValueError("need at least one takeover and 12 events per owner")
+    workers = ["ingest-a", "ingest-b", "ingest-c", "ingest-d", "ingest-e", "ingest-f"]
+    out: list[dict[str, Any]] = []
+
+    def emit(type_: str, epoch: int, effect: str | None = None, sink: str | None = None) -> None:
+        doc: dict[str, Any] = {
+            "type": type_,
+            "workflow_key": key,
+            "epoch": epoch,
+            "worker_id": workers[(epoch - 1) % len(workers)],
+            "seq": len(out) + 1,
+        }
+        if effect is not None:
+            doc["effect_key"] = effect
+        if sink is not None:
+            doc["sink"] = sink
+        out.append(doc)
+
+    per_owner = n_events // (takeovers + 1)
+    emit("lease_acquired", 1)
+    for k in range(1, takeovers + 1):
+        old, new = k, k + 1
+        while len(out) < k * per_owner - 6:
+            emit("progress", old)
+        emit("lease_acquired", new)
+        effect = f"batch-{k}"
+        kind = (k - 1) % 5
+        if kind == 0:
+            emit("progress", old)
+            emit("progress", new)
+        elif kind == 1:
+            emit("effect_attempted", old, effect, "warehouse")
+            emit("effect_rejected", old, effect, "warehouse")
+            emit("progress", new)
+            emit("outcome_verified", new, effect, "warehouse")
+        elif kind == 2:
+            emit("effect_committed", new, effect, "ledger")
+            emit("effect_attempted", old, effect, "ledger")
+            emit("effect_committed", old, effect, "ledger")
+        elif kind == 3:
+            emit("progress", new)
+            emit("effect_attempted", old, effect, "mailer")
+        else:
+            emit("effect_committed", new, effect, "ledger")
+            emit("effect_committed", new, effect, "ledger")
+    while len(out) < n_events:
+        emit("progress", takeovers + 1)
     return out

@@ -178,13 +178,14 @@ def test_text_report_groups_by_workflow_and_ends_with_a_summary(capsys) -> None:
 
 
 def test_html_report_draws_an_ownership_timeline(tmp_path: Path, capsys) -> None:
-    """--format html writes a self-contained page with a timeline per workflow with findings."""
+    """--format html: one offline page, a timeline for the flagged workflow, clean ones listed."""
     out = tmp_path / "report.html"
     assert main(["audit", "--format", "html", "-o", str(out), str(FIXTURE)]) == 1
     page = out.read_text()
-    assert page.count("<svg") == 1  # one workflow has findings
+    assert page.count("class='tl'") == 1  # one workflow has findings
     assert "export-ledger" in page and "epoch 17" in page and "epoch 18" in page
-    assert "report-index" not in page
+    assert "<li>report-index</li>" in page and "2 clean workflows" in page
+    assert "http://" not in page and "https://" not in page  # nothing fetched
     capsys.readouterr()
 
 

@@ -1,0 +1,144 @@
+"""The HTML report's inline style sheet and script (no network: both are
+written into the page). Severity colours are the CSS variables ``--crit``,
+``--inc``, ``--warn`` and ``--diag``, used by every badge, pill and ring."""
+
+from __future__ import annotations
+
+__all__ = ["CSS", "JS"]
+
+CSS = """
+:root{--crit:#c5221f;--inc:#e8710a;--warn:#f9ab00;--diag:#1a73e8;--ok:#188038;
+--ink:#1f2328;--muted:#5f6773;--line:#e2e5ea;--bg:#f6f7f9;--card:#fff;--lh:26px;--cw:26px}
+*{box-sizing:border-box}
+html{-webkit-text-size-adjust:100%}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",sans-serif;
+color:var(--ink);background:var(--bg)}
+main{max-width:1320px;margin:0 auto;padding:28px 32px 64px}
+h1{font-size:22px;font-weight:650;margin:0 0 4px}
+h2{font-size:16px;font-weight:650;margin:32px 0 10px}
+h3{font-size:15px;font-weight:650;margin:0;word-break:break-all}
+a{color:#0b57d0;text-decoration:none} a:hover{text-decoration:underline}
+.muted{color:var(--muted)} .num{font-variant-numeric:tabular-nums;text-align:right}
+.sub{color:var(--muted);margin:0 0 20px}
+.banner{border-radius:8px;padding:10px 14px;margin:0 0 16px;font-weight:600}
+.banner.partial{background:#fff4e5;border:1px solid #f3b26b;color:#8a4b00}
+.cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(200px,1fr));gap:12px}
+.card{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:12px 16px}
+.card .k{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}
+.card .v{font-size:24px;font-weight:650;font-variant-numeric:tabular-nums}
+.card .d{color:var(--muted);font-size:13px}
+.panel{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:4px 0;
+overflow:hidden}
+table{border-collapse:collapse;width:100%}
+th,td{padding:7px 12px;text-align:left;vertical-align:top;border-bottom:1px solid var(--line)}
+tr:last-child td{border-bottom:0}
+th{font-size:12px;font-weight:600;color:var(--muted);text-transform:uppercase;letter-spacing:.03em}
+td.key{word-break:break-all} td.nw,th.nw{white-space:nowrap}
+.sev{display:inline-block;border-radius:4px;padding:1px 7px;font-size:12px;font-weight:650;
+color:#fff;white-space:nowrap}
+.sev.critical{background:var(--crit)} .sev.incident{background:var(--inc)}
+.sev.warning{background:var(--warn);color:#3d2b00} .sev.diagnostic{background:var(--diag)}
+.cnt-crit{color:var(--crit);font-weight:650} .cnt-inc{color:var(--inc);font-weight:650}
+.cnt-warn{color:#a06b00;font-weight:650} .cnt-diag{color:var(--diag);font-weight:650}
+.zero{color:#c3c8cf}
+.pill{display:inline-block;border-radius:999px;padding:0 8px;font-size:12px;font-weight:600;
+border:1px solid;white-space:nowrap}
+.pill.open{color:var(--crit);border-color:#f1b5b0;background:#fdf0ef}
+.pill.cleared{color:var(--ok);border-color:#b7dfc2;background:#eff8f1}
+.pill.high{color:var(--ink);border-color:#c9ced6} .pill.medium{color:#8a5a00;border-color:#f0d08a}
+.pill.low{color:var(--muted);border-color:var(--line);background:#f3f4f6}
+.pill.ignores_fence{color:var(--crit);border-color:#f1b5b0;background:#fdf0ef}
+.pill.enforces_fence{color:var(--ok);border-color:#b7dfc2;background:#eff8f1}
+.pill.unproven{color:var(--muted);border-color:var(--line)}
+details.clean{margin-top:10px} details.clean summary{cursor:pointer;color:var(--muted)}
+.cleanlist{columns:3 280px;margin:8px 0 0;padding:0 0 0 18px;word-break:break-all}
+.wf{background:var(--card);border:1px solid var(--line);border-radius:10px;margin:18px 0;
+padding:16px 18px}
+.wf-head{display:flex;gap:12px;align-items:baseline;flex-wrap:wrap;margin-bottom:10px}
+.wf table td{font-size:13px} tr:target td{background:#fff8d6}
+.action{color:var(--muted);font-size:12.5px}
+.legend{display:flex;flex-wrap:wrap;gap:14px;align-items:center;color:var(--muted);font-size:12.5px;
+margin:6px 0 0}
+.legend span{display:inline-flex;align-items:center;gap:5px;white-space:nowrap}
+.legend .ev{position:static;transform:none}
+.tl{margin-top:14px;border-top:1px solid var(--line);padding-top:10px}
+.tl-tools{display:flex;gap:6px;align-items:center;margin-bottom:6px;font-size:12.5px;
+color:var(--muted)}
+.tl-tools button{font:inherit;color:var(--ink);background:#fff;border:1px solid #cdd2d9;
+border-radius:6px;padding:1px 9px;cursor:pointer} .tl-tools button:hover{background:#f1f3f6}
+.tl-tools .sp{flex:1}
+.tl-scroll{overflow-x:auto;overflow-y:hidden;position:relative}
+.tl-body{display:flex;min-width:0}
+.labels{flex:0 0 170px;position:sticky;left:0;z-index:3;background:var(--card);
+border-right:1px solid var(--line)}
+.labels>div{height:var(--lh);display:flex;align-items:center;gap:6px;padding-right:8px;
+white-space:nowrap;overflow:hidden;font-size:12px}
+.labels .lab-f{height:var(--fh);color:var(--muted);font-size:11px;align-items:flex-end;
+padding-bottom:3px}
+.labels .lab-p{height:22px;color:var(--muted);font-size:11px}
+.lane-label b{font-weight:650;font-variant-numeric:tabular-nums}
+.lane-label small{color:var(--muted);font-size:11.5px;overflow:hidden;text-overflow:ellipsis}
+.cols{flex:1 1 auto;min-width:0;display:flex;position:relative;
+height:calc(var(--fh) + var(--lanes) * var(--lh) + 22px)}
+.lane{position:absolute;left:0;right:0;height:var(--lh);border-bottom:1px solid #eef0f3}
+.lane.alt{background:#fafbfc}
+.col{position:relative;flex:0 1 var(--cw);min-width:0;height:100%}
+.tl.free .col{flex-shrink:0}
+.col.acq::before{content:"";position:absolute;left:0;top:var(--fh);bottom:22px;
+border-left:1px dashed #9aa3ad}
+.col.hit{flex-basis:calc(var(--cw) + 10px);
+background:linear-gradient(#fff6e0,#fff6e0) no-repeat 0 var(--fh)/100%
+calc(var(--lanes) * var(--lh))}
+.fc{position:absolute;top:0;left:0;right:0;height:var(--fh);display:flex;flex-direction:column;
+justify-content:flex-end;align-items:center;gap:2px;padding-bottom:3px}
+.fmark{display:block;min-width:20px;height:16px;border-radius:4px;font-size:10.5px;
+font-weight:700;line-height:16px;text-align:center;color:#fff;padding:0 3px;z-index:2}
+.fmark:hover{text-decoration:none;filter:brightness(1.1)}
+.fmark.critical{background:var(--crit)} .fmark.incident{background:var(--inc)}
+.fmark.warning{background:var(--warn);color:#3d2b00} .fmark.diagnostic{background:var(--diag)}
+.fmark.cleared{background:#fff;border:1.5px solid currentColor;line-height:13px}
+.fmark.cleared.critical{color:var(--crit)} .fmark.cleared.incident{color:var(--inc)}
+.fmark.cleared.warning{color:#a06b00} .fmark.cleared.diagnostic{color:var(--diag)}
+.ev{position:absolute;left:50%;transform:translate(-50%,5px);width:16px;height:16px;
+border-radius:50%;font:700 9.5px/16px ui-monospace,SFMono-Regular,Menlo,monospace;
+text-align:center;color:#fff;background:#8a939e}
+.ev.ring{box-shadow:0 0 0 2px #fff,0 0 0 4px var(--ring)}
+.t-lease_acquired{background:#188038}.t-lease_acquired::after{content:"A"}
+.t-lease_released{background:#9aa0a6}.t-lease_released::after{content:"R"}
+.t-progress{background:#b7bfc9}.t-progress::after{content:"p"}
+.t-effect_attempted{background:#7b3fb5}.t-effect_attempted::after{content:"a"}
+.t-effect_committed{background:#202124}.t-effect_committed::after{content:"C"}
+.t-effect_rejected{background:#00838f}.t-effect_rejected::after{content:"x"}
+.t-outcome_verified{background:#1a73e8}.t-outcome_verified::after{content:"V"}
+.t-other::after{content:"?"}
+.run{display:contents}
+.run>.det{display:none} .run.open>.det{display:contents} .run.open>.sum{display:none}
+.sum{cursor:pointer;border:0;padding:0;background:transparent;font:inherit;min-width:22px;
+flex-basis:calc(var(--cw) + 8px)}
+.sum:hover{background:#eef2f7}
+.sum .n{position:absolute;left:50%;transform:translate(-50%,6px);font-size:10px;line-height:14px;
+color:#4d5560;background:#eceff3;border:1px solid #d5dae1;border-radius:7px;padding:0 4px;
+white-space:nowrap;font-variant-numeric:tabular-nums}
+.sum.capped .n{border-style:dashed}
+.pos{position:absolute;bottom:0;left:50%;transform:translateX(-50%);height:22px;line-height:22px;
+font-size:10.5px;color:var(--muted);white-space:nowrap;font-variant-numeric:tabular-nums}
+.hit .pos{color:var(--ink);font-weight:650}
+.note{font-size:12.5px;color:var(--muted);margin:6px 0 0}
+footer{margin-top:40px;color:var(--muted);font-size:12px}
+"""
+
+# Inline, no network: expand a run, expand all, back to fit, zoom.
+JS = """
+document.addEventListener('click',function(e){
+var t=e.target.closest('[data-act]');if(!t)return;var tl=t.closest('.tl');if(!tl)return;
+var a=t.getAttribute('data-act');
+if(a==='run'){t.parentNode.classList.add('open');tl.classList.add('free');}
+else if(a==='all'){tl.querySelectorAll('.run[data-x]').forEach(function(r){
+r.classList.add('open')});tl.classList.add('free');}
+else if(a==='fit'){tl.querySelectorAll('.run.open').forEach(function(r){
+r.classList.remove('open')});tl.classList.remove('free');tl.style.removeProperty('--cw');}
+else if(a==='in'||a==='out'){var c=parseFloat(getComputedStyle(tl).getPropertyValue('--cw'))||26;
+c=a==='in'?Math.min(72,c*1.5):Math.max(6,c/1.5);tl.style.setProperty('--cw',c+'px');
+tl.classList.add('free');}
+});
+"""

@@ -1,0 +1,93 @@
+"""The HTML report's content (no browser): every finding its own mark,
+collapsed runs, caps, the partial banner, escaping."""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, Detector, DetectorConfig
+from streams.core.replay import Replay
+from streams.report import render_html
+from streams.report.html import MAX_MARKS
+from tests.strategies import takeover_workflow
+
+
+def _replay(docs: list[dict], max_events_per_key: int = DEFAULT_MAX_EVENTS_PER_KEY) -> Replay:
+    replay = Replay(Detector(DetectorConfig(max_events_per_key=max_events_per_key)))
+    for n, doc in enumerate(docs, 1):
+        replay.feed(orjson.dumps(doc), offset=n, source="t", line=n)
+    return replay
+
+
+def test_every_finding_has_its_own_mark_even_at_one_position() -> None:
+    """Seven findings give seven marks; the two raised at seq 148 are two marks in one column."""
+    replay = _replay(takeover_workflow())
+    page = render_html(replay)
+    ids = re.findall(r"data-finding='(fw1-[0-9a-f]+)'", page)
+    assert sorted(ids) == sorted(replay.latest)
+    assert len(replay.latest) == 7
+    (col148,) = [c for c in page.split("<div class='col") if "class='pos'>148<" in c]
+    assert col148.count("class='fmark") == 2
+
+
+def test_ordinary_progress_is_collapsed_and_lanes_name_epoch_and_worker() -> None:
+    """A 300-event workflow draws runs of progress as counted, expandable marks; lanes say who."""
+    page = render_html(_replay(takeover_workflow()))
+    runs = re.findall(r"<button class='col sum' data-act='run'", page)
+    assert len(runs) >= 5
+    assert "<b>epoch 6</b><small>ingest-f</small>" in page
+    assert "<b>epoch 1</b><small>ingest-a</small>" in page
+
+
+def test_open_and_cleared_and_overview_counts() -> None:
+    """The summary says how many findings are open; each finding row has its status."""
+    page = render_html(_replay(takeover_workflow()))
+    assert "6 open · 1 cleared" in page
+    assert page.count("<span class='pill cleared'>cleared</span>") == 1
+    assert page.count("<span class='pill open'>open</span>") == 6
+
+
+def test_a_huge_workflow_is_capped_and_says_so() -> None:
+    """Past MAX_MARKS drawn events a run keeps its count but is not drawn; the page says so."""
+    docs = takeover_workflow(n_events=6 * (MAX_MARKS + 400))
+    replay = _replay(docs, max_events_per_key=len(docs))
+    page = render_html(replay)
+    assert "are drawn at most" in page
+    assert len(re.findall(r"data-finding='", page)) == len(replay.latest)
+    assert page.count("class='ev ") <= MAX_MARKS + 200
+    assert len(page) < 2_000_000
+
+
+def test_findings_whose_raising_event_was_evicted_still_have_a_mark() -> None:
+    """Under the per-key evidence bound every finding still gets a mark (in a leading column)."""
+    replay = _replay(takeover_workflow(n_events=3000), max_events_per_key=200)
+    page = render_html(replay)
+    ids = re.findall(r"data-finding='(fw1-[0-9a-f]+)'", page)
+    assert sorted(ids) == sorted(replay.latest)
+
+
+def test_partial_banner_and_escaping() -> None:
+    """A partial report says so at the top; workflow keys and workers are escaped."""
+    docs = [
+        {
+            "type": "lease_acquired",
+            "workflow_key": "<b>x</b>",
+            "epoch": 1,
+            "worker_id": "<i>",
+            "seq": 1,
+        },
+        {
+            "type": "lease_acquired",
+            "workflow_key": "<b>x</b>",
+            "epoch": 2,
+            "worker_id": "w",
+            "seq": 2,
+        },
+        {"type": "progress", "workflow_key": "<b>x</b>", "epoch": 1, "worker_id": "<i>", "seq": 3},
+    ]
+    page = render_html(_replay(docs), partial=True)
+    assert "PARTIAL REPORT" in page
+    assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    assert "<i>" not in page

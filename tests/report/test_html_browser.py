@@ -1,0 +1,73 @@
+"""The HTML report in a real browser (headless Chromium, Debian package
+``chromium``): at 1400 px the page never scrolls sideways, every finding's
+mark is on screen and on top, and the lanes are labelled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from streams.core.replay import Replay
+from streams.report import render_html
+from tests.report.chromium import check_layout
+from tests.strategies import takeover_workflow
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURE = ROOT / "examples" / "reference.jsonl"
+WIDTH = 1400
+EXPAND_ALL = "document.querySelectorAll('[data-act=all]').forEach(function(b){b.click()});"
+
+
+def _replay(lines: list[bytes]) -> Replay:
+    replay = Replay()
+    for n, line in enumerate(lines, 1):
+        replay.feed(line, offset=n, source="t", line=n)
+    return replay
+
+
+def _fixture() -> Replay:
+    return _replay(FIXTURE.read_bytes().splitlines())
+
+
+def _takeovers() -> Replay:
+    return _replay([orjson.dumps(d) for d in takeover_workflow(n_events=300, takeovers=5)])
+
+
+def _assert_fits(result: dict[str, Any], replay: Replay) -> None:
+    width = result["clientWidth"]
+    assert result["scrollWidth"] <= width, "the page scrolls sideways"
+    marks = result["marks"]
+    assert sorted(m["id"] for m in marks) == sorted(replay.latest), "a finding has no mark"
+    for m in marks:
+        assert m["width"] > 0 and m["height"] > 0, m
+        assert m["left"] >= 0 and m["right"] <= width, m
+        assert m["onTop"], f"finding mark {m['text']} is covered"
+
+
+@pytest.mark.parametrize(
+    ("name", "build", "lanes"),
+    [
+        ("fixture", _fixture, ["epoch 18 beta", "epoch 17 alpha"]),
+        ("takeovers", _takeovers, [f"epoch {k} ingest-{'abcdef'[k - 1]}" for k in range(6, 0, -1)]),
+    ],
+)
+def test_report_fits_1400px_and_every_finding_is_visible(
+    name: str, build: Any, lanes: list[str]
+) -> None:
+    """At 1400 px: no sideways page scroll, every finding mark on screen and on top, lanes named."""
+    replay = build()
+    result = check_layout(render_html(replay), width=WIDTH)
+    _assert_fits(result, replay)
+    assert [label["text"] for label in result["labels"]] == lanes
+    assert all(label["width"] > 0 and label["height"] > 0 for label in result["labels"])
+    assert result["timelines"] == 1, name
+
+
+def test_expanded_timeline_scrolls_inside_not_the_page() -> None:
+    """After 'expand all' on the 300-event workflow the page still does not scroll sideways."""
+    replay = _takeovers()
+    result = check_layout(render_html(replay), width=WIDTH, before=EXPAND_ALL)
+    _assert_fits(result, replay)

@@ -22,6 +22,7 @@ __all__ = [
     "WORKERS",
     "arrival_orders",
     "multi_workflow_events",
+    "partly_sequenced",
     "random_clocks",
     "redelivery",
     "takeover_workflow",
@@ -168,6 +169,16 @@ def multi_workflow_events(draw: st.DrawFn, *, with_seq: bool = True) -> list[Eve
     for i in range(n):
         events += draw(workflow_events(f"wf-{i}", with_seq=with_seq))
     return events
+
+
+@st.composite
+def partly_sequenced(draw: st.DrawFn, events: list[Event]) -> list[Event]:
+    """The same events in the same order, some of them stripped of their ``seq``
+    (evidence from a producer with no authoritative sequencer: arrival order)."""
+    return [
+        _with(e, seq=None) if e.seq is not None and draw(st.integers(0, 3)) == 0 else e
+        for e in events
+    ]
 
 
 def arrival_orders(events: list[Event]) -> st.SearchStrategy[list[Event]]:

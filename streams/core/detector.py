@@ -42,7 +42,7 @@ import msgspec
 import orjson
 
 from streams.core.errors import ConfigError, StateError
-from streams.core.findings import ACTIONS, Evidence, Finding, finding_id
+from streams.core.findings import ACTIONS, Evidence, Finding, confidence_of, finding_id
 from streams.core.records import SEVERITY_RANK, Event, EventType, Kind
 
 __all__ = [
@@ -753,6 +753,8 @@ def _build(st: KeyState, ident: Identity, wkey: str) -> tuple[str, dict[str, Any
     sink = raising.sink
     if sink is None:
         sink = next((e.sink for e in extra if e.sink is not None), None)
+    ordering = "authoritative" if all(e.seq is not None for e in ordered) else "arrival"
+    implied = None if transition is None else transition.code != _ACQ
     content: dict[str, Any] = {
         "kind": kind,
         "severity": _SEVERITY_OF[kind],
@@ -762,7 +764,7 @@ def _build(st: KeyState, ident: Identity, wkey: str) -> tuple[str, dict[str, Any
         "current_epoch": None if transition is None else transition.epoch,
         "current_worker": None if transition is None else transition.worker,
         "transition_seq": None if transition is None else transition.seq,
-        "transition_implied": None if transition is None else transition.code != _ACQ,
+        "transition_implied": implied,
         "epochs": epochs,
         "event_type": _TYPE_CODES[raising.code],
         "event_seq": raising.seq,
@@ -771,8 +773,11 @@ def _build(st: KeyState, ident: Identity, wkey: str) -> tuple[str, dict[str, Any
         "sink": sink,
         "sink_outcome": sink_outcome,
         "same_owner": same_owner,
-        "ordering": "authoritative" if all(e.seq is not None for e in ordered) else "arrival",
+        "ordering": ordering,
         "evidence": [(e.position, e.epoch, e.worker, _TYPE_CODES[e.code], e.ek) for e in ordered],
+        # A pure function of the fields above; kept in the content so a change
+        # of confidence is visibly a new revision (SPEC §4).
+        "confidence": confidence_of(kind, ordering, implied, sink_outcome),
     }
     fid = finding_id(kind, wkey, None if family == "commit_repeat" else stale_epoch, ek)
     return fid, content
@@ -803,4 +808,5 @@ def _finding(fid: str, rev: int, c: dict[str, Any]) -> Finding:
         ordering=c["ordering"],
         evidence=tuple(Evidence(p, e, w, t, k) for p, e, w, t, k in c["evidence"]),
         action=ACTIONS[kind],
+        confidence=c["confidence"],
     )

@@ -8,9 +8,9 @@ from typing import Any
 import msgspec
 import orjson
 
-from streams.core.records import Kind, Severity
+from streams.core.records import Confidence, Kind, Severity
 
-__all__ = ["ACTIONS", "Evidence", "Finding", "finding_id"]
+__all__ = ["ACTIONS", "Evidence", "Finding", "confidence_of", "finding_id"]
 
 #: Recommended response per kind (SPEC §4), carried on every finding so an
 #: on-call engineer reading one record knows what to do next.
@@ -72,6 +72,21 @@ def finding_id(kind: Kind, workflow_key: str, epoch: int | None, effect_key: str
     return "fw1-" + hashlib.blake2b(material, digest_size=12).hexdigest()
 
 
+def confidence_of(
+    kind: Kind, ordering: str, transition_implied: bool | None, sink_outcome: str | None
+) -> Confidence:
+    """SPEC §4 "Confidence", from the finding's own fields: ``low`` when the
+    order is by arrival (some evidence had no seq); else ``medium`` when the
+    transition is implied, or for a stale attempt with no receipt from the
+    destination; else ``high``. One function, used by the detector and for
+    records written before the field existed, so the rule lives in one place."""
+    if ordering != "authoritative":
+        return Confidence.LOW
+    if transition_implied or (kind is Kind.STALE_ATTEMPT and sink_outcome == "unknown"):
+        return Confidence.MEDIUM
+    return Confidence.HIGH
+
+
 class Evidence(msgspec.Struct, frozen=True, gc=False):
     """One source event behind a finding. ``position`` is the event's ``seq``
     when it has one, else its arrival (offset or line)."""
@@ -97,10 +112,10 @@ class Finding(msgspec.Struct, frozen=True, gc=False):
 
     A msgspec Struct rather than a frozen dataclass for the reason
     :class:`~streams.core.records.Event` is one: a frozen dataclass's
-    ``__init__`` sets each of these 22 fields through ``object.__setattr__``:
-    building one with four evidence items measured 8.7 µs as a (compiled)
-    frozen dataclass, 2.2 µs as this Struct. ``gc=False``: it holds only strings, numbers
-    and tuples of :class:`Evidence`, so it can never be part of a cycle.
+    ``__init__`` sets each field through ``object.__setattr__``, several times
+    slower to build (measured: docs/performance.md). ``gc=False``: it holds
+    only strings, numbers and tuples of :class:`Evidence`, so it can never be
+    part of a cycle.
     """
 
     finding_id: str
@@ -125,6 +140,7 @@ class Finding(msgspec.Struct, frozen=True, gc=False):
     ordering: str
     evidence: tuple[Evidence, ...]
     action: str
+    confidence: Confidence
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -150,6 +166,7 @@ class Finding(msgspec.Struct, frozen=True, gc=False):
             "ordering": self.ordering,
             "evidence": [e.to_dict() for e in self.evidence],
             "action": self.action,
+            "confidence": self.confidence.value,
         }
 
     def to_json(self) -> bytes:
@@ -159,12 +176,15 @@ class Finding(msgspec.Struct, frozen=True, gc=False):
     def from_dict(cls, doc: dict[str, Any]) -> Finding:
         """Inverse of :meth:`to_dict` (e.g. a record read back from the
         findings topic). Raises KeyError/ValueError/TypeError for a record that
-        is not a finding."""
+        is not a finding. A record written before ``confidence`` existed gets
+        it from its other fields, by the same rule the detector applies."""
         epochs = doc["epochs"]
+        kind = Kind(doc["kind"])
+        conf = doc.get("confidence")
         return cls(
             finding_id=doc["finding_id"],
             revision=int(doc["revision"]),
-            kind=Kind(doc["kind"]),
+            kind=kind,
             severity=Severity(doc["severity"]),
             workflow_key=doc["workflow_key"],
             stale_epoch=doc["stale_epoch"],
@@ -184,4 +204,11 @@ class Finding(msgspec.Struct, frozen=True, gc=False):
             ordering=doc["ordering"],
             evidence=tuple(Evidence(**e) for e in doc["evidence"]),
             action=doc["action"],
+            confidence=(
+                confidence_of(
+                    kind, doc["ordering"], doc["transition_implied"], doc["sink_outcome"]
+                )
+                if conf is None
+                else Confidence(conf)
+            ),
         )

@@ -16,6 +16,7 @@ __all__ = [
     "MAX_INT63",
     "SEVERITY_RANK",
     "STALE_TYPES",
+    "Confidence",
     "Event",
     "EventType",
     "Kind",
@@ -72,6 +73,15 @@ SEVERITY_RANK: dict[Severity, int] = {
     Severity.INCIDENT: 2,
     Severity.CRITICAL: 3,
 }
+
+
+class Confidence(StrEnum):
+    """How far a finding rests on authoritative sources (SPEC §4): the order
+    of the acquisition and the destination's acknowledgement."""
+
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
 
 
 class Kind(StrEnum):

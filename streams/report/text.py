@@ -7,10 +7,10 @@ from itertools import groupby
 
 from streams.core.findings import Evidence, Finding
 from streams.core.health import CLEARED, Health
-from streams.core.records import Kind, Severity
+from streams.core.records import Confidence, Kind, Severity
 from streams.core.replay import Replay
 
-__all__ = ["render_text"]
+__all__ = ["confidence_reason", "describe", "render_text"]
 
 _LABEL = {
     Severity.CRITICAL: "CRITICAL",
@@ -69,6 +69,29 @@ def describe(f: Finding) -> str:
     return f"{who} acquired after a higher epoch; {_owner(f)}"
 
 
+def confidence_reason(f: Finding) -> str:
+    """The finding's confidence and the SPEC §4 reason for it, in a phrase."""
+    if f.confidence is Confidence.LOW:
+        why = "some evidence has no seq, so the order is arrival order"
+    elif f.confidence is Confidence.MEDIUM:
+        if f.transition_implied:
+            why = (
+                f"the takeover by epoch {f.current_epoch} is implied by its first evidence, "
+                "no lease_acquired was seen before it"
+            )
+        else:
+            why = "no receipt from the destination (sink outcome unknown)"
+    else:
+        why = "authoritative order" + (
+            ", the destination confirmed the commit"
+            if f.sink_outcome == "committed"
+            else ", the destination's rejection is the receipt"
+            if f.sink_outcome == "rejected"
+            else ""
+        )
+    return f"{f.confidence.value} ({why})"
+
+
 def _where(e: Evidence) -> str:
     return f"{e.type} by epoch {e.epoch} ({e.worker_id}) at {e.position}"
 
@@ -113,6 +136,7 @@ def render_text(
             if colour:
                 label = f"{_COLOUR[f.severity]}{label}{_RESET}"
             lines.append(f"  {label}  {f.kind.value:<18} {_at(f):<10} {describe(f)}")
+            lines.append(f"            confidence: {confidence_reason(f)}")
             lines.append(f"            action: {f.action}")
             lines.append(f"            {_status(health[f.finding_id])}")
         lines.append("")

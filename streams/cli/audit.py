@@ -76,6 +76,14 @@ def register(sub: Any) -> None:
         help="evidence retained per workflow key for late re-classification",
     )
     p.add_argument("--colour", "--color", choices=("auto", "always", "never"), default="auto")
+    p.add_argument(
+        "--otlp",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="read OTLP/JSON trace exports (the collector file exporter's JSON lines) instead:"
+        " spans carrying fencewatch.* attributes are the evidence; repeatable",
+    )
     t = p.add_argument_group("topic replay")
     t.add_argument("--topic", help="replay this Kafka topic instead of files")
     t.add_argument("--bootstrap-servers", metavar="HOST:PORT")
@@ -312,11 +320,30 @@ def _run_topic(
         report()
 
 
+def _run_otlp(replay: Replay, args: argparse.Namespace) -> None:
+    from streams.integrations.otlp import feed_otlp  # only when asked
+
+    offset = 0
+    for path in args.otlp:
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise _Unreadable(f"cannot read {path}: {exc.strerror or exc}") from None
+        with fh:
+            before = replay.invalid_count
+            offset = feed_otlp(replay, fh, source=path, offset=offset, stop_on_invalid=args.strict)
+        if args.strict and replay.invalid_count != before:
+            raise _StrictStop
+
+
 def _replay_inputs(
     replay: Replay, args: argparse.Namespace, progress: AuditProgress, interrupt: Interrupt
 ) -> list[_Input]:
     if args.topic:
         _run_topic(replay, args, progress, interrupt)
+        return []
+    if args.otlp:
+        _run_otlp(replay, args)
         return []
     paths = args.paths or ["-"]
     if not args.paths and sys.stdin.isatty():
@@ -344,8 +371,8 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    if args.topic and args.paths:
-        _err("give either PATHs or --topic, not both")
+    if sum(map(bool, (args.topic, args.paths, args.otlp))) > 1:
+        _err("give one input: PATHs, --topic or --otlp")
         return 2
     if args.topic and not args.bootstrap_servers:
         _err("--topic needs --bootstrap-servers HOST:PORT")
@@ -393,7 +420,11 @@ def _audit(args: argparse.Namespace) -> int:
         progress.close()
     partial = interrupt.requested
     if not partial and not strict_stop:
-        what = f"topic {args.topic}" if args.topic else ", ".join(i.name for i in inputs)
+        what = (
+            f"topic {args.topic}"
+            if args.topic
+            else ", ".join(args.otlp or [i.name for i in inputs])
+        )
         unreadable = no_event_message(replay, what, inputs)
         if unreadable is not None:
             _err(unreadable)

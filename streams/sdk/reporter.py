@@ -37,6 +37,7 @@ from streams.core.validate import to_event
 from streams.errors import BrokerError
 from streams.fences.lease import Lease, LeaseStore, Stamp, check_lease_args
 from streams.fences.sink import EffectSink, Receipt
+from streams.sdk.hooks import observers
 
 if TYPE_CHECKING:
     from streams.sdk.owner import Keeper, Owner
@@ -158,6 +159,8 @@ class OwnershipReporter:
             except KafkaException as exc:
                 raise _broker_error(exc) from exc
         self._producer.poll(0)
+        for observe in observers():  # e.g. streams.integrations.otel
+            observe(event)
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:

@@ -1,0 +1,294 @@
+"""OpenTelemetry integration with the real opentelemetry-sdk and a real broker:
+the identity on spans, spans forwarded as events, OTLP/JSON files audited."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from streams.cli import main
+from streams.core.records import Event
+from streams.core.replay import Replay
+from streams.fences import FencedSink, SqlLeaseStore, open_database
+from streams.integrations import otel
+from streams.integrations.otel import OtlpJsonFileExporter, OwnershipSpanProcessor
+from streams.sdk import OwnershipReporter, ReporterSettings
+
+KEY = "tenant/export/2026-07-26"
+
+
+def _replay_topic(bootstrap: str, topic: str) -> Replay:
+    from streams.live.replay_reader import iter_topic
+
+    replay = Replay()
+    for key, value, partition, offset in iter_topic(bootstrap, topic):
+        replay.feed(value or b"", key=key, offset=offset, source=f"{topic}/{partition}")
+    return replay
+
+
+def _fw(kind: str, epoch: int, worker: str, effect: str | None = None, **more: Any) -> dict:
+    attrs: dict[str, Any] = {
+        "fencewatch.event": kind,
+        "fencewatch.workflow_key": KEY,
+        "fencewatch.owner_epoch": epoch,
+        "fencewatch.worker_id": worker,
+    }
+    if effect is not None:
+        attrs["fencewatch.effect_key"] = effect
+    attrs.update(more)
+    return attrs
+
+
+# The split-brain story as spans: beta takes over, alpha's late effect is refused.
+STORY = [
+    _fw("lease_acquired", 1, "alpha", **{"fencewatch.seq": 1}),
+    _fw("progress", 1, "alpha", **{"fencewatch.seq": 2}),
+    _fw("lease_acquired", 2, "beta", **{"fencewatch.seq": 3}),
+    _fw("effect_attempted", 2, "beta", "release-index", **{"fencewatch.seq": 4}),
+    _fw("effect_committed", 2, "beta", "release-index", **{"fencewatch.seq": 5}),
+    _fw("effect_attempted", 1, "alpha", "release-index", **{"fencewatch.seq": 6}),
+    _fw(
+        "effect_rejected",
+        1,
+        "alpha",
+        "release-index",
+        **{"fencewatch.seq": 7, "fencewatch.sink": "ledger"},
+    ),
+]
+
+
+@pytest.fixture
+def memory_tracer() -> Iterator[tuple[Any, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel.instrument()
+    yield provider.get_tracer("test"), exporter
+    otel.uninstrument()
+    provider.shutdown()
+
+
+def test_sdk_puts_the_ownership_identity_on_the_current_span(
+    memory_tracer: Any, kafka_bootstrap: str, unique_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """With instrument(), every reported event sets workflow key, owner epoch,
+    worker id (and effect key) on the current span, plus a span event with seq."""
+    tracer, exporter = memory_tracer
+    db = open_database(f"sqlite:///{tmp_path / 'f.db'}")
+    leases, sink = SqlLeaseStore(db), FencedSink(db, name="ledger")
+    topic = unique_topic()
+    with OwnershipReporter(
+        ReporterSettings(kafka_bootstrap, "alpha", topic=topic), leases=leases
+    ) as r:
+        lease = leases.acquire(KEY, "alpha", ttl=30)
+        with tracer.start_as_current_span("checkpoint"):
+            r.progress(KEY, lease.epoch)
+        with tracer.start_as_current_span("publish"):
+            r.apply_effect(sink, KEY, lease.epoch, "release-index", b"x")
+        r.progress(KEY, lease.epoch)  # no current span: nothing to annotate, no error
+    db.close()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert dict(spans["checkpoint"].attributes or {}) == {
+        "fencewatch.workflow_key": KEY,
+        "fencewatch.owner_epoch": lease.epoch,
+        "fencewatch.worker_id": "alpha",
+    }
+    pub = spans["publish"]
+    assert (pub.attributes or {})["fencewatch.effect_key"] == "release-index"
+    assert (pub.attributes or {})["fencewatch.owner_epoch"] == lease.epoch
+    assert "fencewatch.event" not in (pub.attributes or {})  # the SDK already published it
+    names = [e.name for e in pub.events]
+    assert names == ["fencewatch.effect_attempted", "fencewatch.effect_committed"]
+    seqs = [e.attributes["fencewatch.seq"] for e in pub.events]  # type: ignore[index]
+    assert seqs == sorted(seqs) and len(set(seqs)) == 2
+
+
+def test_span_processor_forwards_evidence_spans_to_kafka_and_the_detector_sees_the_split_brain(
+    kafka_bootstrap: str, unique_topic: Callable[..., str]
+) -> None:
+    """Spans carrying fencewatch.event become events on the topic (plain spans
+    and invalid ones do not); the replay finds the rejected stale attempt."""
+    topic = unique_topic()
+    proc = OwnershipSpanProcessor.to_kafka(kafka_bootstrap, topic=topic)
+    provider = TracerProvider()
+    provider.add_span_processor(proc)
+    tracer = provider.get_tracer("agent")
+    with tracer.start_as_current_span("plain work", attributes={"x": 1}):
+        pass
+    for i, attrs in enumerate(STORY):
+        with tracer.start_as_current_span(f"step-{i}", attributes=attrs):
+            pass
+    bad = _fw("effect_attempted", 1, "alpha")  # no effect key
+    with tracer.start_as_current_span("bad", attributes=bad):
+        pass
+    assert proc.force_flush(30_000)
+    stats = proc.stats()
+    provider.shutdown()
+    assert (stats.forwarded, stats.invalid, stats.dropped, stats.failed) == (len(STORY), 1, 0, 0)
+    assert "effect_key" in (stats.last_invalid or "")
+
+    replay = _replay_topic(kafka_bootstrap, topic)
+    assert replay.invalid_count == 0 and replay.records == len(STORY)
+    found = [(f.kind.value, f.stale_epoch, f.sink_outcome) for f in replay.latest_findings()]
+    assert ("stale_attempt", 1, "rejected") in found
+    assert not any(k == "stale_commit" for k, _, _ in found)
+
+
+class _Held:
+    """A publisher that holds the forwarding thread until released (to fill the
+    processor's queue deterministically); records what it was given."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.got: list[Event] = []
+
+    def publish(self, event: Event) -> None:
+        self.entered.set()
+        self.gate.wait(30)
+        self.got.append(event)
+
+
+def test_span_end_never_blocks_and_drops_past_the_queue_bound() -> None:
+    """With the forwarder stuck, span end still returns; spans past the queue
+    bound are dropped and counted, the queued ones are forwarded later."""
+    held = _Held()
+    proc = OwnershipSpanProcessor(held, max_queue=3)
+    provider = TracerProvider()
+    provider.add_span_processor(proc)
+    tracer = provider.get_tracer("agent")
+    for i in range(10):
+        with tracer.start_as_current_span(f"s{i}", attributes=_fw("progress", 1, "alpha")):
+            pass
+        if i == 0:
+            assert held.entered.wait(10)  # the forwarder is now stuck in publish
+    # One span is in the stuck forwarder, three wait in the queue, six dropped.
+    mid = proc.stats()
+    assert (mid.dropped, mid.queued, mid.forwarded) == (6, 4, 0)
+    held.gate.set()
+    assert proc.force_flush(10_000)
+    end = proc.stats()
+    assert (end.forwarded, end.dropped, end.queued) == (4, 6, 0) and len(held.got) == 4
+    provider.shutdown()
+
+
+def _export_story(path: Path) -> None:
+    provider = TracerProvider()
+    with path.open("wb") as fh:
+        provider.add_span_processor(SimpleSpanProcessor(OtlpJsonFileExporter(fh)))
+        tracer = provider.get_tracer("agent")
+        with tracer.start_as_current_span("run"):
+            for i, attrs in enumerate(STORY):
+                with tracer.start_as_current_span(f"step-{i}", attributes=attrs):
+                    pass
+        bad = _fw("progress", 1, "alpha")
+        bad["fencewatch.owner_epoch"] = "one"
+        with tracer.start_as_current_span("bad epoch", attributes=bad):
+            pass
+        provider.shutdown()
+
+
+def test_audit_otlp_reads_an_sdk_export_as_evidence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fencewatch audit --otlp FILE` on spans exported by the real SDK: the
+    stale attempt is found, the span with a string epoch is invalid, named."""
+    path = tmp_path / "traces.jsonl"
+    _export_story(path)
+    code = main(["audit", "--format", "json", "--otlp", str(path)])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1
+    kinds = [(f["kind"], f["stale_epoch"], f["sink_outcome"]) for f in doc["findings"]]
+    assert ("stale_attempt", 1, "rejected") in kinds
+    assert doc["summary"]["events"] == len(STORY)
+    (inv,) = doc["invalid"]
+    assert inv["field"] == "fencewatch.owner_epoch" and "bad epoch" in inv["reason"]
+    assert inv["source"] == str(path) and inv["line"] >= 1
+
+
+# One line as the OpenTelemetry Collector's file exporter writes it (pdata
+# JSON: hex ids, intValue as a string), with a span of every kind of trouble.
+COLLECTOR_LINE = {
+    "resourceSpans": [
+        {
+            "resource": {
+                "attributes": [{"key": "service.name", "value": {"stringValue": "agent"}}]
+            },
+            "scopeSpans": [
+                {
+                    "scope": {"name": "agent"},
+                    "spans": [
+                        {
+                            "traceId": "5b8efff798038103d269b633813fc60c",
+                            "spanId": "eee19b7ec3c1b174",
+                            "name": "acquire",
+                            "kind": 1,
+                            "startTimeUnixNano": "1700000000000000000",
+                            "endTimeUnixNano": "1700000000100000000",
+                            "attributes": [
+                                {
+                                    "key": "fencewatch.event",
+                                    "value": {"stringValue": "lease_acquired"},
+                                },
+                                {"key": "fencewatch.workflow_key", "value": {"stringValue": KEY}},
+                                {"key": "fencewatch.owner_epoch", "value": {"intValue": "3"}},
+                                {"key": "fencewatch.worker_id", "value": {"stringValue": "w1"}},
+                            ],
+                            "status": {},
+                        },
+                        {"spanId": "0000000000000001", "name": "not evidence", "attributes": []},
+                        {
+                            "spanId": "0000000000000002",
+                            "name": "no worker",
+                            "attributes": [
+                                {"key": "fencewatch.event", "value": {"stringValue": "progress"}},
+                                {"key": "fencewatch.workflow_key", "value": {"stringValue": KEY}},
+                                {"key": "fencewatch.owner_epoch", "value": {"intValue": "3"}},
+                            ],
+                        },
+                        {
+                            "spanId": "0000000000000003",
+                            "name": "weird value",
+                            "attributes": [{"key": "a", "value": {"intValue": "x"}}],
+                        },
+                    ],
+                }
+            ],
+        }
+    ]
+}
+
+
+def test_audit_otlp_reads_the_collector_file_format_and_names_bad_lines_and_spans(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Collector-format lines: the valid span is an event; a span missing its
+    worker, an undecodable attribute and a non-OTLP line are invalid with reasons."""
+    path = tmp_path / "collector.jsonl"
+    path.write_text(json.dumps(COLLECTOR_LINE) + "\n\n" + '{"hello": 1}\n')
+    code = main(["audit", "--format", "json", "--otlp", str(path)])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and doc["findings"] == []
+    assert doc["summary"]["events"] == 1
+    reasons = [(i["line"], i["field"], i["reason"]) for i in doc["invalid"]]
+    assert len(reasons) == 3
+    assert reasons[0][0] == 1 and reasons[0][1] == "fencewatch.worker_id"
+    assert "'no worker'" in reasons[0][2]
+    assert reasons[1][0] == 1 and "'weird value'" in reasons[1][2]
+    assert reasons[2][0] == 3 and "resourceSpans" in reasons[2][2]
+
+
+def test_audit_otlp_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--otlp with PATHs is a usage error; a missing file is unreadable input (2)."""
+    assert main(["audit", "--otlp", str(tmp_path / "x"), str(tmp_path / "y")]) == 2
+    assert "one input" in capsys.readouterr().err
+    assert main(["audit", "--otlp", str(tmp_path / "missing.jsonl")]) == 2
+    assert "cannot read" in capsys.readouterr().err

@@ -300,10 +300,13 @@ def _run_topic(
         args.bootstrap_servers, args.topic, start=start, end=end, config=config, on_plan=plan
     )
     n = 0
+    first: bytes | None = None
     while True:
         rec = interrupt.call(next, records, None)
         if rec is None:
             break
+        if n == 0:
+            first = rec.value
         before = replay.invalid_count
         replay.feed(
             rec.value or b"", key=rec.key, offset=rec.offset, source=f"{source}/{rec.partition}"
@@ -318,6 +321,24 @@ def _run_topic(
         reached.update(stop)
     if stop:
         report()
+    if n and replay.invalid_count == replay.records and not interrupt.requested:
+        _not_a_findings_topic(args, first, n)
+
+
+def _not_a_findings_topic(args: argparse.Namespace, first: bytes | None, n: int) -> None:
+    """Records and no valid event, the first one a finding: someone pointed
+    the audit at the findings topic; say which command reads it."""
+    from streams.findings.select import NotAFinding, decode_finding
+
+    try:
+        decode_finding(first)
+    except NotAFinding:
+        return
+    raise _Unreadable(
+        f"topic {args.topic}: no valid event in {n} record{'s' if n != 1 else ''}, "
+        f"they are findings: this is a findings topic: use fencewatch findings "
+        f"--bootstrap-servers {args.bootstrap_servers} --topic {args.topic}"
+    )
 
 
 def _run_otlp(replay: Replay, args: argparse.Namespace) -> None:

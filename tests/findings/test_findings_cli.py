@@ -141,3 +141,15 @@ def test_status_prints_worst_first_last_record_per_key_wins(
     assert main([*base, "--prefix", "a/", "--workflow", "b/warn", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [d["workflow_key"] for d in doc["workflows"]] == ["b/warn", "a/ok"]
+
+
+def test_audit_of_a_findings_topic_points_to_fencewatch_findings(
+    kafka_bootstrap: str, findings_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`audit --topic` on findings: exit 2, one line saying it is a findings topic."""
+    topic = findings_topic()
+    rc = main(["audit", "--topic", topic, "--bootstrap-servers", kafka_bootstrap])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "this is a findings topic: use fencewatch findings" in err
+    assert err.count("\n") == 1

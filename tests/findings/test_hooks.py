@@ -1,0 +1,211 @@
+"""Alert hooks against a real local HTTP server and a real shell command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from streams.cli import main
+from streams.findings import (
+    DeadLetterFile,
+    Delivery,
+    ExecTarget,
+    HookSender,
+    RetryPolicy,
+    WebhookTarget,
+)
+from tests.findings.conftest import fixture_findings, synthetic_findings
+from tests.findings.receiver import webhook_receiver
+
+REPO = Path(__file__).resolve().parents[2]
+FAST = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
+
+
+def _deliveries() -> list[Delivery]:
+    return [Delivery(f, 0, i, -1, None) for i, f in enumerate(fixture_findings())]
+
+
+def _send_all(target: object, tmp_path: Path, items: list[Delivery]) -> tuple[list[int], Path]:
+    done: list[int] = []
+    finished = threading.Event()
+    dead = tmp_path / "dead.jsonl"
+
+    def on_done(d: Delivery) -> None:
+        done.append(d.offset)
+        if len(done) == len(items):
+            finished.set()
+
+    sender = HookSender(target, on_done, policy=FAST, dead_letters=DeadLetterFile(dead))  # type: ignore[arg-type]
+    for d in items:
+        sender.submit(d)
+    assert finished.wait(20)
+    sender.close()
+    return done, dead
+
+
+def test_webhook_posts_with_idempotency_key_and_retries_5xx(tmp_path: Path) -> None:
+    """Two 503s then success: delivered once, in order, keyed finding_id/revision."""
+    items = _deliveries()
+    with webhook_receiver() as rx:
+        rx.fail_first[items[1].idempotency_key] = [503, 503]
+        done, dead = _send_all(WebhookTarget(rx.url), tmp_path, items)
+        assert rx.keys() == [d.idempotency_key for d in items]
+        assert rx.posts[0].body == items[0].finding.to_dict()
+    assert done == [0, 1, 2, 3, 4]
+    assert not dead.exists()
+
+
+def test_webhook_dead_letters_after_max_attempts_and_at_once_on_4xx(tmp_path: Path) -> None:
+    """Always-503 is dead-lettered after 3 attempts, a 400 after 1; both count as done."""
+    items = _deliveries()
+    with webhook_receiver() as rx:
+        rx.fail_first[items[0].idempotency_key] = [503] * 10
+        rx.fail_first[items[2].idempotency_key] = [400]
+        done, dead = _send_all(WebhookTarget(rx.url), tmp_path, items)
+        assert rx.keys() == [items[i].idempotency_key for i in (1, 3, 4)]
+    letters = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert [(x["idempotency_key"], x["attempts"]) for x in letters] == [
+        (items[0].idempotency_key, 3), (items[2].idempotency_key, 1),
+    ]  # fmt: skip
+    assert "answered 503" in letters[0]["error"] and "answered 400" in letters[1]["error"]
+    assert letters[0]["finding"] == items[0].finding.to_dict()
+    assert sorted(done) == [0, 1, 2, 3, 4]
+
+
+def test_webhook_connection_refused_is_retried_then_dead_lettered(tmp_path: Path) -> None:
+    """Nothing listening: each finding is tried max_attempts times, then dead-lettered."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    items = _deliveries()[:2]
+    done, dead = _send_all(WebhookTarget(f"http://127.0.0.1:{port}/x"), tmp_path, items)
+    letters = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert [x["attempts"] for x in letters] == [3, 3] and done == [0, 1]
+
+
+def test_exec_gets_the_finding_on_stdin_and_key_fields_in_env(tmp_path: Path) -> None:
+    """--exec: stdin is the finding JSON; FENCEWATCH_* variables name it; exit 1 is retried."""
+    out = tmp_path / "out"
+    out.mkdir()
+    flag = tmp_path / "failed-once"
+    cmd = (
+        f'if [ "$FENCEWATCH_REVISION" = 2 ] && [ ! -e {flag} ]; then touch {flag}; exit 1; fi; '
+        f'cat > {out}/"$FENCEWATCH_FINDING_ID.$FENCEWATCH_REVISION.json"; '
+        f'echo "$FENCEWATCH_KIND $FENCEWATCH_SEVERITY $FENCEWATCH_WORKFLOW_KEY '
+        f'$FENCEWATCH_IDEMPOTENCY_KEY" >> {out}/env.txt'
+    )
+    items = _deliveries()
+    done, dead = _send_all(ExecTarget(cmd), tmp_path, items)
+    assert sorted(done) == [0, 1, 2, 3, 4] and not dead.exists()
+    lines = (out / "env.txt").read_text().splitlines()
+    assert lines[0] == f"stale_activity diagnostic export-ledger {items[0].idempotency_key}"
+    assert len(lines) == 5 and flag.exists()
+    f = items[3].finding
+    assert json.loads((out / f"{f.finding_id}.2.json").read_text()) == f.to_dict()
+
+
+def test_cli_webhook_delivers_each_revision_of_a_bounded_read(
+    kafka_bootstrap: str,
+    findings_topic: Callable[..., str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`findings --webhook` without --follow posts every revision once and returns 0."""
+    topic = findings_topic()
+    with webhook_receiver() as rx:
+        rc = main(
+            ["findings", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+             "--webhook", rx.url, "--dead-letter", str(tmp_path / "dead.jsonl")]
+        )  # fmt: skip
+        assert rc == 0
+        assert sorted(rx.keys()) == sorted(
+            f"{f.finding_id}/{f.revision}" for f in fixture_findings()
+        )
+    assert capsys.readouterr().out.count("\n") == 5
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        return {tp.partition: tp.offset for tp in c.committed(tps, timeout=10)}
+    finally:
+        c.close()
+
+
+def _positions(bootstrap: str, topic: str) -> dict[str, tuple[int, int]]:
+    from streams.kafka.tail import TopicTail
+
+    out: dict[str, tuple[int, int]] = {}
+    tail = TopicTail(bootstrap, topic, stop_at_end=True)
+    try:
+        while (rec := tail.poll(10)) is not None:
+            d = json.loads(rec.value or b"")
+            out[f"{d['finding_id']}/{d['revision']}"] = (rec.partition, rec.offset)
+    finally:
+        tail.close()
+    return out
+
+
+def test_sigkill_mid_stream_loses_nothing_and_resends_only_the_uncommitted(
+    kafka_bootstrap: str, findings_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """kill -9 of a --follow --webhook --group follower, then a restart: every revision
+    arrives, and the repeats are exactly the ones at or past the committed position."""
+    findings = synthetic_findings(600, revisions=2)  # 1,200 revisions on 3 partitions
+    topic = findings_topic(findings, partitions=3)
+    group = f"hook-{os.getpid()}-{time.monotonic_ns()}"
+    positions = _positions(kafka_bootstrap, topic)
+    cmd = [
+        sys.executable, "-m", "streams", "findings", "--bootstrap-servers", kafka_bootstrap,
+        "--topic", topic, "--follow", "--group", group, "--format", "jsonl",
+        "--max-in-flight", "20", "--dead-letter", str(tmp_path / "dead.jsonl"),
+    ]  # fmt: skip
+    with webhook_receiver() as rx:
+        rx.delay_s = 0.003  # ~4 s for the stream: the kill lands in the middle
+        first = subprocess.Popen(
+            [*cmd, "--webhook", rx.url], cwd=REPO, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        rx.wait_for(400)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+        time.sleep(0.5)  # a POST the dead follower had sent may still be completing
+        before = rx.counts()
+        assert 400 <= sum(before.values()) < len(findings), "the kill was not mid-stream"
+        committed = _committed(kafka_bootstrap, group, topic, 3)
+        uncommitted = {k for k, (p, o) in positions.items() if o >= committed[p]}
+        rx.delay_s = 0.0
+        second = subprocess.Popen(
+            [*cmd, "--webhook", rx.url], cwd=REPO, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            rx.wait_for(sum(before.values()) + len(uncommitted), timeout=60)
+            time.sleep(1.0)  # anything beyond the expected would show up now
+        finally:
+            second.terminate()
+            second.wait(20)
+        after = rx.counts()
+    assert second.returncode == 0, second.stderr.read() if second.stderr else ""
+    assert set(after) == set(positions), "a finding revision was lost"
+    repeated = {k for k, n in after.items() if n > 1}
+    assert max(after.values()) <= 2
+    # Exactly the revisions delivered before the kill at or past the committed position.
+    assert repeated == uncommitted & set(before)
+    # The follower had committed a position before it died (a partition it had
+    # not reached yet has none: all of it is "uncommitted", and was not sent).
+    assert any(o >= 0 for o in committed.values())
+    assert len(repeated) < sum(before.values())

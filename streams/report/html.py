@@ -310,9 +310,16 @@ def _workflow_section(
         f"<section class='wf' id='{wf.anchor}'><div class='wf-head'><h3>{escape(wf.key)}</h3>"
         f"{_sev(wf.worst)}<span class='muted'>{_plural(len(wf.findings), 'finding')} · "
         f"{wf.open} open · {wf.cleared} cleared</span></div>"
-        "<table><tr><th class='nw'>#</th><th>severity</th><th>kind</th><th class='nw'>at</th>"
-        "<th>what happened</th><th>confidence</th><th>status</th></tr>"
     ]
+    # The timeline first: where things went wrong at a glance; the table
+    # below says what each numbered mark is and what to do.
+    state = replay.states.get(wf.key)
+    if draw and state is not None:
+        out.append(_timeline(state.timeline(), wf.findings, health))
+    out.append(
+        "<table class='findings'><tr><th class='nw'>#</th><th>severity</th><th>kind</th>"
+        "<th class='nw'>at</th><th>what happened</th><th>confidence</th><th>status</th></tr>"
+    )
     for num, f in enumerate(wf.findings, 1):
         h = health[f.finding_id]
         conf = getattr(f, "confidence", None)
@@ -327,11 +334,7 @@ def _workflow_section(
             f"<td>{escape(describe(f))}<div class='action'>{escape(f.action)}</div></td>"
             f"<td>{conf_html}</td><td><span class='pill {h.status}'>{h.status}</span></td></tr>"
         )
-    out.append("</table>")
-    state = replay.states.get(wf.key)
-    if draw and state is not None:
-        out.append(_timeline(state.timeline(), wf.findings, health))
-    out.append("</section>")
+    out.append("</table></section>")
     return "".join(out)
 
 
@@ -441,6 +444,8 @@ def _timeline(events: list[Evidence], findings: list[Finding], health: Mapping[s
             cols.append(_run(events, i, j, lane, expandable, col))
         i = j
 
+    # Few columns draw wider (easier to read); many shrink to fit the width.
+    cw = max(26, min(44, 1000 // len(cols)))
     labels = ["<div class='lab-f'>findings</div>"]
     for ep in epochs:
         ws = workers[ep]
@@ -462,7 +467,7 @@ def _timeline(events: list[Evidence], findings: list[Finding], health: Mapping[s
         else ""
     )
     return (
-        f"<div class='tl' style='--fh:{fh}px;--lanes:{len(epochs)}'>"
+        f"<div class='tl' data-cw='{cw}' style='--fh:{fh}px;--lanes:{len(epochs)};--cw:{cw}px'>"
         f"<div class='tl-tools'><span>Ownership timeline · {_plural(n, 'event')} · "
         f"{_plural(len(epochs), 'epoch')}</span><span class='sp'></span>"
         "<button data-act='all' title='draw every event'>expand all</button>"

@@ -61,7 +61,7 @@ padding:16px 18px}
 margin:6px 0 0}
 .legend span{display:inline-flex;align-items:center;gap:5px;white-space:nowrap}
 .legend .ev{position:static;transform:none}
-.tl{margin-top:14px;border-top:1px solid var(--line);padding-top:10px}
+.tl{margin:4px 0 14px;padding-bottom:10px;border-bottom:1px solid var(--line)}
 .tl-tools{display:flex;gap:6px;align-items:center;margin-bottom:6px;font-size:12.5px;
 color:var(--muted)}
 .tl-tools button{font:inherit;color:var(--ink);background:#fff;border:1px solid #cdd2d9;
@@ -136,7 +136,8 @@ if(a==='run'){t.parentNode.classList.add('open');tl.classList.add('free');}
 else if(a==='all'){tl.querySelectorAll('.run[data-x]').forEach(function(r){
 r.classList.add('open')});tl.classList.add('free');}
 else if(a==='fit'){tl.querySelectorAll('.run.open').forEach(function(r){
-r.classList.remove('open')});tl.classList.remove('free');tl.style.removeProperty('--cw');}
+r.classList.remove('open')});tl.classList.remove('free');
+tl.style.setProperty('--cw',tl.getAttribute('data-cw')+'px');}
 else if(a==='in'||a==='out'){var c=parseFloat(getComputedStyle(tl).getPropertyValue('--cw'))||26;
 c=a==='in'?Math.min(72,c*1.5):Math.max(6,c/1.5);tl.style.setProperty('--cw',c+'px');
 tl.classList.add('free');}

@@ -30,7 +30,10 @@ CHECK_SCRIPT = """
   var de = document.documentElement, W = de.clientWidth;
   var r = {clientWidth: W, scrollWidth: de.scrollWidth, bodyScrollWidth: document.body.scrollWidth,
            pageHeight: de.scrollHeight, marks: [], labels: [], timelines: 0};
-  r.timelines = document.querySelectorAll('.tl').length;
+  var tls = document.querySelectorAll('.tl');
+  r.timelines = tls.length;
+  r.firstTimelineBottom = tls.length ?
+    tls[0].parentNode.getBoundingClientRect().bottom + window.scrollY : 0;
   document.querySelectorAll('.lane-label').forEach(function(l){
     var b = l.getBoundingClientRect();
     r.labels.push({text: Array.from(l.children).map(function(c){ return c.textContent; }).join(' '),

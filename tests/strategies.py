@@ -19,6 +19,7 @@ from streams.core import Event, EventType
 
 __all__ = [
     "EFFECTS",
+    "SINKS",
     "WORKERS",
     "arrival_orders",
     "multi_workflow_events",
@@ -26,6 +27,7 @@ __all__ = [
     "random_clocks",
     "redelivery",
     "takeover_workflow",
+    "with_sinks",
     "workflow_events",
 ]
 
@@ -232,6 +234,29 @@ def random_clocks(draw: st.DrawFn, events: list[Event]) -> list[Event]:
                 f"2026-07-26T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}Z"
             )
         out.append(_with(e, ts=stamps[ident]))
+    return out
+
+
+#: Sinks effect events name (None: no sink, counted as "(unnamed)").
+SINKS = ("ledger-db", "release-bucket", None)
+_EFFECT_EVENT_TYPES = ("effect_attempted", "effect_committed", "effect_rejected")
+
+
+@st.composite
+def with_sinks(draw: st.DrawFn, events: list[Event]) -> list[Event]:
+    """The same events with a sink drawn for each effect event (or none).
+
+    Exact redelivered copies keep one sink so they stay exact copies."""
+    chosen: dict[tuple[str, str | None], str | None] = {}
+    out = []
+    for e in events:
+        if e.type.value not in _EFFECT_EVENT_TYPES:
+            out.append(e)
+            continue
+        ident = (e.workflow_key, e.event_id)
+        if ident not in chosen:
+            chosen[ident] = draw(st.sampled_from(SINKS))
+        out.append(_with(e, sink=chosen[ident]))
     return out
 
 

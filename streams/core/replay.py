@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.destinations import Destination, destinations
 from streams.core.detector import Detector, KeyState
 from streams.core.findings import Finding
 from streams.core.health import CLEARED, Health, assess
@@ -222,6 +223,10 @@ class Replay:
     def health(self) -> list[Health]:
         """The health view (SPEC §4) of every latest finding, in report order."""
         return [assess(f, self.states[f.workflow_key]) for f in self.latest_findings()]
+
+    def destinations(self) -> list[Destination]:
+        """Per-sink fence coverage (SPEC §6) over every key's evidence."""
+        return destinations(self.states.items())
 
     def worst_severity(self) -> Severity | None:
         if not self.latest:

@@ -10,14 +10,17 @@ __all__ = ["render_json", "render_jsonl"]
 
 
 def render_json(replay: Replay, *, partial: bool = False) -> str:
-    """``{"findings": [...], "invalid": [...], "summary": {...}, "health":
-    [...]}``, findings in SPEC §6 order (workflow key, position, kind);
-    ``health`` is the health view (SPEC §4), one entry per finding, same order.
+    """``{"findings": [...], "health": [...], "destinations": [...],
+    "invalid": [...], "summary": {...}}``, findings in SPEC §6 order (workflow
+    key, position, kind); ``health`` is the health view (SPEC §4), one entry
+    per finding, same order; ``destinations`` the per-sink fence coverage
+    (SPEC §6), worst verdict first.
     ``summary.partial`` is true when the audit was interrupted (Ctrl-C)."""
     health = replay.health()
     doc = {
         "findings": [f.to_dict() for f in replay.latest_findings()],
         "health": [h.to_dict() for h in health],
+        "destinations": [d.to_dict() for d in replay.destinations()],
         "invalid": [i.to_dict() for i in replay.invalid],
         "summary": {**replay.summary(health), "partial": partial},
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from itertools import groupby
 
+from streams.core.destinations import Destination, Verdict
 from streams.core.findings import Evidence, Finding
 from streams.core.health import CLEARED, Health
 from streams.core.records import Confidence, Kind, Severity
@@ -110,6 +111,35 @@ def _status(h: Health) -> str:
     return "open: needs " + " and ".join(needs)
 
 
+#: Destinations listed in the text report; --format json has every one.
+MAX_DESTINATION_LINES = 50
+_VERDICT_LABEL = {
+    Verdict.IGNORES_FENCE: "IGNORES FENCE",
+    Verdict.ENFORCES_FENCE: "enforces fence",
+    Verdict.UNPROVEN: "unproven",
+}
+
+
+def _destination_lines(dests: list[Destination], *, colour: bool) -> list[str]:
+    """SPEC §6 destinations: one line per sink, worst verdict first."""
+    if not dests:
+        return []
+    width = max(len(d.sink) for d in dests[:MAX_DESTINATION_LINES])
+    lines = ["destinations (does each sink refuse a displaced owner?):"]
+    for d in dests[:MAX_DESTINATION_LINES]:
+        label = f"{_VERDICT_LABEL[d.verdict]:<14}"
+        if colour and d.verdict is Verdict.IGNORES_FENCE:
+            label = f"{_COLOUR[Severity.INCIDENT]}{label}{_RESET}"
+        lines.append(
+            f"  {d.sink:<{width}}  {label}  {d.stale_committed} stale committed, "
+            f"{d.stale_rejected} stale rejected, {d.current_committed} current committed"
+        )
+    if len(dests) > MAX_DESTINATION_LINES:
+        lines.append(f"  ... and {len(dests) - MAX_DESTINATION_LINES} more (use --format json)")
+    lines.append("")
+    return lines
+
+
 def render_text(
     replay: Replay, *, colour: bool = False, fail_on: str = "warning", partial: bool = False
 ) -> str:
@@ -140,6 +170,7 @@ def render_text(
             lines.append(f"            action: {f.action}")
             lines.append(f"            {_status(health[f.finding_id])}")
         lines.append("")
+    lines.extend(_destination_lines(replay.destinations(), colour=colour))
     if replay.invalid_count:
         lines.append(
             f"invalid input ({replay.invalid_count} record"

@@ -281,3 +281,28 @@ def test_concurrent_processes_get_unique_strictly_increasing_epochs(backend: Bac
     assert everything == list(range(1, procs_n * per_proc + 1))
     for eps in results:
         assert all(a < b for a, b in itertools.pairwise(eps))
+
+
+def test_a_store_too_slow_raises_store_unavailable_in_one_line(backend: Backend) -> None:
+    """A call that waits past the database's timeout (another transaction holds
+    the key's lock) raises StoreUnavailable with a one-line message, not a hang."""
+    from streams.errors import StoreUnavailable
+    from streams.fences.connect import open_database
+
+    key = _key()
+    holder_db = backend.connect()
+    SqlLeaseStore(holder_db, prefix=backend.prefix).acquire(key, "alpha", ttl=60)
+    slow = open_database(backend.url, timeout_s=0.5)
+    backend.opened.append(slow)
+    store = SqlLeaseStore(slow, prefix=backend.prefix)
+    with holder_db.transaction() as tx:
+        # Lock the key's lease row (SQLite: the whole database) and keep it.
+        tx.query(
+            f"SELECT epoch FROM {backend.prefix}leases WHERE workflow_key = ?{tx.for_update}",
+            (key,),
+        )
+        with pytest.raises(StoreUnavailable) as info:
+            store.renew(key, 1, "alpha", ttl=60)
+    assert info.value.retriable
+    assert "\n" not in str(info.value) and "unavailable" in str(info.value)
+    assert store.renew(key, 1, "alpha", ttl=60).epoch == 1  # answers again afterwards

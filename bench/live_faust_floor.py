@@ -23,15 +23,15 @@ from typing import Any
 def main() -> int:
     import faust
 
+    from streams.live import faust_seam
     from streams.live.app import TABLE_NAME, _app_config, raw_topic
-    from streams.live.faust_fixes import apply_faust_fixes
     from streams.live.settings import settings_from_env
     from streams.live.topics import ensure_topics
 
     mode, total, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     settings = settings_from_env(os.environ)
     partitions = ensure_topics(settings)
-    apply_faust_fixes()
+    faust_seam.install()
     app = faust.App(settings.app_id + "-floor", **_app_config(settings, partitions))
     topic = raw_topic(app, settings.events_topic, partitions)
     # Unused, but like the real worker's (and faust's assignor needs a table

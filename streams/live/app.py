@@ -28,8 +28,8 @@ from typing import Any
 import faust
 
 from streams.core import Detector, DetectorConfig
+from streams.live import faust_seam
 from streams.live.fast_restore import FastMemoryStore, client_config
-from streams.live.faust_fixes import apply_faust_fixes
 from streams.live.intake import Intake, TapMessage
 from streams.live.metrics import LiveMetrics, MetricsServer
 from streams.live.processor import OutRecord, Processor
@@ -177,14 +177,8 @@ class LiveRuntime:
         for m in acked:
             positions[m.partition] = m.offset + 1
             inbound[m.tp] = None
-        # faust's "slow processing" check logs an error for a partition that
-        # is fetched but whose stream never took an event; it learns of
-        # events from its monitor, which our batches bypass.
-        stream_inbound_time = getattr(self.app.monitor, "stream_inbound_time", None)
-        if stream_inbound_time is not None:
-            now = time.monotonic()
-            for tp in inbound:
-                stream_inbound_time[tp] = now
+        # faust's "slow processing" check must see our batches.
+        faust_seam.mark_inbound(self.app, inbound, time.monotonic())
         metrics = self.metrics
         metrics.events.inc(len(acked))
         if outcome.errors:
@@ -197,30 +191,16 @@ class LiveRuntime:
 
     def _store(self, key: bytes, value: bytes, partition: int) -> None:
         store = self.table.data
-        db_for_partition = getattr(store, "_db_for_partition", None)
-        if db_for_partition is not None:
-            # faust's RocksDB store picks the partition from the current
-            # stream event (a context variable); batches have none, so this
-            # is its _set with the partition given.
-            store._key_index[key] = partition
-            db_for_partition(partition).put(key, value)
-            return
         if isinstance(store, FastMemoryStore):
-            store.data[key] = value  # what its __setitem__ does (raw codec)
+            faust_seam.memory_store_put(store, key, value, partition)
         else:
-            store[key] = value
-        key_partition = getattr(store, "_key_partition", None)
-        if isinstance(key_partition, dict):
-            # The memory store forgets keys of partitions this worker lost
-            # only if it knows their partition (it learns it from recovery,
-            # and here from live writes).
-            key_partition[key] = partition
+            faust_seam.store_put(store, key, value, partition)
 
     async def wait_stable_offsets(self, assigned: Any) -> None:
         """Until the group's committed offsets of the assigned input
         partitions are stable (no transactional offset commit pending), as a
         read_committed librdkafka consumer sees them (it sends
-        ``require_stable`` and retries). See ``faust_fixes._fix_unstable_offsets``."""
+        ``require_stable`` and retries). See ``faust_seam._fix_unstable_offsets``."""
         partitions = sorted(
             tp.partition for tp in assigned if tp.topic == self.settings.events_topic
         )
@@ -277,17 +257,11 @@ class LiveRuntime:
         store = self.table.data
         if self.settings.store_kind == "memory":
             return len(store.data)
-        total = 0
-        for db in list(getattr(store, "_dbs", {}).values()):
-            try:  # an estimate: counting a large RocksDB exactly is a full scan
-                total += int(db.property_int_value("rocksdb.estimate-num-keys") or 0)
-            except Exception:
-                return 0
-        return total
+        return faust_seam.rocksdb_key_estimate(store)
 
     def health(self) -> dict[str, Any]:
         app = self.app
-        crashed = bool(getattr(app, "_crash_reason", None))
+        crashed = faust_seam.is_crashed(app)
         recovery = app.tables.recovery
         in_recovery = bool(getattr(recovery, "in_recovery", False))
         topic = self.settings.events_topic
@@ -324,7 +298,7 @@ def build_app(
     read_committed: RocksDB keeps writes of transactions that were later
     aborted (a crash mid-transaction), the changelog does not."""
     settings.validate()
-    apply_faust_fixes()
+    faust_seam.install()
     app = faust.App(settings.app_id, **_app_config(settings, partitions))
     if settings.store_kind == "rocksdb":
         shutil.rmtree(app.conf.tabledir, ignore_errors=True)
@@ -356,7 +330,7 @@ def build_app(
             options=tbl.options,
         )
         store.configure(client_config(settings))
-        tbl._data = store
+        faust_seam.set_table_store(table, store)
     detector = Detector(DetectorConfig(max_events_per_key=settings.max_events_per_key))
     processor = Processor(
         detector,
@@ -366,13 +340,12 @@ def build_app(
         cache_keys=settings.state_cache_keys,
     )
     runtime = LiveRuntime(app, table, processor, metrics, settings)
-    app.fencewatch = runtime  # type: ignore[attr-defined]  # for tests and introspection
-
-    # faust's fetcher hands the events topic's records to the intake
-    # (streams/live/faust_fixes.py); the runtime processes them in batches.
-    app.fencewatch_intake = runtime.intake  # type: ignore[attr-defined]
-    # Committed offsets are confirmed stable before faust seeks to them.
-    app.fencewatch_stable_offsets = runtime.wait_stable_offsets  # type: ignore[attr-defined]
+    # faust's fetcher hands the events topic's records to the intake, and
+    # committed offsets are confirmed stable before faust seeks to them
+    # (streams/live/faust_seam.py).
+    faust_seam.attach_hooks(
+        app, faust_seam.LiveHooks(runtime, runtime.intake, runtime.wait_stable_offsets)
+    )
 
     @app.agent(events, name="fencewatch-detect")
     async def detect(stream: Any) -> None:

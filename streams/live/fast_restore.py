@@ -52,7 +52,7 @@ from faust.stores.memory import Store as MemoryStore
 from faust.types import TP
 
 from streams.errors import BrokerError
-from streams.live import topics
+from streams.live import faust_seam, topics
 from streams.live.settings import LiveSettings
 
 __all__ = ["FastMemoryStore", "LoadResult", "client_config", "load_changelog"]
@@ -252,9 +252,4 @@ class FastMemoryStore(MemoryStore[bytes, bytes]):
         )
 
     def _apply(self, partition: int, key: bytes, value: bytes | None) -> None:
-        if value is None:  # a tombstone, as faust's apply_changelog_batch
-            self.data.pop(key, None)
-            self._key_partition.pop(key, None)
-        else:
-            self.data[key] = value
-            self._key_partition[key] = partition
+        faust_seam.memory_store_apply(self, partition, key, value)

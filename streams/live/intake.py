@@ -6,7 +6,7 @@ stream iterator -> event -> sensors -> agent). Measured here
 (``bench/live_faust_floor.py``), faust doing *nothing* with the records tops
 out at ~8,000 events/s on this machine: below the 20,000/s target before any
 work is done. So the fetcher's ``getmany`` (already replaced by
-:mod:`streams.live.faust_fixes`) hands records of the events topic to an
+:mod:`streams.live.faust_seam`) hands records of the events topic to an
 :class:`Intake` instead of yielding them to the conductor, and the live
 runtime takes them from there in batches.
 
@@ -33,6 +33,8 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from typing import Any
+
+from streams.live import faust_seam
 
 __all__ = ["Intake", "TapMessage"]
 
@@ -94,14 +96,14 @@ class Intake:
         fetcher, with the read-offset and gap bookkeeping of faust's
         ``Consumer._drain_messages``; waits while the intake is full."""
         offset: int = record.offset
-        read_offset = consumer._read_offset
+        read_offset = faust_seam.read_offsets(consumer)
         r_offset = read_offset.get(tp)
         if r_offset is not None and offset < r_offset:
             return  # already taken (faust drops these too)
         if r_offset and offset - r_offset > 1:
             # Offsets without a record (transaction markers): faust commits
             # past them only if it knows the gap.
-            await consumer._add_gap(tp, r_offset + 1, offset)
+            await faust_seam.add_gap(consumer, tp, r_offset + 1, offset)
         while len(self._items) >= self.maxsize:
             self._not_full.clear()
             await self._not_full.wait()

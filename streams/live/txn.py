@@ -51,18 +51,13 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any, Protocol
 
-from aiokafka.structs import TopicPartition
-
-from streams.errors import FencewatchError
+from streams.live import faust_seam
+from streams.live.faust_seam import TransactionUnavailable
 from streams.live.processor import OutRecord
 
 __all__ = ["BatchMessage", "BatchPlan", "TransactionUnavailable", "TransactionalSender"]
 
 log = logging.getLogger(__name__)
-
-
-class TransactionUnavailable(FencewatchError):
-    """No transactional producer appeared for an assigned partition in time."""
 
 
 class BatchMessage(Protocol):
@@ -91,21 +86,11 @@ class TransactionalSender:
         self._tids: dict[tuple[str, int], str] = {}
 
     def install_commit_gate(self) -> None:
-        """Make the consumer's commit take :attr:`gate` (idempotent).
-
-        ``force_commit`` is the one entry point of every commit (the periodic
-        one, the one on rebalance, the one on shutdown)."""
+        """Make the consumer's commit take :attr:`gate` (idempotent; see
+        :func:`streams.live.faust_seam.install_commit_gate`)."""
         if self._gated or not self.exactly_once:
             return
-        consumer = self.app.consumer
-        original = consumer.force_commit
-        gate = self.gate
-
-        async def gated_force_commit(*args: Any, **kwargs: Any) -> bool:
-            async with gate:
-                return bool(await original(*args, **kwargs))
-
-        consumer.force_commit = gated_force_commit
+        faust_seam.install_commit_gate(self.app.consumer, self.gate)
         self._gated = True
 
     def transactional_id(self, topic: str, partition: int) -> str:
@@ -159,10 +144,10 @@ class TransactionalSender:
         producer = self.app.producer
         async with self.gate, AsyncExitStack() as locks:
             for p in sorted(tids):
-                await locks.enter_async_context(producer._trn_locks[tids[p]])
+                await locks.enter_async_context(faust_seam.transaction_lock(producer, tids[p]))
             txps: dict[int, Any] = {}
             for p, tid in tids.items():
-                txp = producer._transaction_producers.get(tid)
+                txp = faust_seam.transaction_producer(producer, tid)
                 if txp is not None:  # else fenced or stopped while we waited
                     txps[p] = txp
             kept = [m for m in self._current(messages) if m.partition in txps]
@@ -176,7 +161,7 @@ class TransactionalSender:
                 # Some outputs may be in the transactions, the offsets are
                 # not: those transactions must never commit.
                 for txp in txps.values():
-                    _poison(txp, exc)
+                    faust_seam.poison(txp, exc)
                 raise
             apply_state()
             consumer = self.app.consumer
@@ -185,42 +170,9 @@ class TransactionalSender:
             return kept
 
     async def _send_all(self, txp: Any, records: Sequence[OutRecord]) -> None:
-        """Append ``records``, in order, to ``txp``'s pending batches.
-
-        This is what ``AIOKafkaProducer.send`` ends in (the accumulator's
-        ``add_message``) without its per-record metadata wait, serializer
-        and debug log, which cost more than the append (profiled). A record
-        joins the partition's batch still waiting for the sender, so small
-        batches of ours do not wait for the previous request to drain (as
-        ``send_batch`` would); the accumulator waits only when that batch is
-        full."""
-        manager = txp._txn_manager
-        if manager is not None and not manager.is_in_transaction():
-            raise TransactionUnavailable(
-                f"transactional producer {manager.transactional_id} is not in a transaction"
-            )
-        accumulator = txp._message_accumulator
-        timeout = txp._request_timeout_ms / 1000
-        futures: list[Any] = []
-        known: set[str] = set()
-        for r in records:
-            if r.topic not in known:
-                # Also registers the topic with the producer's client: its
-                # metadata refreshes cover only registered topics (all topics
-                # while none is), and a batch for a partition whose leader it
-                # does not know is never sent -- the commit would wait forever.
-                await txp.client._wait_on_metadata(r.topic)
-                known.add(r.topic)
-            partition = r.partition
-            if partition is None:
-                partition = txp._partition(r.topic, None, r.key, r.value, r.key, r.value)
-            tp = TopicPartition(r.topic, partition)
-            fut = await accumulator.add_message(
-                tp, r.key, r.value, timeout, headers=list(r.headers)
-            )
-            futures.append(fut)
-        for fut in futures:
-            fut.add_done_callback(_log_send_failure)
+        # Appended to the producer's pending batches, no per-record wait
+        # (faust_seam.append_records says why).
+        await faust_seam.append_records(txp, records, _log_send_failure)
 
     async def _send_batch_plain(self, messages: Sequence[Any], plan: BatchPlan) -> list[Any]:
         kept = self._current(messages)
@@ -242,7 +194,7 @@ class TransactionalSender:
         # producer; an event can reach us a moment before it is ready.
         producer = self.app.producer
         tid = self.transactional_id(topic, partition)
-        if tid in producer._transaction_producers:  # the common case, checked cheaply
+        if faust_seam.transaction_producer(producer, tid) is not None:  # the common case
             return tid
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_producer
@@ -251,7 +203,7 @@ class TransactionalSender:
             if (topic, partition) not in assigned:
                 return None
             tid = self.transactional_id(topic, partition)
-            if tid in producer._transaction_producers and tid in producer._trn_locks:
+            if faust_seam.transaction_producer_ready(producer, tid):
                 return tid
             if loop.time() > deadline:
                 raise TransactionUnavailable(
@@ -259,18 +211,6 @@ class TransactionalSender:
                     f"after {self.wait_producer:.0f} s"
                 )
             await asyncio.sleep(0.05)
-
-
-def _poison(txp: Any, exc: BaseException) -> None:
-    manager = getattr(txp, "_txn_manager", None)
-    if manager is None:
-        return
-    try:
-        manager.error_transaction(
-            exc if isinstance(exc, Exception) else RuntimeError("batch interrupted")
-        )
-    except Exception:  # already in an error state: it cannot commit either
-        log.debug("transaction of %r already failed", txp, exc_info=True)
 
 
 def _log_send_failure(fut: asyncio.Future[Any]) -> None:

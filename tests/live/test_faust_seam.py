@@ -1,0 +1,393 @@
+"""The faust seam (streams/live/faust_seam.py), without a broker: the version
+and source pin, and for each patch faust's own behaviour next to the
+corrected one. faust's functions run for real; the consumer/producer objects
+they are called on are minimal stand-ins holding only the state they read."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from faust.transport.utils import DefaultSchedulingStrategy
+from faust.types import TP
+
+from streams.live import faust_seam
+from streams.live.faust_seam import FaustSeamMismatch, LiveHooks, Manifest
+
+faust_seam.install()  # the patches under test (verified against the manifest)
+
+GETMANY = "faust.transport.consumer:Consumer.getmany"
+HIGHWATERS = "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._highwaters"
+WORKER_CONSUMER = "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._create_worker_consumer"
+COMMIT = "faust.transport.drivers.aiokafka:Producer.commit_transactions"
+SEEK = "faust.transport.consumer:ThreadDelegateConsumer.seek_to_committed"
+
+
+def patched(target: str) -> Any:
+    return faust_seam._resolve(target)
+
+
+# -- the pin ---------------------------------------------------------------------
+
+
+def test_the_committed_manifest_matches_the_installed_faust_and_aiokafka() -> None:
+    """The repository's manifest is the installed code (else the worker would refuse to start)."""
+    assert faust_seam.check() is None
+
+
+def test_a_changed_function_source_is_detected_and_named_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reached-into aiokafka function with new source is named by the check, in one line."""
+    import aiokafka.client
+
+    async def _wait_on_metadata(self: Any, topic: str) -> None:  # a "new release"
+        return None
+
+    monkeypatch.setattr(aiokafka.client.AIOKafkaClient, "_wait_on_metadata", _wait_on_metadata)
+    problem = faust_seam.check()
+    assert problem is not None
+    assert "\n" not in problem
+    assert "aiokafka.client:AIOKafkaClient._wait_on_metadata changed" in problem
+    assert "faust-streaming 0.15.3" in problem and "aiokafka 0.14.0" in problem
+    assert faust_seam.ALLOW_UNVERIFIED_ENV in problem
+
+
+def test_a_mismatch_stops_install_unless_the_override_is_set() -> None:
+    """install raises FaustSeamMismatch on a changed digest; the override variable lets it start."""
+    pinned = faust_seam._pinned()
+    digests = dict(pinned.digests)
+    digests[GETMANY] = "0" * 64
+    expected = Manifest(pinned.versions, digests)
+    with pytest.raises(FaustSeamMismatch, match=r"Consumer\.getmany changed: expected sha256 0000"):
+        faust_seam.install(environ={}, expected=expected)
+    faust_seam.install(environ={faust_seam.ALLOW_UNVERIFIED_ENV: "1"}, expected=expected)
+
+
+def test_another_version_with_the_same_sources_is_named() -> None:
+    """A version change alone is reported with the installed and expected versions."""
+    pinned = faust_seam._pinned()
+    found = dataclasses.replace(
+        faust_seam.current_manifest(pinned.digests),
+        versions={**pinned.versions, "faust-streaming": "0.15.4"},
+    )
+    problem = faust_seam.check(pinned, found)
+    assert problem is not None
+    assert "faust-streaming 0.15.4 installed, the seam was checked against 0.15.3" in problem
+
+
+def test_hooks_attach_once() -> None:
+    """The live runtime's hooks are one typed object, attached once."""
+
+    async def stable(_assigned: Any) -> None:
+        return None
+
+    app = SimpleNamespace()
+    faust_seam.attach_hooks(app, LiveHooks(None, None, stable))
+    assert isinstance(faust_seam.hooks_of(app), LiveHooks)
+    with pytest.raises(RuntimeError, match="already attached"):
+        faust_seam.attach_hooks(app, LiveHooks(None, None, stable))
+
+
+# -- fix 5: getmany skips records of a partition that became inactive ------------
+
+
+class _FetchingConsumer:
+    """What getmany reads of faust's Consumer."""
+
+    def __init__(self, records: dict[TP, list[Any]], active: set[TP]) -> None:
+        self._records = records
+        self._active = active
+        self.should_stop = False
+        self.flow_active = True
+        self._buffered_partitions: set[TP] = set()
+        self.scheduler = DefaultSchedulingStrategy()  # type: ignore[abstract]
+        self.app = SimpleNamespace(
+            consumer_generation_id=1,
+            monitor=SimpleNamespace(track_tp_end_offset=lambda tp, hw: None),
+        )
+        self.log = SimpleNamespace(info=lambda *a: None, warning=lambda *a: None)
+        self.seeks: list[tuple[TP, int]] = []
+
+    async def _wait_next_records(self, timeout: float) -> Any:
+        return self._records, self._active
+
+    def _to_message(self, tp: TP, record: Any) -> Any:
+        return (tp, record.offset)
+
+    def highwater(self, tp: TP) -> int:
+        return 100
+
+    def assignment(self) -> set[TP]:
+        return set(self._records)
+
+    async def seek(self, tp: TP, offset: int) -> None:
+        self.seeks.append((tp, offset))
+
+
+def _run_getmany(fn: Any) -> tuple[list[Any], list[tuple[TP, int]]]:
+    a, b = TP("events", 0), TP("events", 1)
+    rec = [SimpleNamespace(offset=o) for o in range(3)]
+    consumer = _FetchingConsumer({a: rec, b: rec}, {a, b})
+
+    async def go() -> list[Any]:
+        out = []
+        async for tp, message in fn(consumer, 0.1):
+            out.append(message)
+            if tp == a:  # partition 1 is paused (recovery, full buffer) mid-batch
+                consumer._active.discard(b)
+        return out
+
+    return asyncio.run(go()), consumer.seeks
+
+
+def test_getmany_unpatched_drops_records_of_a_paused_partition_for_good() -> None:
+    """faust skips partition 1's records after it is paused and never fetches them again."""
+    yielded, seeks = _run_getmany(faust_seam.original(GETMANY))
+    assert all(tp.partition == 0 for tp, _ in yielded)
+    assert seeks == []  # the fetch position stays past them: a gap faust never commits past
+
+
+def test_getmany_patched_seeks_a_paused_partition_back_to_its_first_skipped_record() -> None:
+    """The patched getmany yields the same records and seeks partition 1 back to offset 0."""
+    yielded, seeks = _run_getmany(patched(GETMANY))
+    assert all(tp.partition == 0 for tp, _ in yielded)
+    assert seeks == [(TP("events", 1), 0)]
+
+
+def test_getmany_patched_hands_the_intake_topics_records_to_the_intake() -> None:
+    """Records of the intake's topics go to its accept(), in order, and are not yielded."""
+    taken: list[tuple[TP, int, int]] = []
+
+    class Intake:
+        topics = frozenset({"events"})
+
+        async def accept(self, consumer: Any, tp: TP, record: Any, generation: int) -> None:
+            taken.append((tp, record.offset, generation))
+
+    async def stable(_assigned: Any) -> None:
+        return None
+
+    a = TP("events", 0)
+    consumer = _FetchingConsumer({a: [SimpleNamespace(offset=o) for o in range(3)]}, {a})
+    faust_seam.attach_hooks(consumer.app, LiveHooks(None, Intake(), stable))
+
+    async def go() -> list[Any]:
+        return [m async for m in patched(GETMANY)(consumer, 0.1)]
+
+    assert asyncio.run(go()) == []
+    assert taken == [(a, 0, 1), (a, 1, 1), (a, 2, 1)]
+
+
+# -- fix 4: _highwaters under transactions --------------------------------------
+
+
+def _highwaters(fn: Any) -> Any:
+    tp = TP("owner-state-changelog", 3)
+
+    class AioConsumer:  # a changelog partition just taken over: never fetched
+        def last_stable_offset(self, tp: TP) -> int | None:
+            return None
+
+        async def end_offsets(self, tps: list[TP]) -> dict[TP, int]:
+            return dict.fromkeys(tps, 42)  # what ListOffsets answers (read_committed: LSO)
+
+    aio = AioConsumer()
+    thread = SimpleNamespace(
+        _ensure_consumer=lambda: aio, consumer=SimpleNamespace(in_transaction=True)
+    )
+    return asyncio.run(fn(thread, [tp]))[tp]
+
+
+def test_highwaters_unpatched_is_unknown_for_an_unfetched_partition_under_transactions() -> None:
+    """faust reads aiokafka's cached LSO, unknown before a fetch: recovery would read nothing."""
+    assert _highwaters(faust_seam.original(HIGHWATERS)) is None
+
+
+def test_highwaters_patched_asks_the_broker() -> None:
+    """The patched _highwaters returns the broker's end offset (LSO under read_committed)."""
+    assert _highwaters(patched(HIGHWATERS)) == 42
+
+
+# -- fetch wait ------------------------------------------------------------------
+
+
+def _fetch_wait(fn: Any) -> int:
+    import faust
+
+    async def go() -> int:
+        app = faust.App("seam-test", broker="kafka://127.0.0.1:1", web_enabled=False)
+        thread = app.consumer._thread  # type: ignore[attr-defined]
+        consumer = fn(thread, app.transport)  # builds the AIOKafkaConsumer, does not start it
+        wait: int = consumer._fetch_max_wait_ms
+        return wait
+
+    return asyncio.run(go())
+
+
+def test_worker_consumer_unpatched_waits_1500_ms_per_fetch() -> None:
+    """faust builds the worker's consumer with fetch_max_wait_ms=1500."""
+    assert _fetch_wait(faust_seam.original(WORKER_CONSUMER)) == 1500
+
+
+def test_worker_consumer_patched_waits_at_most_fetch_max_wait_ms() -> None:
+    """The patched builder sets the short fetch wait."""
+    assert _fetch_wait(patched(WORKER_CONSUMER)) == faust_seam.FETCH_MAX_WAIT_MS
+
+
+# -- concurrent commit -------------------------------------------------------------
+
+
+def _commit_order(fn: Any) -> list[str]:
+    steps: list[str] = []
+
+    class Txp:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        async def _step(self, what: str) -> None:
+            steps.append(f"{self.name}:{what}")
+            await asyncio.sleep(0.001)  # a broker round trip
+
+        async def send_offsets_to_transaction(self, offsets: Any, group: str) -> None:
+            await self._step("offsets")
+
+        async def commit_transaction(self) -> None:
+            await self._step("commit")
+
+        async def begin_transaction(self) -> None:
+            await self._step("begin")
+
+    async def go() -> None:
+        producer = SimpleNamespace(
+            _trn_locks=defaultdict(asyncio.Lock),
+            _transaction_producers={"a": Txp("a"), "b": Txp("b")},
+            log=SimpleNamespace(warning=lambda *a: None),
+        )
+        await fn(producer, {"a": {}, "b": {}}, "group")
+
+    asyncio.run(go())
+    return steps
+
+
+def test_commit_transactions_unpatched_commits_partitions_one_after_the_other() -> None:
+    """faust finishes partition a's offsets, commit and begin before b starts."""
+    assert _commit_order(faust_seam.original(COMMIT)) == [
+        "a:offsets",
+        "a:commit",
+        "a:begin",
+        "b:offsets",
+        "b:commit",
+        "b:begin",
+    ]
+
+
+def test_commit_transactions_patched_commits_partitions_concurrently() -> None:
+    """The patched commit runs the same steps per partition, interleaved."""
+    steps = _commit_order(patched(COMMIT))
+    assert steps[:2] == ["a:offsets", "b:offsets"]
+    assert [s for s in steps if s.startswith("a")] == ["a:offsets", "a:commit", "a:begin"]
+    assert [s for s in steps if s.startswith("b")] == ["b:offsets", "b:commit", "b:begin"]
+
+
+# -- fix 6: seek to committed offsets only once they are stable --------------------
+
+
+def _seek_steps(fn: Any) -> list[str]:
+    steps: list[str] = []
+
+    async def stable(assigned: Any) -> None:
+        steps.append(f"stable {sorted(assigned)}")
+
+    async def faust_seek() -> dict[TP, int]:
+        steps.append("faust seek")
+        return {}
+
+    consumer = SimpleNamespace(
+        app=SimpleNamespace(),
+        assignment=lambda: {TP("events", 0)},
+        _thread=SimpleNamespace(seek_to_committed=faust_seek),
+    )
+    faust_seam.attach_hooks(consumer.app, LiveHooks(None, None, stable))
+    asyncio.run(fn(consumer))
+    return steps
+
+
+def test_seek_to_committed_unpatched_reads_offsets_without_waiting_for_stability() -> None:
+    """faust seeks at once (OffsetFetch v2 cannot ask for stable offsets)."""
+    assert _seek_steps(faust_seam.original(SEEK)) == ["faust seek"]
+
+
+def test_seek_to_committed_patched_waits_for_stable_offsets_first() -> None:
+    """The patched seek awaits the runtime's stable-offsets check, then faust's seek."""
+    steps = _seek_steps(patched(SEEK))
+    assert steps == [f"stable {[TP('events', 0)]}", "faust seek"]
+
+
+# -- fix 3: the commit gate ----------------------------------------------------------
+
+
+def _commit_while_gate_held(gated: bool) -> list[str]:
+    steps: list[str] = []
+
+    async def force_commit() -> bool:
+        steps.append("commit")
+        return True
+
+    async def go() -> None:
+        consumer = SimpleNamespace(force_commit=force_commit)
+        gate = asyncio.Lock()
+        if gated:
+            faust_seam.install_commit_gate(consumer, gate)
+        async with gate:  # a batch is between its first send and its last ack
+            task = asyncio.ensure_future(consumer.force_commit())
+            await asyncio.sleep(0.01)
+            steps.append("batch acked")
+        await task
+
+    asyncio.run(go())
+    return steps
+
+
+def test_commit_unpatched_runs_in_the_middle_of_a_batch() -> None:
+    """faust's commit does not wait for a batch: it can split one."""
+    assert _commit_while_gate_held(gated=False) == ["commit", "batch acked"]
+
+
+def test_commit_gate_makes_the_commit_wait_for_the_whole_batch() -> None:
+    """With the gate, the commit runs only after the batch is acked."""
+    assert _commit_while_gate_held(gated=True) == ["batch acked", "commit"]
+
+
+def test_only_the_seam_touches_private_attributes_of_other_objects() -> None:
+    """Outside faust_seam.py, streams/live reads no ``_private`` attribute except its own (self)."""
+    import ast
+    from pathlib import Path
+
+    live = Path(faust_seam.__file__).parent
+    found = []
+    for path in sorted(live.glob("*.py")):
+        if path.name in ("faust_seam.py", "faust_manifest.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            name = None
+            if isinstance(node, ast.Attribute):
+                owner = node.value
+                if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                    name = node.attr
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in (
+                "getattr",
+                "setattr",
+                "hasattr",
+            ):
+                arg = node.args[1] if len(node.args) > 1 else None
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    name = arg.value
+            # librdkafka's local error codes (KafkaError._PARTITION_EOF) are public.
+            if name and name.startswith("_") and not name.startswith("__") and not name.isupper():
+                found.append(f"{path.name}:{node.lineno}: {name}")
+    assert found == []

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""A LangGraph worker whose graph thread is owned and whose effect is fenced
+(needs the `langgraph` extra; no model calls: every node is deterministic).
+
+    KAFKA_BOOTSTRAP=127.0.0.1:9092 python examples/langgraph_worker.py \
+        --fences .run/fences.db --checkpoints .run/graph.db --thread report-2026-07-26 \
+        --worker alpha [--ttl 2] [--tool-seconds 3] [--wait 30] [--topic ownership.events]
+
+The graph: `gather` (counts the day's rows) → `publish` (renders the report —
+a slow tool call — then publishes it through the fenced sink `ledger`). The
+thread is the workflow key (`langgraph/<thread>`), owned for `--ttl` seconds
+and renewed while the graph runs; the SQLite checkpointer lets another worker
+resume the thread where it stopped.
+
+The split brain, by hand (tests/integrations/test_langgraph.py runs it):
+
+    python examples/langgraph_worker.py ... --worker alpha --tool-seconds 5 &
+    sleep 2; kill -STOP $!      # alpha freezes inside `publish`, its lease runs out
+    python examples/langgraph_worker.py ... --worker beta --tool-seconds 0
+                                # beta resumes the thread at `publish`, commits (epoch 2)
+    kill -CONT %1; wait         # alpha wakes, its publish is REFUSED by the fence
+    fencewatch audit --topic ownership.events --bootstrap-servers $KAFKA_BOOTSTRAP
+                                # stale_attempt, epoch 1 (alpha), sink outcome: rejected
+
+Each step is printed as a JSON line. Exit status: 0 when the graph finished
+(the report is published), 3 when this worker was stale and the fence refused
+its effect (or it noticed it was displaced), 2 on errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import operator
+import os
+import sqlite3
+import sys
+import time
+from typing import Annotated, Any, TypedDict
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+
+from streams.errors import FencewatchError, StaleOwner
+from streams.fences import FencedSink, SqlLeaseStore, open_database
+from streams.integrations.langgraph import GraphOwner, fenced
+from streams.integrations.runs import OwnedRun
+from streams.sdk import OwnershipReporter, ReporterSettings
+
+
+class Report(TypedDict, total=False):
+    day: str
+    rows: int
+    published_by: str
+    log: Annotated[list[str], operator.add]
+
+
+def say(worker: str, step: str, **data: Any) -> None:
+    print(json.dumps({"worker": worker, "step": step, **data}), flush=True)
+
+
+def build(ledger: FencedSink, worker: str, tool_seconds: float) -> StateGraph:
+    @fenced
+    def gather(state: Report, run: OwnedRun) -> Report:
+        say(worker, "node", node="gather", epoch=run.epoch)
+        return {"rows": 7 * len(state["day"]), "log": [f"gather@{run.epoch}"]}
+
+    @fenced
+    def publish(state: Report, run: OwnedRun) -> Report:
+        say(worker, "tool_call", node="publish", epoch=run.epoch, seconds=tool_seconds)
+        time.sleep(tool_seconds)  # rendering the report: where a worker may stall
+        body = json.dumps({"day": state["day"], "rows": state["rows"], "by": worker}).encode()
+        receipt = run.effect(ledger, f"publish report {state['day']}", body)
+        say(worker, "effect", status=receipt.status, epoch=run.epoch)
+        return {"published_by": worker, "log": [f"publish@{run.epoch}"]}
+
+    g = StateGraph(Report)
+    g.add_node("gather", gather)
+    g.add_node("publish", publish)
+    g.add_edge(START, "gather")
+    g.add_edge("gather", "publish")
+    g.add_edge("publish", END)
+    return g
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP"))
+    ap.add_argument("--topic", default="ownership.events")
+    ap.add_argument("--fences", required=True, help="SQLite file: lease store and ledger")
+    ap.add_argument("--checkpoints", required=True, help="SQLite file: LangGraph checkpoints")
+    ap.add_argument("--thread", required=True)
+    ap.add_argument("--worker", required=True)
+    ap.add_argument("--ttl", type=float, default=2.0)
+    ap.add_argument("--tool-seconds", type=float, default=0.0)
+    ap.add_argument("--wait", type=float, default=30.0, help="wait this long for a held thread")
+    args = ap.parse_args()
+    if not args.bootstrap_servers:
+        print("give --bootstrap-servers or KAFKA_BOOTSTRAP", file=sys.stderr)
+        return 2
+
+    db = open_database(f"sqlite:///{args.fences}")
+    conn = sqlite3.connect(args.checkpoints, check_same_thread=False)
+    try:
+        leases = SqlLeaseStore(db)
+        ledger = FencedSink(db, name="ledger")
+        settings = ReporterSettings(args.bootstrap_servers, args.worker, topic=args.topic)
+        with OwnershipReporter(settings, leases=leases) as reporter:
+            graph = build(ledger, args.worker, args.tool_seconds).compile(
+                checkpointer=SqliteSaver(conn)
+            )
+            owner = GraphOwner(reporter, ttl=args.ttl, wait_s=args.wait)
+            config = {"configurable": {"thread_id": args.thread}}
+            try:
+                final = owner.run(graph, {"day": args.thread, "log": []}, config)
+            except StaleOwner as exc:
+                say(args.worker, "stale", reason=exc.reason, current_epoch=exc.current_epoch)
+                return 3
+            say(args.worker, "done", published_by=final.get("published_by"), log=final["log"])
+            return 0
+    except FencewatchError as exc:
+        say(args.worker, "error", error=str(exc))
+        return 2
+    finally:
+        conn.close()
+        db.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

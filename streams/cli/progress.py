@@ -98,28 +98,28 @@ class _RichAudit(AuditProgress):
             MofNCompleteColumn,
             Progress,
             TextColumn,
-            TimeElapsedColumn,
             TimeRemainingColumn,
             TransferSpeedColumn,
         )
 
         self._console = Console(file=stream, stderr=stream is sys.stderr)
+        # Compact: an 80-column terminal shows every column.
         self._cols = {
             "file": (
                 TextColumn("[bold]{task.description}"),
-                BarColumn(),
+                BarColumn(bar_width=10),
                 DownloadColumn(),
                 TransferSpeedColumn(),
                 TextColumn("{task.fields[events]:,} events"),
+                TextColumn("ETA"),
                 TimeRemainingColumn(),
             ),
             "topic": (
                 TextColumn("[bold]{task.description}"),
-                BarColumn(),
+                BarColumn(bar_width=10),
                 MofNCompleteColumn(),
                 _rate_column(),
                 TextColumn("partitions {task.fields[parts]}"),
-                TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
             ),
@@ -140,7 +140,7 @@ class _RichAudit(AuditProgress):
         self._start("file")
         if self._task is not None:
             self._progress.update(self._task, visible=False)
-        self._task = self._progress.add_task(name, total=total_bytes, events=0)
+        self._task = self._progress.add_task(_short(name), total=total_bytes, events=0)
 
     def bytes_read(self, n: int, events: int) -> None:
         self._progress.update(self._task, advance=n, events=events)
@@ -149,7 +149,7 @@ class _RichAudit(AuditProgress):
         self._start("topic")
         self._partitions = partitions
         self._task = self._progress.add_task(
-            f"topic {name}", total=total_records, parts=f"0/{partitions}"
+            _short(name), total=total_records, parts=f"0/{partitions}"
         )
 
     def records(self, done: int, partitions_done: int) -> None:
@@ -163,6 +163,13 @@ class _RichAudit(AuditProgress):
             self._progress = None
 
 
+def _short(name: str, width: int = 20) -> str:
+    """A file or topic name cut from the left to fit (the end says most)."""
+    from rich.markup import escape
+
+    return escape(name if len(name) <= width else "…" + name[-(width - 1) :])
+
+
 def _rate_column() -> Any:
     from rich.progress import ProgressColumn
     from rich.text import Text
@@ -172,7 +179,7 @@ def _rate_column() -> Any:
 
         def render(self, task: Any) -> Text:
             speed = task.finished_speed or task.speed
-            return Text("" if speed is None else f"{speed:,.0f} ev/s")
+            return Text("" if speed is None else f"{speed:,.0f}/s")
 
     return RateColumn()
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import termios
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,41 @@ def test_sigint_prints_the_partial_report_and_exits_130(fmt: str) -> None:
         text = out.decode()
         assert text.startswith("PARTIAL REPORT")
         assert "stale_commit" in text and "conflicting_commit" not in text
+
+
+@pytest.mark.kafka
+def test_topic_progress_shows_records_rate_and_partitions_on_a_terminal(
+    kafka_bootstrap: str, unique_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """audit --topic on a terminal shows records of the end offsets and partitions done."""
+    from confluent_kafka import Producer
+
+    topic = unique_topic(partitions=3)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    lines = FIXTURE.read_bytes().splitlines()
+    for i in range(50):
+        for line in lines:
+            doc = json.loads(line)
+            doc["workflow_key"] = f"{doc['workflow_key']}-{i}"
+            doc.pop("event_id", None)
+            producer.produce(topic, key=doc["workflow_key"].encode(), value=json.dumps(doc))
+    assert producer.flush(30) == 0
+    report = tmp_path / "r.json"
+    argv = [*CLI, "--topic", topic, "--bootstrap-servers", kafka_bootstrap, "--format", "json"]
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [*argv, "-o", str(report)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
+    )
+    os.close(slave)
+    try:
+        shown = _read_all(master, proc, timeout=60).decode(errors="replace")
+    finally:
+        os.close(master)
+    assert proc.wait(timeout=30) == 1
+    assert "/800" in shown and "partitions" in shown and "/3" in shown, shown
+    assert json.loads(report.read_text())["summary"]["events"] == 800

@@ -14,6 +14,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from streams.core.records import Kind
+
 __all__ = ["LiveMetrics", "MetricsServer"]
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,11 @@ class LiveMetrics:
             ["kind", "severity"],
             registry=self.registry,
         )
+        # Every kind's series exists from the start at 0: a counter that first
+        # appears at 1 shows no increase(), and the alert rules
+        # (deploy/prometheus/alerts.yml) would miss the first finding of a kind.
+        for kind in Kind:
+            self.findings.labels(kind=kind.value, severity=kind.severity.value)
         self.keys = Gauge(
             "fencewatch_state_keys", "Workflow keys held in the state table", registry=self.registry
         )

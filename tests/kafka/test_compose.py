@@ -67,7 +67,8 @@ def test_compose_file_parses_with_the_three_services() -> None:
             )
             assert checked.returncode == 0, checked.stderr
     services = _compose()["services"]
-    assert set(services) == {"kafka", "topics", "fencewatch"}
+    assert set(services) == {"kafka", "topics", "fencewatch", "prometheus", "grafana"}
+    assert services["grafana"]["profiles"] == ["grafana"]  # optional
     assert services["topics"]["command"][:5] == [
         "fencewatch", "topics", "create", "--bootstrap-servers", "kafka:9092",
     ]  # fmt: skip

@@ -24,6 +24,7 @@ from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, Detector, Detector
 from streams.core.records import SEVERITY_RANK, Severity
 from streams.core.replay import Invalid, Replay
 from streams.core.validate import DEFAULT_MAX_EVENT_BYTES
+from streams.core.whatif import what_if_fenced
 from streams.errors import FencewatchError
 from streams.report import FORMATS, render_html, render_json, render_jsonl, render_text
 
@@ -76,6 +77,14 @@ def register(sub: Any) -> None:
         help="evidence retained per workflow key for late re-classification",
     )
     p.add_argument("--colour", "--color", choices=("auto", "always", "never"), default="auto")
+    p.add_argument(
+        "--what-if-fenced",
+        action="append",
+        default=[],
+        metavar="SINK",
+        help="also show the findings that would change had SINK refused the stale commits it"
+        " accepted (SPEC §6; text and json formats); repeatable",
+    )
     p.add_argument(
         "--otlp",
         action="append",
@@ -451,8 +460,11 @@ def _audit(args: argparse.Namespace) -> int:
             _err(unreadable)
             return 2
 
+    what_if = what_if_fenced(replay, args.what_if_fenced) if args.what_if_fenced else None
+    if what_if is not None and args.format in ("jsonl", "html"):
+        _err(f"--what-if-fenced is reported by --format text and json, not {args.format}")
     if args.format == "json":
-        text = render_json(replay, partial=partial)
+        text = render_json(replay, partial=partial, what_if=what_if)
     elif args.format == "jsonl":
         text = render_jsonl(replay)
     elif args.format == "html":
@@ -460,7 +472,9 @@ def _audit(args: argparse.Namespace) -> int:
     else:
         out_is_tty = args.output is None and sys.stdout.isatty()
         colour = args.colour == "always" or (args.colour == "auto" and out_is_tty)
-        text = render_text(replay, colour=colour, fail_on=args.fail_on, partial=partial)
+        text = render_text(
+            replay, colour=colour, fail_on=args.fail_on, partial=partial, what_if=what_if
+        )
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as fh:

@@ -5,17 +5,20 @@ from __future__ import annotations
 import orjson
 
 from streams.core.replay import Replay
+from streams.core.whatif import WhatIf
 
 __all__ = ["render_json", "render_jsonl"]
 
 
-def render_json(replay: Replay, *, partial: bool = False) -> str:
+def render_json(replay: Replay, *, partial: bool = False, what_if: WhatIf | None = None) -> str:
     """``{"findings": [...], "health": [...], "destinations": [...],
     "invalid": [...], "summary": {...}}``, findings in SPEC §6 order (workflow
     key, position, kind); ``health`` is the health view (SPEC §4), one entry
     per finding, same order; ``destinations`` the per-sink fence coverage
     (SPEC §6), worst verdict first.
-    ``summary.partial`` is true when the audit was interrupted (Ctrl-C)."""
+    ``summary.partial`` is true when the audit was interrupted (Ctrl-C).
+    ``what_if`` (``--what-if-fenced``): added as ``"what_if"``, next to the
+    real findings, which it never replaces."""
     health = replay.health()
     doc = {
         "findings": [f.to_dict() for f in replay.latest_findings()],
@@ -24,6 +27,8 @@ def render_json(replay: Replay, *, partial: bool = False) -> str:
         "invalid": [i.to_dict() for i in replay.invalid],
         "summary": {**replay.summary(health), "partial": partial},
     }
+    if what_if is not None:
+        doc["what_if"] = what_if.to_dict()
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
 
 

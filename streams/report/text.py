@@ -10,6 +10,7 @@ from streams.core.findings import Evidence, Finding
 from streams.core.health import CLEARED, Health
 from streams.core.records import Confidence, Kind, Severity
 from streams.core.replay import Replay
+from streams.core.whatif import ADDED, REMOVED, Change, WhatIf
 
 __all__ = ["confidence_reason", "describe", "render_text"]
 
@@ -140,11 +141,67 @@ def _destination_lines(dests: list[Destination], *, colour: bool) -> list[str]:
     return lines
 
 
+def _change_text(c: Change) -> str:
+    if c.change == REMOVED:
+        assert c.real is not None
+        return f"{c.real.severity.value} {c.real.kind.value} would not be raised"
+    if c.change == ADDED:
+        assert c.what_if is not None
+        return (
+            f"would raise {c.what_if.severity.value} {c.what_if.kind.value}: {describe(c.what_if)}"
+        )
+    real, alt = c.real, c.what_if
+    assert real is not None and alt is not None
+    parts = []
+    for name, before, after in (
+        ("kind", real.kind.value, alt.kind.value),
+        ("severity", real.severity.value, alt.severity.value),
+        ("sink outcome", real.sink_outcome, alt.sink_outcome),
+        ("epochs", real.epochs, alt.epochs),
+        ("confidence", real.confidence.value, alt.confidence.value),
+    ):
+        if before != after:
+            parts.append(f"{name} {before} -> {after}")
+    if alt.kind is Kind.STALE_ATTEMPT and alt.sink_outcome == "rejected":
+        parts.append("a rejected near miss")
+    return ", ".join(parts) or "evidence differs"
+
+
+def _what_if_lines(w: WhatIf) -> list[str]:
+    """``--what-if-fenced``: what would differ, below the real findings."""
+    sinks = ", ".join(w.fenced_sinks)
+    lines = [
+        f"what if {sinks} had enforced the fence ({w.converted} stale commit"
+        f"{'s' if w.converted != 1 else ''} refused instead of committed):"
+    ]
+    for sink in w.unseen_sinks:
+        lines.append(f"  note: no effect event names sink {sink!r}")
+    for c in w.changes:
+        f = c.finding
+        lines.append(f"  {f.workflow_key}  {f.kind.value:<18} {_at(f):<10} {_change_text(c)}")
+    if not w.changes:
+        lines.append("  no finding would change")
+    alt = w.findings()
+    worst = w.replay.worst_severity()
+    lines.append(
+        f"  would leave {len(alt)} finding{'s' if len(alt) != 1 else ''}"
+        + (f", worst {worst.value}" if worst is not None else "")
+    )
+    lines.append("")
+    return lines
+
+
 def render_text(
-    replay: Replay, *, colour: bool = False, fail_on: str = "warning", partial: bool = False
+    replay: Replay,
+    *,
+    colour: bool = False,
+    fail_on: str = "warning",
+    partial: bool = False,
+    what_if: WhatIf | None = None,
 ) -> str:
     """``partial``: the audit was interrupted; a header says the report covers
-    only the records read."""
+    only the records read. ``what_if`` (``--what-if-fenced``): a section with
+    the findings that would change, after the real ones."""
     findings = replay.latest_findings()
     health_view = replay.health()
     health = {h.finding_id: h for h in health_view}
@@ -171,6 +228,8 @@ def render_text(
             lines.append(f"            {_status(health[f.finding_id])}")
         lines.append("")
     lines.extend(_destination_lines(replay.destinations(), colour=colour))
+    if what_if is not None:
+        lines.extend(_what_if_lines(what_if))
     if replay.invalid_count:
         lines.append(
             f"invalid input ({replay.invalid_count} record"

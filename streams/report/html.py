@@ -17,9 +17,9 @@ network).
 Bounds (what happens at them is said on the page): timelines are drawn for
 the first :data:`MAX_TIMELINES` flagged workflows; a timeline draws at most
 :data:`MAX_MARKS` events (runs past that budget keep their count but cannot be
-expanded); the clean list names :data:`MAX_CLEAN_LISTED` workflows; the
-invalid table lists :data:`MAX_INVALID_LISTED` records. The finding tables
-always list every finding.
+expanded); the clean list names :data:`MAX_CLEAN_LISTED` workflows, the
+destinations table :data:`MAX_DESTINATIONS_LISTED` sinks, the invalid table
+:data:`MAX_INVALID_LISTED` records. The finding tables list every finding.
 """
 
 from __future__ import annotations
@@ -30,16 +30,18 @@ from html import escape
 from itertools import groupby
 from typing import Any
 
+from streams.core.destinations import Verdict
 from streams.core.findings import Evidence, Finding
 from streams.core.health import CLEARED, Health
 from streams.core.records import Severity
 from streams.core.replay import Replay
 from streams.report.html_assets import CSS as _CSS
 from streams.report.html_assets import JS as _JS
-from streams.report.text import describe
+from streams.report.text import confidence_reason, describe
 
 __all__ = [
     "MAX_CLEAN_LISTED",
+    "MAX_DESTINATIONS_LISTED",
     "MAX_INVALID_LISTED",
     "MAX_MARKS",
     "MAX_TIMELINES",
@@ -167,8 +169,8 @@ def render_html(replay: Replay, *, title: str = "fencewatch audit", partial: boo
             "read.</div>"
         )
     out.append(_summary_cards(s, len(flagged), len(clean)))
-    out.append(_destinations(replay))
     out.append(_overview(flagged, clean, replay))
+    out.append(_destinations(replay))
     if flagged:
         out.append("<h2>Flagged workflows</h2>")
         out.append(_legend())
@@ -217,38 +219,42 @@ def _summary_cards(s: Mapping[str, Any], n_flagged: int, n_clean: int) -> str:
     )
 
 
-def _destination_rows(replay: Replay) -> list[dict[str, Any]]:
-    """The destinations (SPEC §6) when the replay computes them, as dicts."""
-    source = getattr(replay, "destinations", None)
-    if source is None:
-        return []
-    items = source() if callable(source) else source
-    rows = []
-    for d in items or ():
-        rows.append(d.to_dict() if hasattr(d, "to_dict") else dict(d))
-    return rows
+#: Destinations listed (all are in --format json).
+MAX_DESTINATIONS_LISTED = 200
+_VERDICT_TIP = {
+    Verdict.IGNORES_FENCE: "committed an effect for a displaced owner: it ignores the fence",
+    Verdict.ENFORCES_FENCE: "refused displaced owners and committed none of theirs",
+    Verdict.UNPROVEN: "no displaced owner reached it: nothing shows whether it fences",
+}
 
 
 def _destinations(replay: Replay) -> str:
-    rows = _destination_rows(replay)
-    if not rows:
+    dests = replay.destinations()
+    if not dests:
         return ""
     out = [
-        "<h2>Destinations</h2><div class='panel'><table><tr><th>sink</th>"
-        "<th class='num'>stale rejected</th><th class='num'>stale committed</th>"
+        "<h2>Destinations</h2><p class='muted'>Does each sink refuse a displaced owner? "
+        "A lease service can be healthy while a destination ignores the ownership token."
+        "</p><div class='panel'><table><tr><th>sink</th>"
+        "<th class='num'>stale committed</th><th class='num'>stale rejected</th>"
         "<th class='num'>current committed</th><th>verdict</th></tr>"
     ]
-    for d in rows:
-        verdict = str(d.get("verdict", ""))
+    for d in dests[:MAX_DESTINATIONS_LISTED]:
+        v = d.verdict
         out.append(
-            f"<tr><td class='key'>{escape(str(d.get('sink', '')))}</td>"
-            f"<td class='num'>{d.get('stale_rejected', 0)}</td>"
-            f"<td class='num'>{d.get('stale_committed', 0)}</td>"
-            f"<td class='num'>{d.get('current_committed', 0)}</td>"
-            f"<td><span class='pill {escape(verdict)}'>{escape(verdict.replace('_', ' '))}"
-            "</span></td></tr>"
+            f"<tr><td class='key'>{escape(d.sink)}</td>"
+            f"<td class='num'>{d.stale_committed:,}</td>"
+            f"<td class='num'>{d.stale_rejected:,}</td>"
+            f"<td class='num'>{d.current_committed:,}</td>"
+            f"<td><span class='pill {v.value}' title='{escape(_VERDICT_TIP[v], quote=True)}'>"
+            f"{v.value.replace('_', ' ')}</span></td></tr>"
         )
     out.append("</table></div>")
+    if len(dests) > MAX_DESTINATIONS_LISTED:
+        out.append(
+            f"<p class='note'>The first {MAX_DESTINATIONS_LISTED} of {len(dests):,} sinks "
+            "(worst first); --format json lists every one.</p>"
+        )
     return "".join(out)
 
 
@@ -322,11 +328,10 @@ def _workflow_section(
     )
     for num, f in enumerate(wf.findings, 1):
         h = health[f.finding_id]
-        conf = getattr(f, "confidence", None)
+        conf = f.confidence.value
         conf_html = (
-            f"<span class='pill {escape(str(conf))}'>{escape(str(conf))}</span>"
-            if conf
-            else "<span class='muted'>—</span>"
+            f"<span class='pill {conf}' title='{escape(confidence_reason(f), quote=True)}'>"
+            f"{conf}</span>"
         )
         out.append(
             f"<tr id='f-{f.finding_id}'><td class='nw muted'>{num}</td><td>{_sev(f.severity)}</td>"

@@ -33,7 +33,7 @@ CHECK_SCRIPT = """
   var tls = document.querySelectorAll('.tl');
   r.timelines = tls.length;
   r.firstTimelineBottom = tls.length ?
-    tls[0].parentNode.getBoundingClientRect().bottom + window.scrollY : 0;
+    tls[0].getBoundingClientRect().bottom + window.scrollY : 0;
   document.querySelectorAll('.lane-label').forEach(function(l){
     var b = l.getBoundingClientRect();
     r.labels.push({text: Array.from(l.children).map(function(c){ return c.textContent; }).join(' '),

@@ -91,3 +91,15 @@ def test_partial_banner_and_escaping() -> None:
     assert "PARTIAL REPORT" in page
     assert "<b>x</b>" not in page and "&lt;b&gt;x&lt;/b&gt;" in page
     assert "<i>" not in page
+
+
+def test_destinations_table_and_confidence_per_finding() -> None:
+    """The destinations (SPEC §6) are a table with verdicts; each finding shows its confidence."""
+    page = render_html(_replay(takeover_workflow()))
+    assert "<h2>Destinations</h2>" in page
+    ledger = page[page.index("<td class='key'>ledger</td>") :]
+    assert ledger[: ledger.index("</tr>")].count("ignores fence") == 1
+    warehouse = page[page.index("<td class='key'>warehouse</td>") :]
+    assert "enforces fence" in warehouse[: warehouse.index("</tr>")]
+    assert page.count("<span class='pill high'") == 6
+    assert page.count("<span class='pill medium'") == 1  # the attempt with no answer

@@ -461,14 +461,14 @@ def _audit(args: argparse.Namespace) -> int:
             return 2
 
     what_if = what_if_fenced(replay, args.what_if_fenced) if args.what_if_fenced else None
-    if what_if is not None and args.format in ("jsonl", "html"):
+    if what_if is not None and args.format == "jsonl":
         _err(f"--what-if-fenced is reported by --format text and json, not {args.format}")
     if args.format == "json":
         text = render_json(replay, partial=partial, what_if=what_if)
     elif args.format == "jsonl":
         text = render_jsonl(replay)
     elif args.format == "html":
-        text = render_html(replay, partial=partial)
+        text = render_html(replay, partial=partial, what_if=what_if)
     else:
         out_is_tty = args.output is None and sys.stdout.isatty()
         colour = args.colour == "always" or (args.colour == "auto" and out_is_tty)

@@ -35,9 +35,10 @@ from streams.core.findings import Evidence, Finding
 from streams.core.health import CLEARED, Health
 from streams.core.records import Severity
 from streams.core.replay import Replay
+from streams.core.whatif import ADDED, REMOVED, WhatIf
 from streams.report.html_assets import CSS as _CSS
 from streams.report.html_assets import JS as _JS
-from streams.report.text import confidence_reason, describe
+from streams.report.text import change_text, confidence_reason, describe
 
 __all__ = [
     "MAX_CLEAN_LISTED",
@@ -137,7 +138,16 @@ class _Workflow:
         return len(self.findings) - self.cleared
 
 
-def render_html(replay: Replay, *, title: str = "fencewatch audit", partial: bool = False) -> str:
+def render_html(
+    replay: Replay,
+    *,
+    title: str = "fencewatch audit",
+    partial: bool = False,
+    what_if: WhatIf | None = None,
+) -> str:
+    """The page. ``partial``: a banner says the audit was interrupted;
+    ``what_if`` (``--what-if-fenced``): a section with the findings that would
+    change, next to the real ones (never instead of them)."""
     health_view = replay.health()
     health = {h.finding_id: h for h in health_view}
     s = replay.summary(health_view)
@@ -171,6 +181,8 @@ def render_html(replay: Replay, *, title: str = "fencewatch audit", partial: boo
     out.append(_summary_cards(s, len(flagged), len(clean)))
     out.append(_overview(flagged, clean, replay))
     out.append(_destinations(replay))
+    if what_if is not None:
+        out.append(_what_if(what_if, {w.key: w.anchor for w in flagged}))
     if flagged:
         out.append("<h2>Flagged workflows</h2>")
         out.append(_legend())
@@ -255,6 +267,43 @@ def _destinations(replay: Replay) -> str:
             f"<p class='note'>The first {MAX_DESTINATIONS_LISTED} of {len(dests):,} sinks "
             "(worst first); --format json lists every one.</p>"
         )
+    return "".join(out)
+
+
+def _what_if(w: WhatIf, anchors: Mapping[str, str]) -> str:
+    sinks = ", ".join(w.fenced_sinks)
+    alt = w.findings()
+    worst = w.replay.worst_severity()
+    out = [
+        f"<h2>What if {escape(sinks)} had enforced the fence</h2><p class='muted'>"
+        f"The same evidence replayed with {_plural(w.converted, 'stale commit')} at "
+        f"{escape(sinks)} refused instead of committed: it would leave "
+        f"{_plural(len(alt), 'finding')}"
+        + (f", worst {worst.value}" if worst is not None else "")
+        + ". The real findings above and below are unchanged.</p>"
+    ]
+    for sink in w.unseen_sinks:
+        out.append(f"<p class='note'>No effect event names sink {escape(repr(sink))}.</p>")
+    if not w.changes:
+        out.append("<p>No finding would change.</p>")
+        return "".join(out)
+    out.append(
+        "<div class='panel'><table><tr><th>workflow</th><th>finding</th><th class='nw'>at</th>"
+        "<th>change</th><th>what would differ</th></tr>"
+    )
+    for c in w.changes:
+        f = c.finding
+        anchor = anchors.get(f.workflow_key)
+        key = escape(f.workflow_key)
+        key_html = f"<a href='#{anchor}'>{key}</a>" if anchor else key
+        pill = "cleared" if c.change == REMOVED else "open" if c.change == ADDED else "medium"
+        out.append(
+            f"<tr><td class='key'>{key_html}</td><td class='nw'>{_sev(f.severity)} "
+            f"{f.kind.value}</td><td class='nw'>{_at(f)}</td>"
+            f"<td><span class='pill {pill}'>{c.change}</span></td>"
+            f"<td>{escape(change_text(c))}</td></tr>"
+        )
+    out.append("</table></div>")
     return "".join(out)
 
 

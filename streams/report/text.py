@@ -12,7 +12,7 @@ from streams.core.records import Confidence, Kind, Severity
 from streams.core.replay import Replay
 from streams.core.whatif import ADDED, REMOVED, Change, WhatIf
 
-__all__ = ["confidence_reason", "describe", "render_text"]
+__all__ = ["change_text", "confidence_reason", "describe", "render_text"]
 
 _LABEL = {
     Severity.CRITICAL: "CRITICAL",
@@ -141,7 +141,8 @@ def _destination_lines(dests: list[Destination], *, colour: bool) -> list[str]:
     return lines
 
 
-def _change_text(c: Change) -> str:
+def change_text(c: Change) -> str:
+    """What a ``--what-if-fenced`` change does to one finding, in a phrase."""
     if c.change == REMOVED:
         assert c.real is not None
         return f"{c.real.severity.value} {c.real.kind.value} would not be raised"
@@ -178,7 +179,7 @@ def _what_if_lines(w: WhatIf) -> list[str]:
         lines.append(f"  note: no effect event names sink {sink!r}")
     for c in w.changes:
         f = c.finding
-        lines.append(f"  {f.workflow_key}  {f.kind.value:<18} {_at(f):<10} {_change_text(c)}")
+        lines.append(f"  {f.workflow_key}  {f.kind.value:<18} {_at(f):<10} {change_text(c)}")
     if not w.changes:
         lines.append("  no finding would change")
     alt = w.findings()

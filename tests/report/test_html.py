@@ -4,6 +4,7 @@ collapsed runs, caps, the partial banner, escaping."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import orjson
 
@@ -103,3 +104,32 @@ def test_destinations_table_and_confidence_per_finding() -> None:
     assert "enforces fence" in warehouse[: warehouse.index("</tr>")]
     assert page.count("<span class='pill high'") == 6
     assert page.count("<span class='pill medium'") == 1  # the attempt with no answer
+
+
+def test_what_if_fenced_section_lists_the_changes_next_to_the_real_findings(
+    tmp_path, capsys
+) -> None:
+    """--what-if-fenced with --format html: a section with each change; real findings all kept."""
+    from streams.cli import main
+
+    out = tmp_path / "r.html"
+    fixture = Path(__file__).resolve().parents[2] / "examples" / "reference.jsonl"
+    code = main(
+        [
+            "audit",
+            "--format",
+            "html",
+            "--what-if-fenced",
+            "release-bucket",
+            "-o",
+            str(out),
+            str(fixture),
+        ]
+    )
+    assert code == 1 and capsys.readouterr().err == ""
+    page = out.read_text()
+    assert "What if release-bucket had enforced the fence" in page
+    section = page[page.index("What if release-bucket") : page.index("<h2>Flagged workflows")]
+    assert section.count("<span class='pill cleared'>removed</span>") == 2
+    assert "a rejected near miss" in section
+    assert len(re.findall(r"data-finding='", page)) == 4  # the real findings, all drawn

@@ -487,7 +487,7 @@ def _audit(args: argparse.Namespace) -> int:
     if partial:
         _err(
             f"interrupted after {replay.records} record{'s' if replay.records != 1 else ''}: "
-            "the report above is PARTIAL"
+            "the report is PARTIAL (its findings and counts cover only those)"
         )
         return 130
     if strict_stop:

@@ -84,6 +84,7 @@ height:calc(var(--fh) + var(--lanes) * var(--lh) + 22px)}
 .lane.alt{background:#fafbfc}
 .col{position:relative;flex:0 1 var(--cw);min-width:0;height:100%}
 .tl.free .col{flex-shrink:0}
+.tl.free .cols{flex:none;min-width:calc(100% - 170px)}
 .col.acq::before{content:"";position:absolute;left:0;top:var(--fh);bottom:22px;
 border-left:1px dashed #9aa3ad}
 .col.hit{flex-basis:calc(var(--cw) + 10px);

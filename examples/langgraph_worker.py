@@ -100,7 +100,7 @@ def main() -> int:
         return 2
 
     db = open_database(f"sqlite:///{args.fences}")
-    conn = sqlite3.connect(args.checkpoints, check_same_thread=False)
+    conn = sqlite3.connect(args.checkpoints, check_same_thread=False, timeout=30)
     try:
         leases = SqlLeaseStore(db)
         ledger = FencedSink(db, name="ledger")

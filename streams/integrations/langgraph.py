@@ -114,7 +114,7 @@ class GraphOwner:
         """Own the config's thread and run the graph: from its checkpoint when
         the thread has unfinished work (``input`` is then ignored), else from
         ``input``. Returns what ``graph.invoke`` returns; a stale effect raises
-        StaleOwner out of it."""
+        StaleOwner out of it. ``durability`` defaults to ``"sync"``."""
         key = workflow_key_for(config, self.key_prefix)
         with self.reporter.own(key, ttl=self.ttl, wait_s=self.wait_s) as owner:
             run = OwnedRun(owner, self.reporter)
@@ -123,4 +123,8 @@ class GraphOwner:
                 "configurable": {**(config.get("configurable") or {}), CONFIG_KEY: run},
             }
             resume = bool(graph.get_state(config).next) if graph.checkpointer else False
+            # "sync": each step's checkpoint is written before the next step
+            # starts, so a worker frozen in a node holds no checkpointer lock
+            # (SQLite) and the next owner resumes exactly after the last step.
+            kwargs.setdefault("durability", "sync")
             return graph.invoke(None if resume else input, cfg, **kwargs)

@@ -84,6 +84,16 @@ def generate(path: Path, n_events: int, seed: int = 7) -> None:
                 live.pop()
 
 
+def bench_file(n_events: int) -> Path:
+    """The generated file of ``n_events`` (made once, kept in bench/data)."""
+    data = Path(__file__).parent / "data"
+    data.mkdir(exist_ok=True)
+    path = data / f"audit-{n_events}.jsonl"
+    if not path.exists():
+        generate(path, n_events)
+    return path
+
+
 def bare(path: Path) -> float:
     t0 = time.perf_counter()
     with path.open("rb") as fh:
@@ -109,11 +119,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=9)
     add_json_arg(ap)
     args = ap.parse_args()
-    data = Path(__file__).parent / "data"
-    data.mkdir(exist_ok=True)
-    path = data / f"audit-{args.events}.jsonl"
-    if not path.exists():
-        generate(path, args.events)
+    path = bench_file(args.events)
     n = sum(1 for _ in path.open("rb"))
     from streams._native import native_summary
 

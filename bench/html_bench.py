@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import orjson
-from audit_bench import generate
+from audit_bench import bench_file
 from results import Figure, add_json_arg, emit
 
 from streams.cli.audit import batch_gc, run_files
@@ -65,11 +65,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=5)
     add_json_arg(ap)
     args = ap.parse_args()
-    data = Path(__file__).parent / "data"
-    data.mkdir(exist_ok=True)
-    path = data / f"audit-{args.events}.jsonl"
-    if not path.exists():
-        generate(path, args.events)
+    path = bench_file(args.events)
     many = Replay()
     with batch_gc(), path.open("rb") as fh:
         run_files(many, [(str(path), fh)], strict=False)
@@ -81,7 +77,11 @@ def main() -> int:
             one.feed(orjson.dumps(doc), offset=n, source="bench", line=n)
 
     figures = []
-    for label, replay in (("10,000 workflows", many), ("one 100,000-event workflow", one)):
+    cases = (
+        (f"{len(many.states):,} workflows", many),
+        (f"one {len(docs):,}-event workflow", one),
+    )
+    for label, replay in cases:
         html_t, json_t, ratio, size = _pair(replay, args.repeat)
         s = replay.summary()
         note = (

@@ -275,14 +275,10 @@ def _bound(offset: int | None, time_text: str | None, default: Any) -> Any:
 def _run_topic(
     replay: Replay, args: argparse.Namespace, progress: AuditProgress, interrupt: Interrupt
 ) -> None:
+    from streams.cli.findings import kafka_config
     from streams.live.replay_reader import BEGINNING, END, iter_topic  # Kafka only when asked
 
-    config: dict[str, str] = {}
-    for item in args.kafka_config:
-        k, sep, v = item.partition("=")
-        if not sep:
-            raise ValueError(f"--kafka-config wants KEY=VALUE, got {item!r}")
-        config[k] = v
+    config = kafka_config(args.kafka_config)
     start = _bound(args.from_offset, args.since, BEGINNING)
     end = _bound(args.to_offset, args.until, END)
     source = args.topic

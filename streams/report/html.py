@@ -33,7 +33,7 @@ from typing import Any
 from streams.core.destinations import Verdict
 from streams.core.findings import Evidence, Finding
 from streams.core.health import CLEARED, Health
-from streams.core.records import Severity
+from streams.core.records import EventType, Severity
 from streams.core.replay import Replay
 from streams.core.whatif import ADDED, REMOVED, WhatIf
 from streams.report.html_assets import CSS as _CSS
@@ -64,15 +64,7 @@ MAX_INVALID_LISTED = 1000
 
 _ORDER = (Severity.CRITICAL, Severity.INCIDENT, Severity.WARNING, Severity.DIAGNOSTIC)
 _RANK = {s: i for i, s in enumerate(_ORDER)}  # 0 is the worst
-_TYPES = (
-    "lease_acquired",
-    "lease_released",
-    "progress",
-    "effect_attempted",
-    "effect_committed",
-    "effect_rejected",
-    "outcome_verified",
-)
+_TYPES = frozenset(t.value for t in EventType)
 _LEGEND = (
     ("lease_acquired", "acquired"),
     ("progress", "progress"),

@@ -117,6 +117,26 @@ def _read_all(fd: int, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> 
     return out
 
 
+def _on_a_terminal(argv: list[str]) -> tuple[int, str]:
+    """Run ``argv`` with stderr on a pseudo-terminal (stdout discarded): its
+    exit status and what it showed there."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=slave,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
+    )
+    os.close(slave)
+    try:
+        shown = _read_all(master, proc, timeout=60)
+    finally:
+        os.close(master)
+    return proc.wait(timeout=30), shown.decode(errors="replace")
+
+
 def test_no_path_on_a_terminal_says_it_reads_stdin(tmp_path: Path) -> None:
     """With no PATH and stdin a terminal, one line on stderr says it is reading stdin."""
     master, slave = pty.openpty()
@@ -166,22 +186,10 @@ def test_progress_shows_on_a_terminal_and_not_on_a_pipe(tmp_path: Path) -> None:
     assert piped.returncode == 0 and piped.stderr == b""
 
     big = _big_input(tmp_path)
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        [*CLI, "--format", "json", "-o", str(tmp_path / "r.json"), str(big)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=slave,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "140", "TERM": "xterm"},
+    code, text = _on_a_terminal(
+        [*CLI, "--format", "json", "-o", str(tmp_path / "r.json"), str(big)]
     )
-    os.close(slave)
-    try:
-        shown = _read_all(master, proc)
-    finally:
-        os.close(master)
-    assert proc.wait(timeout=30) == 1
-    text = shown.decode(errors="replace")
+    assert code == 1
     assert "big.jsonl" in text and "events" in text, text
     assert json.loads((tmp_path / "r.json").read_text())["summary"]["events"] == 16 * 400
 
@@ -246,20 +254,7 @@ def test_topic_progress_shows_records_rate_and_partitions_on_a_terminal(
     assert producer.flush(30) == 0
     report = tmp_path / "r.json"
     argv = [*CLI, "--topic", topic, "--bootstrap-servers", kafka_bootstrap, "--format", "json"]
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        [*argv, "-o", str(report)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=slave,
-        cwd=ROOT,
-        env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
-    )
-    os.close(slave)
-    try:
-        shown = _read_all(master, proc, timeout=60).decode(errors="replace")
-    finally:
-        os.close(master)
-    assert proc.wait(timeout=30) == 1
+    code, shown = _on_a_terminal([*argv, "-o", str(report)])
+    assert code == 1
     assert "/800" in shown and "partitions" in shown and "/3" in shown, shown
     assert json.loads(report.read_text())["summary"]["events"] == 800

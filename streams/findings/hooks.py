@@ -21,12 +21,12 @@ Command: ``/bin/sh -c CMD`` with the finding JSON on stdin and
 
 from __future__ import annotations
 
+import http.client
 import os
 import queue
 import subprocess
 import threading
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -86,35 +86,62 @@ def _body(delivery: Delivery) -> bytes:
 
 
 class WebhookTarget:
-    """POST each finding to ``url``."""
+    """POST each finding to ``url`` over one kept-alive connection (the
+    sender is one thread), reopened after an error or when the server
+    closes it. A failure on a reused connection is tried once more at once on
+    a fresh one: the server may have closed an idle connection (a repeat the
+    receiver drops by the idempotency key)."""
 
     def __init__(self, url: str, *, timeout_s: float = 10.0) -> None:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"webhook URL must be http:// or https://, got {url!r}")
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"webhook URL must be http:// or https://HOST..., got {url!r}")
         self.url = url
         self.timeout_s = timeout_s
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
+        if self._conn is not None:
+            return self._conn, True
+        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        self._conn = cls(self._host, self._port, timeout=self.timeout_s)
+        return self._conn, False
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def send(self, delivery: Delivery) -> None:
-        req = urllib.request.Request(
-            self.url,
-            data=_body(delivery),
-            method="POST",
-            headers={
-                "Content-Type": "application/json",
-                "Idempotency-Key": delivery.idempotency_key,
-                "User-Agent": "fencewatch-findings",
-            },
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+        headers = {
+            "Content-Type": "application/json",
+            "Idempotency-Key": delivery.idempotency_key,
+            "User-Agent": "fencewatch-findings",
+        }
+        body = _body(delivery)
+        while True:
+            conn, reused = self._connection()
+            try:
+                conn.request("POST", self._target, body=body, headers=headers)
+                resp = conn.getresponse()
                 resp.read()
-        except urllib.error.HTTPError as exc:
-            code = exc.code
+            except (OSError, http.client.HTTPException) as exc:  # refused, reset, timeout
+                self.close()
+                if reused:
+                    continue
+                reason = getattr(exc, "reason", None) or exc or type(exc).__name__
+                raise DeliveryFailed(f"{self.url}: {reason}", retriable=True) from None
+            if resp.will_close:
+                self.close()
+            code = resp.status
+            if 200 <= code < 300:
+                return
             retriable = code >= 500 or code in (408, 429)
-            raise DeliveryFailed(f"{self.url} answered {code}", retriable=retriable) from None
-        except (urllib.error.URLError, OSError) as exc:  # refused, reset, timeout, DNS
-            reason = getattr(exc, "reason", exc)
-            raise DeliveryFailed(f"{self.url}: {reason}", retriable=True) from None
+            raise DeliveryFailed(f"{self.url} answered {code}", retriable=retriable)
 
 
 class ExecTarget:

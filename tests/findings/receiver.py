@@ -56,6 +56,8 @@ def webhook_receiver() -> Iterator[Receiver]:
     rx = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as a production receiver
+
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             key = self.headers.get("Idempotency-Key", "")

@@ -1,0 +1,174 @@
+"""Produce -> webhook received: the whole alert path at a steady input rate.
+
+One exactly-once ``fencewatch run`` worker and one ``fencewatch findings
+--follow --webhook`` follower (both subprocesses, as deployed) on this
+machine; a webhook receiver (http.server, keep-alive) in this process. Every
+measured event is a stale checkpoint of its own workflow, so each raises one
+new finding, which the follower POSTs. Latency per event: from its produce
+call to the receiver having the POST.
+
+The limit, measured in the same run on the same events: produce -> finding
+visible to a read_committed consumer of the findings topic (what
+bench/live_latency.py measures), i.e. what the processor alone costs. The
+ratio shows what the follower and the HTTP hop add.
+
+    .venv/bin/python bench/findings_webhook.py [--rate 2000] [--seconds 20]
+
+Target: webhook p99 <= 500 ms at 2,000 events/s.
+"""
+# make-bench: --rate 2000 --seconds 20
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from live_support import (
+    REPO,
+    FirstSeen,
+    Worker,
+    bootstrap,
+    create_topics,
+    doc,
+    names,
+    produce_all,
+    producer,
+    worker_env,
+)
+from results import Figure, add_json_arg, emit
+
+from tests.findings.receiver import webhook_receiver
+
+
+def pct(lat: list[float], q: float) -> float:
+    return lat[min(len(lat) - 1, int(q * len(lat)))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rate", type=int, default=2000)
+    ap.add_argument("--seconds", type=int, default=20)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--commit-interval", default="0.1")
+    add_json_arg(ap)
+    args = ap.parse_args()
+    bs = bootstrap()
+    n = args.rate * args.seconds
+
+    events, findings, dlq, app_id = names("bench-hook")
+    create_topics(bs, [events, findings, dlq], args.partitions)
+    keys = [f"hook/{i:07d}" for i in range(n)]
+
+    def preamble():
+        for k in keys:
+            yield k.encode(), doc(k, "lease_acquired", 1, "old", 1)
+            yield k.encode(), doc(k, "lease_acquired", 2, "new", 2)
+
+    produce_all(producer(bs), events, preamble())
+    with tempfile.TemporaryDirectory() as tmp, webhook_receiver() as rx:
+        env = worker_env(
+            events,
+            findings,
+            dlq,
+            app_id,
+            FENCEWATCH_DATA_DIR=tmp,
+            FENCEWATCH_COMMIT_INTERVAL=args.commit_interval,
+        )
+        w = Worker(bs, env, Path(tmp) / "w.log")
+        follower_log = open(Path(tmp) / "follower.log", "wb")  # noqa: SIM115
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "streams", "findings", "--bootstrap-servers", bs,
+             "--topic", findings, "--follow", "--format", "jsonl", "--group", f"{app_id}-hook",
+             "--webhook", rx.url, "--dead-letter", str(Path(tmp) / "dead.jsonl")],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=follower_log,
+        )  # fmt: skip
+        try:
+            w.wait_ready()
+            while (w.health() or {}).get("processed", 0) < 2 * n:
+                time.sleep(0.2)
+            seen = FirstSeen(bs, findings, args.partitions, f"lat-{findings}")
+            sent_mono: dict[str, float] = {}
+            sent_wall: dict[str, float] = {}
+            p = producer(bs, **{"linger.ms": 0})
+            start = time.monotonic()
+            for i, k in enumerate(keys):
+                delay = start + i / args.rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                p.produce(events, doc(k, "progress", 1, "old", 3), key=k.encode())
+                sent_mono[k] = time.monotonic()
+                sent_wall[k] = time.time()
+                p.poll(0)
+            p.flush(30)
+            actual = n / (time.monotonic() - start)
+            seen.wait_for(n, 60)
+            seen.close()
+            rx.wait_for(n, 120)
+        finally:
+            follower.terminate()
+            follower.wait(30)
+            follower_log.close()
+            w.stop()
+        posts = list(rx.posts)
+    visible = sorted((seen.seen[k] - sent_mono[k]) * 1000 for k in keys if k in seen.seen)
+    first_post: dict[str, float] = {}
+    for post in posts:
+        first_post.setdefault(str(post.body["workflow_key"]), post.at)
+    hooked = sorted((first_post[k] - sent_wall[k]) * 1000 for k in keys if k in first_post)
+    if not hooked or not visible:
+        print("no findings seen")
+        return 1
+    setting = (
+        f"{actual:,.0f} events/s for {args.seconds} s, commit interval {args.commit_interval} s, "
+        f"{args.partitions} partitions; webhook posts {len(first_post)}/{n} "
+        f"({len(posts) - len(first_post)} repeated), findings visible {len(visible)}/{n}; "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
+    print(setting)
+    print(
+        f"produce -> finding visible (limit) ms: p50 {pct(visible, 0.5):.0f}  "
+        f"p99 {pct(visible, 0.99):.0f}"
+    )
+    print(
+        f"produce -> webhook received ms: p50 {pct(hooked, 0.5):.0f}  p90 {pct(hooked, 0.9):.0f}  "
+        f"p99 {pct(hooked, 0.99):.0f}  max {hooked[-1]:.0f}; p99/target(500 ms) = "
+        f"{pct(hooked, 0.99) / 500:.2f}; p99/limit p99 = "
+        f"{pct(hooked, 0.99) / pct(visible, 0.99):.2f}"
+    )
+    limit_name = "produce -> finding visible on the findings topic, same run"
+    emit(
+        args.json,
+        [
+            Figure(
+                "produce -> webhook received p99",
+                pct(hooked, 0.99),
+                "ms",
+                limit_name + " (p99)",
+                pct(visible, 0.99),
+                "value <= 500",
+                setting,
+            ),
+            Figure(
+                "produce -> webhook received p50",
+                pct(hooked, 0.5),
+                "ms",
+                limit_name + " (p50)",
+                pct(visible, 0.5),
+                None,
+                setting,
+            ),
+        ],
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from live_latency import pct
 from live_support import (
     REPO,
     FirstSeen,
@@ -38,6 +39,7 @@ from live_support import (
     bootstrap,
     create_topics,
     doc,
+    handovers,
     names,
     produce_all,
     producer,
@@ -46,10 +48,6 @@ from live_support import (
 from results import Figure, add_json_arg, emit
 
 from tests.findings.receiver import webhook_receiver
-
-
-def pct(lat: list[float], q: float) -> float:
-    return lat[min(len(lat) - 1, int(q * len(lat)))]
 
 
 def main() -> int:
@@ -67,12 +65,7 @@ def main() -> int:
     create_topics(bs, [events, findings, dlq], args.partitions)
     keys = [f"hook/{i:07d}" for i in range(n)]
 
-    def preamble():
-        for k in keys:
-            yield k.encode(), doc(k, "lease_acquired", 1, "old", 1)
-            yield k.encode(), doc(k, "lease_acquired", 2, "new", 2)
-
-    produce_all(producer(bs), events, preamble())
+    produce_all(producer(bs), events, handovers(keys))
     with tempfile.TemporaryDirectory() as tmp, webhook_receiver() as rx:
         env = worker_env(
             events,

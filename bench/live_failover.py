@@ -31,6 +31,7 @@ from live_support import (
     bootstrap,
     create_topics,
     doc,
+    handovers,
     names,
     produce_all,
     producer,
@@ -55,12 +56,7 @@ def main() -> int:
     n = int(args.rate * (args.before + args.after))
     keys = [f"fo/{i:07d}" for i in range(n)]
 
-    def preamble():
-        for k in keys:
-            yield k.encode(), doc(k, "lease_acquired", 1, "old", 1)
-            yield k.encode(), doc(k, "lease_acquired", 2, "new", 2)
-
-    produce_all(producer(bs), events, preamble())
+    produce_all(producer(bs), events, handovers(keys))
     sent: dict[str, tuple[float, int]] = {}  # key -> (produce time, partition)
     with tempfile.TemporaryDirectory() as tmp:
         common = {

@@ -32,6 +32,7 @@ from live_support import (
     bootstrap,
     create_topics,
     doc,
+    handovers,
     names,
     produce_all,
     producer,
@@ -105,12 +106,7 @@ def main() -> int:
     create_topics(bs, [events, findings, dlq], args.partitions)
     keys = [f"lat/{i:07d}" for i in range(n)]
 
-    def preamble():
-        for k in keys:
-            yield k.encode(), doc(k, "lease_acquired", 1, "old", 1)
-            yield k.encode(), doc(k, "lease_acquired", 2, "new", 2)
-
-    produce_all(producer(bs), events, preamble())
+    produce_all(producer(bs), events, handovers(keys))
     with tempfile.TemporaryDirectory() as tmp:
         env = worker_env(
             events,

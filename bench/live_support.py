@@ -162,6 +162,14 @@ def doc(key: str, kind: str, epoch: int, worker: str, seq: int) -> bytes:
     ).encode()
 
 
+def handovers(keys: list[str]) -> Iterator[tuple[bytes, bytes]]:
+    """Per key: epoch 1 acquired by "old", then epoch 2 by "new" (no finding);
+    a later ``progress`` of epoch 1 then raises exactly one stale_activity."""
+    for k in keys:
+        yield k.encode(), doc(k, "lease_acquired", 1, "old", 1)
+        yield k.encode(), doc(k, "lease_acquired", 2, "new", 2)
+
+
 def names(prefix: str) -> tuple[str, str, str, str]:
     tag = uuid.uuid4().hex[:8]
     return (

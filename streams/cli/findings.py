@@ -103,7 +103,7 @@ def render_finding_line(f: Finding, previous_revision: int | None = None) -> str
     update = "" if previous_revision is None else f"  UPDATE of r{previous_revision}"
     return (
         f"{f.severity.value:<10} {f.kind.value:<18} {f.workflow_key}  {epochs}{effect}"
-        f"  {f.finding_id} r{f.revision}{update}"
+        f"  confidence {f.confidence.value}  {f.finding_id} r{f.revision}{update}"
     )
 
 

@@ -113,3 +113,21 @@ def test_follow_delivers_new_revisions_as_updates_and_never_twice(
 def test_fixture_findings_have_five_revisions() -> None:
     """The helper's premise: the fixture emits five revisions, stale_attempt twice."""
     assert [f.revision for f in fixture_findings()] == [1, 1, 1, 2, 1]
+
+
+def test_since_starts_at_the_first_record_at_or_after_the_time(
+    kafka_bootstrap: str, findings_topic: Callable[..., str]
+) -> None:
+    """Since(ms) skips the records produced before that time (Kafka timestamps)."""
+    import time
+
+    from streams.findings import Since
+
+    early, late = synthetic_findings(2, revisions=1)
+    topic = findings_topic([early], partitions=1)
+    time.sleep(0.05)
+    cut = int(time.time() * 1000)
+    time.sleep(0.05)
+    produce_findings(kafka_bootstrap, topic, [late])
+    with FindingsConsumer(FindingsSettings(kafka_bootstrap, topic, start=Since(cut))) as c:
+        assert [f.finding_id for f in c.latest()] == [late.finding_id]

@@ -56,6 +56,7 @@ __all__ = [
     "append_records",
     "attach_hooks",
     "check",
+    "crash_reason",
     "current_manifest",
     "hooks_of",
     "install",
@@ -685,3 +686,9 @@ def mark_inbound(app: Any, tps: Iterable[Any], now: float) -> None:
 def is_crashed(app: Any) -> bool:
     """Whether the faust app crashed (mode's ``_crash_reason``)."""
     return bool(getattr(app, "_crash_reason", None))
+
+
+def crash_reason(app: Any) -> BaseException | None:
+    """The exception the faust app crashed with, if it did."""
+    reason = getattr(app, "_crash_reason", None)
+    return reason if isinstance(reason, BaseException) else None

@@ -7,11 +7,19 @@ import gc
 import logging
 from typing import Any
 
+from streams.errors import FencewatchError
 from streams.live.app import build_app
+from streams.live.faust_seam import crash_reason
 from streams.live.settings import LiveSettings
 from streams.live.topics import ensure_topics
 
-__all__ = ["prepare_app", "run_worker"]
+__all__ = ["WorkerCrashed", "prepare_app", "run_worker"]
+
+
+class WorkerCrashed(FencewatchError):
+    """The worker stopped on an error (e.g. the state store's disk is full);
+    the message is one line naming the cause, the log has the details."""
+
 
 log = logging.getLogger(__name__)
 
@@ -36,9 +44,14 @@ def run_worker(settings: LiveSettings) -> int:
     # latency tail).
     gc.freeze()
     worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
+    code: int = 0
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
-    return 0
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    reason = crash_reason(app)
+    if reason is not None:
+        # faust logs the crash as pages of tracebacks; the caller gets one line.
+        first = (str(reason).strip().splitlines() or [type(reason).__name__])[0]
+        raise WorkerCrashed(f"the worker stopped: {first[:500]}")
+    return code

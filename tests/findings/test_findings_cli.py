@@ -153,3 +153,33 @@ def test_audit_of_a_findings_topic_points_to_fencewatch_findings(
     assert rc == 2
     assert "this is a findings topic: use fencewatch findings" in err
     assert err.count("\n") == 1
+
+
+def test_verify_takes_the_current_epoch_from_the_status_topic(
+    kafka_bootstrap: str, unique_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --epoch, verify publishes for the status record's current_epoch."""
+    from confluent_kafka import Producer
+
+    status = unique_topic(1, prefix="status", config={"cleanup.policy": "compact"})
+    events = unique_topic(1, prefix="events")
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    p.produce(status, _status("wf/x", "critical", 1, epoch=7), key=b"wf/x")
+    assert p.flush(30) == 0
+    rc = main(
+        ["verify", "--bootstrap-servers", kafka_bootstrap, "--status-topic", status,
+         "--events-topic", events, "--workflow", "wf/x", "--effect", "fx", "--by", "carol"]
+    )  # fmt: skip
+    assert rc == 0, capsys.readouterr().err
+    from streams.kafka.tail import TopicTail
+
+    tail = TopicTail(kafka_bootstrap, events, stop_at_end=True)
+    try:
+        rec = tail.poll(10)
+    finally:
+        tail.close()
+    assert rec is not None and rec.key == b"wf/x"
+    ev = json.loads(rec.value or b"")
+    assert (ev["type"], ev["epoch"], ev["worker_id"], ev["effect_key"]) == (
+        "outcome_verified", 7, "person:carol", "fx",
+    )  # fmt: skip

@@ -1,6 +1,6 @@
 """Fences at the destination: the epoch lease store, the compare-and-set sink,
-and (in :mod:`streams.fences.outbox`, which needs Kafka) the transactional
-outbox fenced like ``ProducerFencedException``.
+the staged-promotion sink, and (in :mod:`streams.fences.outbox`, which needs
+Kafka) the transactional outbox fenced like ``ProducerFencedException``.
 
 Typical use, one database for the lease store and the sink::
 
@@ -18,17 +18,21 @@ from streams.fences.db import Database, Tx
 from streams.fences.lease import EventPublisher, Lease, LeaseStore, Stamp
 from streams.fences.lease_sql import SqlLeaseStore
 from streams.fences.sink import AppliedEffect, EffectSink, FencedSink, Receipt, UnfencedSink
+from streams.fences.staged import DisplacedRow, Promotion, StagedSink
 
 __all__ = [
     "AppliedEffect",
     "Database",
+    "DisplacedRow",
     "EffectSink",
     "EventPublisher",
     "FencedSink",
     "Lease",
     "LeaseStore",
+    "Promotion",
     "Receipt",
     "SqlLeaseStore",
+    "StagedSink",
     "Stamp",
     "Tx",
     "UnfencedSink",

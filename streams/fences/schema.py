@@ -81,6 +81,29 @@ _DDL = (
         UNIQUE (workflow_key, idempotency_key)
     )""",
     "CREATE INDEX IF NOT EXISTS {p}outbox_pending ON {p}outbox (workflow_key, status, id)",
+    # Staged promotion: output written under (key, epoch), invisible until one
+    # transaction of the current owner moves it to {p}promoted.
+    """CREATE TABLE IF NOT EXISTS {p}staged (
+        sink TEXT NOT NULL,
+        workflow_key TEXT NOT NULL,
+        epoch {int} NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        effect_key TEXT NOT NULL,
+        payload {blob} NOT NULL,
+        staged_at {real} NOT NULL,
+        PRIMARY KEY (sink, workflow_key, epoch, idempotency_key)
+    )""",
+    """CREATE TABLE IF NOT EXISTS {p}promoted (
+        sink TEXT NOT NULL,
+        workflow_key TEXT NOT NULL,
+        idempotency_key TEXT NOT NULL,
+        effect_key TEXT NOT NULL,
+        epoch {int} NOT NULL,
+        promotion_revision {int} NOT NULL,
+        payload {blob} NOT NULL,
+        promoted_at {real} NOT NULL,
+        PRIMARY KEY (sink, workflow_key, idempotency_key)
+    )""",
     # The Kafka producer identity last initialized for a key, next to the owner
     # epoch that initialized it: an init by a lower epoch is an inversion.
     """CREATE TABLE IF NOT EXISTS {p}producers (

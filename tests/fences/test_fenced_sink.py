@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
-import threading
 import uuid
-from dataclasses import dataclass
 
 import pytest
 
-from streams.errors import LeaseHeld
-from streams.fences import FencedSink, Receipt, SqlLeaseStore, UnfencedSink
+from streams.fences import FencedSink, SqlLeaseStore, UnfencedSink
 
+from . import race
 from .conftest import Backend
 
 
@@ -120,96 +117,17 @@ def test_bad_arguments_are_refused(backend: Backend) -> None:
             sink.apply(*args)  # type: ignore[arg-type]
 
 
-@dataclass
-class _Attempt:
-    epoch: int
-    seen_max: int  # highest epoch acquired (and fenced) before the apply started
-    receipt: Receipt
+#: (threads, processes, rounds): owners racing in one process, or in several.
+MODES = {"threads": (6, 0, 12), "processes": (2, 4, 6)}
 
 
-def _hammer(backend: Backend, *, shared_db: bool) -> tuple[list[_Attempt], FencedSink, str]:
-    """Six owners take the key over from each other again and again; each
-    writes while current and once more after it has been displaced."""
-    owners, rounds, writes = 6, 12, 4
-    key = _key()
-    lease_db = backend.connect()
-    leases = SqlLeaseStore(lease_db, prefix=backend.prefix)
-    if shared_db:
-        sink = FencedSink(lease_db, prefix=backend.prefix, consult_leases=True)
-    else:
-        # The destination lives apart from the lease store (another prefix,
-        # another connection): new owners fence it with advance().
-        sink = FencedSink(backend.connect(), prefix=backend.prefix + "d_", consult_leases=False)
-    lock = threading.Lock()
-    acquired = threading.Condition(lock)
-    state = {"max": 0, "done": 0}
-    attempts: list[_Attempt] = []
-    errors: list[BaseException] = []
-
-    def apply(epoch: int, effect_key: str) -> None:
-        with lock:
-            seen = state["max"]
-        r = sink.apply(key, epoch, effect_key, f"{epoch}".encode())
-        with lock:
-            attempts.append(_Attempt(epoch, seen, r))
-
-    def owner(i: int) -> None:
-        try:
-            for _ in range(rounds):
-                while True:
-                    try:
-                        lease = leases.acquire(key, f"w{i}", ttl=0.001)
-                        break
-                    except LeaseHeld:
-                        continue
-                if not shared_db:
-                    sink.advance(key, lease.epoch)
-                with acquired:
-                    state["max"] = max(state["max"], lease.epoch)
-                    acquired.notify_all()
-                for j in range(writes):
-                    # Shared effect keys contend (duplicates); own keys do not.
-                    apply(lease.epoch, f"shared-{j}" if j % 2 else f"e{lease.epoch}-{j}")
-                with acquired:  # wait (bounded) until someone displaces us
-                    acquired.wait_for(
-                        lambda e=lease.epoch: state["max"] > e or state["done"] == owners - 1,
-                        timeout=5.0,
-                    )
-                apply(lease.epoch, f"late-{lease.epoch}")
-        except BaseException as exc:  # surfaced by the caller
-            errors.append(exc)
-        finally:
-            with acquired:
-                state["done"] += 1
-                acquired.notify_all()
-
-    threads = [threading.Thread(target=owner, args=(i,)) for i in range(owners)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(180)
-    assert not errors, errors
-    return attempts, sink, key
-
-
-@pytest.mark.parametrize("shared_db", [True, False], ids=["consult-leases", "advance"])
-def test_many_owners_hammering_across_takeovers(backend: Backend, shared_db: bool) -> None:
-    """Across takeovers: no effect accepted from a displaced epoch, none written twice."""
-    attempts, sink, key = _hammer(backend, shared_db=shared_db)
-    rows = sink.effects(key)
-    committed = [a for a in attempts if a.receipt.status == "committed"]
-    displaced = [a for a in attempts if a.epoch < a.seen_max]
-    # The harness really produced late writers, and every one was refused.
-    assert len(displaced) >= 6
-    assert all(a.receipt.status == "rejected" for a in displaced)
-    assert not [a for a in committed if a.epoch < a.seen_max]
-    # The table holds exactly the committed receipts, each once.
-    assert len({r.idempotency_key for r in rows}) == len(rows)
-    assert sorted((r.idempotency_key, r.epoch) for r in rows) == sorted(
-        (a.receipt.idempotency_key, a.epoch) for a in committed
+@pytest.mark.parametrize("mode", sorted(MODES))
+@pytest.mark.parametrize("kind", ["fenced-consult", "fenced-advance"])
+def test_many_owners_hammering_across_takeovers(backend: Backend, kind: str, mode: str) -> None:
+    """Across takeovers (threads or processes): no effect accepted from a displaced
+    epoch, none written twice, one winner per shared effect."""
+    threads, processes, rounds = MODES[mode]
+    attempts, rows = race.hammer(
+        backend.url, backend.prefix, kind, threads=threads, processes=processes, rounds=rounds
     )
-    # In the fence's own commit order, epochs never go down.
-    assert all(x.epoch <= y.epoch for x, y in itertools.pairwise(rows))
-    for j in (1, 3):
-        wins = [a for a in committed if a.receipt.effect_key == f"shared-{j}"]
-        assert len(wins) == 1
+    race.check(attempts, rows)

@@ -238,9 +238,9 @@ def batch_gc() -> Iterator[None]:
 
     The detector's objects form no reference cycles (each is freed by
     reference counting the moment it is dropped), so all the collector would
-    do is rescan the evidence retained for every workflow, again and again:
-    measured on the 100,000-event benchmark with the compiled detector, over
-    20% of the audit. It is switched back on, as it was, afterwards."""
+    do is rescan the evidence retained for every workflow, again and again
+    (a large share of the audit: docs/performance.md). It is switched back
+    on, as it was, afterwards."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -390,8 +390,7 @@ def _replay_inputs(
 
 def _main(args: argparse.Namespace) -> int:
     # The collector stays off for the report too: rendering allocates, and a
-    # collection then would rescan all the retained evidence (measured: more
-    # than the rendering itself).
+    # collection then would rescan all the retained evidence (docs/performance.md).
     with batch_gc():
         return _audit(args)
 

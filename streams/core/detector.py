@@ -43,7 +43,7 @@ import orjson
 
 from streams.core.errors import ConfigError, StateError
 from streams.core.findings import ACTIONS, Evidence, Finding, confidence_of, finding_id
-from streams.core.records import SEVERITY_RANK, Event, EventType, Kind
+from streams.core.records import SEVERITY_RANK, Event, EventType, Family, Kind
 
 __all__ = [
     "DEFAULT_MAX_EVENTS_PER_KEY",
@@ -111,13 +111,14 @@ _G_COMMIT: Final = "c"
 _G_ACQUIRE: Final = "l"
 _G_KEYCOMMITS: Final = "k"
 
-_KIND_OF_FAMILY = {
-    "stale_activity": Kind.STALE_ACTIVITY,
-    "stale_attempt": Kind.STALE_ATTEMPT,
-    "stale_commit": Kind.STALE_COMMIT,
-    "epoch_reuse": Kind.EPOCH_REUSE,
-    "epoch_regression": Kind.EPOCH_REGRESSION,
-}
+# Finding families (the identity's first part): compiled, each use of a
+# Final is a static load, and ``is`` compares them.
+_FAM_ACTIVITY: Final = Family.STALE_ACTIVITY
+_FAM_ATTEMPT: Final = Family.STALE_ATTEMPT
+_FAM_COMMIT: Final = Family.STALE_COMMIT
+_FAM_COMMIT_REPEAT: Final = Family.COMMIT_REPEAT
+_FAM_REUSE: Final = Family.EPOCH_REUSE
+_FAM_REGRESSION: Final = Family.EPOCH_REGRESSION
 
 _ASTUPLE: Final = msgspec.structs.astuple
 # Positions in msgspec.structs.astuple(event); checked against Event at import.
@@ -136,7 +137,7 @@ if Event.__struct_fields__[:8] != (
 # Kind.severity is a property (interpreted, records.py); this is one dict look-up.
 _SEVERITY_OF: Final = {k: k.severity for k in Kind}
 
-Identity = tuple[str, int | None, str | None]  # (family, epoch, effect key)
+Identity = tuple[Family, int | None, str | None]  # (family, epoch, effect key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,25 +493,25 @@ class Detector:
                     and finding_id(Kind.STALE_ACTIVITY, event.workflow_key, epoch, None)
                     not in st.emitted
                 ):
-                    out = self._emit(st, [("stale_activity", epoch, None)], event.workflow_key)
+                    out = self._emit(st, [(_FAM_ACTIVITY, epoch, None)], event.workflow_key)
                 else:
                     out = []
             else:
                 touched: list[Identity] = []
                 if code == _ACQ:
                     if len(st.groups[(_G_ACQUIRE, epoch, None)]) > 1:
-                        touched.append(("epoch_reuse", epoch, None))
+                        touched.append((_FAM_REUSE, epoch, None))
                     if stale:
-                        touched.append(("epoch_regression", epoch, None))
+                        touched.append((_FAM_REGRESSION, epoch, None))
                 elif code == _COM:
                     ek = ev.ek
                     if stale:
-                        touched.append(("stale_commit", epoch, ek))
-                        touched.append(("stale_attempt", epoch, ek))
+                        touched.append((_FAM_COMMIT, epoch, ek))
+                        touched.append((_FAM_ATTEMPT, epoch, ek))
                     if len(st.groups[(_G_KEYCOMMITS, None, ek)]) > 1:
-                        touched.append(("commit_repeat", None, ek))
+                        touched.append((_FAM_COMMIT_REPEAT, None, ek))
                 elif stale:  # attempted, rejected
-                    touched.append(("stale_attempt", epoch, ev.ek))
+                    touched.append((_FAM_ATTEMPT, epoch, ev.ek))
                 out = self._emit(st, touched, event.workflow_key) if touched else []
         else:
             if st.horizon is not None and ev.k <= st.horizon:
@@ -545,18 +546,18 @@ class Detector:
     @staticmethod
     def _all_identities(st: KeyState) -> list[Identity]:
         out: list[Identity] = []
-        out.extend(("stale_activity", epoch, None) for epoch in st.acq)
+        out.extend((_FAM_ACTIVITY, epoch, None) for epoch in st.acq)
         for tag, epoch, ek in st.groups:
             if tag == _G_ATTEMPT:
-                out.append(("stale_attempt", epoch, ek))
+                out.append((_FAM_ATTEMPT, epoch, ek))
             elif tag == _G_COMMIT:
-                out.append(("stale_commit", epoch, ek))
-                out.append(("stale_attempt", epoch, ek))
+                out.append((_FAM_COMMIT, epoch, ek))
+                out.append((_FAM_ATTEMPT, epoch, ek))
             elif tag == _G_KEYCOMMITS:
-                out.append(("commit_repeat", None, ek))
+                out.append((_FAM_COMMIT_REPEAT, None, ek))
             elif tag == _G_ACQUIRE:
-                out.append(("epoch_reuse", epoch, None))
-                out.append(("epoch_regression", epoch, None))
+                out.append((_FAM_REUSE, epoch, None))
+                out.append((_FAM_REGRESSION, epoch, None))
         # Stable order: emitted records come out in a deterministic sequence.
         out = sorted(set(out), key=lambda i: (i[0], -1 if i[1] is None else i[1], i[2] or ""))
         return out
@@ -651,96 +652,178 @@ def _current_at(st: KeyState, ev: _Ev) -> _Ev | None:
     return best
 
 
-def _build(st: KeyState, ident: Identity, wkey: str) -> tuple[str, dict[str, Any]] | None:
-    family, epoch, ek = ident
-    groups = st.groups
-    disp = st.displaced_at()
-    sink_outcome: str | None = None
-    same_owner: bool | None = None
-    epochs: list[int] | None = None
-    extra: list[_Ev] = []
-    if family == "stale_activity":
-        assert epoch is not None
-        raising = _first_progress_after(st.events, epoch, disp.get(epoch))
-        if raising is None:
-            return None
-        kind = Kind.STALE_ACTIVITY
-        stale_epoch, stale_worker = epoch, raising.worker
-    elif family == "stale_attempt":
-        assert epoch is not None
-        t = disp.get(epoch)
-        attempts = groups.get((_G_ATTEMPT, epoch, ek))
-        raising = _first_after(attempts, t)
-        if raising is None:
-            return None
-        kind = Kind.STALE_ATTEMPT
-        stale_epoch, stale_worker = epoch, raising.worker
-        commit = _first_after(groups.get((_G_COMMIT, epoch, ek)), t)
-        if commit is not None:
-            sink_outcome = "committed"
-            extra.append(commit)
-        else:
-            assert attempts is not None and t is not None
-            rejection = next((a for a in attempts if a.code == _REJ and a.k > t), None)
-            if rejection is not None:
-                sink_outcome = "rejected"
-                extra.append(rejection)
-            else:
-                sink_outcome = "unknown"
-    elif family == "stale_commit":
-        assert epoch is not None
-        raising = _first_after(groups.get((_G_COMMIT, epoch, ek)), disp.get(epoch))
-        if raising is None:
-            return None
-        kind = Kind.STALE_COMMIT
-        stale_epoch, stale_worker = epoch, raising.worker
-        sink_outcome = "committed"
-    elif family == "commit_repeat":
-        commits = groups.get((_G_KEYCOMMITS, None, ek))
-        if not commits or len(commits) < 2:
-            return None
-        first = commits[0]
-        raising = next((c for c in commits if c.epoch != first.epoch), commits[1])
-        epoch_set = {c.epoch for c in commits}
-        epochs = sorted(epoch_set)
-        conflicting = len(epochs) >= 2 and any(
-            (t := disp.get(c.epoch)) is not None and c.k > t for c in commits
-        )
-        kind = Kind.CONFLICTING_COMMIT if conflicting else Kind.DUPLICATE_COMMIT
-        same_owner = len(epochs) == 1
-        stale_epoch = epochs[0]
-        stale_worker = next(c.worker for c in commits if c.epoch == stale_epoch)
-        sink_outcome = "committed"
-        extra.extend(commits)
-    elif family == "epoch_reuse":
-        assert epoch is not None
-        acqs = groups.get((_G_ACQUIRE, epoch, None))
-        if not acqs or len(acqs) < 2:
-            return None
-        w0 = acqs[0].worker
-        found = next((a for a in acqs if a.worker != w0), None)
-        if found is None:
-            return None
-        raising = found
-        kind = Kind.EPOCH_REUSE
-        stale_epoch, stale_worker = epoch, raising.worker
-        extra.append(acqs[0])
-    elif family == "epoch_regression":
-        assert epoch is not None
-        raising = _first_after(groups.get((_G_ACQUIRE, epoch, None)), disp.get(epoch))
-        if raising is None:
-            return None
-        kind = Kind.EPOCH_REGRESSION
-        stale_epoch, stale_worker = epoch, raising.worker
-    else:  # pragma: no cover - identities are produced above
-        raise AssertionError(family)
+@final
+class _Raised:
+    """What a family's builder found: the kind, the raising event, the
+    displaced owner and the family's own fields; :func:`_assemble` turns it
+    into the finding's content the same way for every family."""
 
+    __slots__ = (
+        "epochs",
+        "extra",
+        "kind",
+        "raising",
+        "same_owner",
+        "sink_outcome",
+        "stale_epoch",
+        "stale_worker",
+    )
+
+    def __init__(
+        self,
+        kind: Kind,
+        raising: _Ev,
+        stale_epoch: int,
+        stale_worker: str,
+        *,
+        sink_outcome: str | None = None,
+        same_owner: bool | None = None,
+        epochs: list[int] | None = None,
+        extra: list[_Ev] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.raising = raising
+        self.stale_epoch = stale_epoch
+        self.stale_worker = stale_worker
+        self.sink_outcome = sink_outcome
+        self.same_owner = same_owner
+        self.epochs = epochs
+        self.extra: list[_Ev] = [] if extra is None else extra
+
+
+# ---- stale_activity: the first stale checkpoint of a displaced epoch -------
+def _stale_activity(st: KeyState, epoch: int, disp: dict[int, Any]) -> _Raised | None:
+    raising = _first_progress_after(st.events, epoch, disp.get(epoch))
+    if raising is None:
+        return None
+    return _Raised(Kind.STALE_ACTIVITY, raising, epoch, raising.worker)
+
+
+# ---- stale_attempt: a stale attempt or rejection, with the sink's answer ---
+def _stale_attempt(
+    st: KeyState, epoch: int, ek: str | None, disp: dict[int, Any]
+) -> _Raised | None:
+    t = disp.get(epoch)
+    attempts = st.groups.get((_G_ATTEMPT, epoch, ek))
+    raising = _first_after(attempts, t)
+    if raising is None:
+        return None
+    commit = _first_after(st.groups.get((_G_COMMIT, epoch, ek)), t)
+    if commit is not None:
+        outcome, extra = "committed", [commit]
+    else:
+        assert attempts is not None and t is not None
+        rejection = next((a for a in attempts if a.code == _REJ and a.k > t), None)
+        if rejection is not None:
+            outcome, extra = "rejected", [rejection]
+        else:
+            outcome, extra = "unknown", []
+    return _Raised(
+        Kind.STALE_ATTEMPT, raising, epoch, raising.worker, sink_outcome=outcome, extra=extra
+    )
+
+
+# ---- stale_commit: the first stale commit of an effect by an epoch ---------
+def _stale_commit(
+    st: KeyState, epoch: int, ek: str | None, disp: dict[int, Any]
+) -> _Raised | None:
+    raising = _first_after(st.groups.get((_G_COMMIT, epoch, ek)), disp.get(epoch))
+    if raising is None:
+        return None
+    return _Raised(
+        Kind.STALE_COMMIT, raising, epoch, raising.worker, sink_outcome="committed"
+    )
+
+
+# ---- commit_repeat: duplicate_commit, escalating to conflicting_commit -----
+def _commit_repeat(st: KeyState, ek: str | None, disp: dict[int, Any]) -> _Raised | None:
+    commits = st.groups.get((_G_KEYCOMMITS, None, ek))
+    if not commits or len(commits) < 2:
+        return None
+    first = commits[0]
+    raising = next((c for c in commits if c.epoch != first.epoch), commits[1])
+    epochs = sorted({c.epoch for c in commits})
+    conflicting = len(epochs) >= 2 and any(
+        (t := disp.get(c.epoch)) is not None and c.k > t for c in commits
+    )
+    stale_epoch = epochs[0]
+    return _Raised(
+        Kind.CONFLICTING_COMMIT if conflicting else Kind.DUPLICATE_COMMIT,
+        raising,
+        stale_epoch,
+        next(c.worker for c in commits if c.epoch == stale_epoch),
+        sink_outcome="committed",
+        same_owner=len(epochs) == 1,
+        epochs=epochs,
+        extra=list(commits),
+    )
+
+
+# ---- epoch_reuse: one epoch acquired by two workers ------------------------
+def _epoch_reuse(st: KeyState, epoch: int) -> _Raised | None:
+    acqs = st.groups.get((_G_ACQUIRE, epoch, None))
+    if not acqs or len(acqs) < 2:
+        return None
+    w0 = acqs[0].worker
+    raising = next((a for a in acqs if a.worker != w0), None)
+    if raising is None:
+        return None
+    return _Raised(Kind.EPOCH_REUSE, raising, epoch, raising.worker, extra=[acqs[0]])
+
+
+# ---- epoch_regression: an acquisition after a higher epoch's ---------------
+def _epoch_regression(st: KeyState, epoch: int, disp: dict[int, Any]) -> _Raised | None:
+    raising = _first_after(st.groups.get((_G_ACQUIRE, epoch, None)), disp.get(epoch))
+    if raising is None:
+        return None
+    return _Raised(Kind.EPOCH_REGRESSION, raising, epoch, raising.worker)
+
+
+# ---- common to every family --------------------------------------------------
+def _build(st: KeyState, ident: Identity, wkey: str) -> tuple[str, dict[str, Any]] | None:
+    """The finding ``ident`` names, as (finding id, content), or None when the
+    retained evidence raises none."""
+    family, epoch, ek = ident
+    disp = st.displaced_at()
+    found: _Raised | None
+    if family is _FAM_COMMIT_REPEAT:
+        found = _commit_repeat(st, ek, disp)
+    else:
+        assert epoch is not None
+        if family is _FAM_ACTIVITY:
+            found = _stale_activity(st, epoch, disp)
+        elif family is _FAM_ATTEMPT:
+            found = _stale_attempt(st, epoch, ek, disp)
+        elif family is _FAM_COMMIT:
+            found = _stale_commit(st, epoch, ek, disp)
+        elif family is _FAM_REUSE:
+            found = _epoch_reuse(st, epoch)
+        elif family is _FAM_REGRESSION:
+            found = _epoch_regression(st, epoch, disp)
+        else:  # pragma: no cover - identities are produced by this module
+            raise AssertionError(family)
+    if found is None:
+        return None
+    return _assemble(st, found, family is _FAM_COMMIT_REPEAT, ek, wkey)
+
+
+def _assemble(
+    st: KeyState, r: _Raised, per_effect: bool, ek: str | None, wkey: str
+) -> tuple[str, dict[str, Any]]:
+    """The content of the finding ``r`` describes: its transition, evidence,
+    ordering and confidence. ``per_effect``: the identity is the effect key
+    alone (commit_repeat), not the epoch's."""
+    raising = r.raising
+    kind = r.kind
+    stale_epoch = r.stale_epoch
+    extra = r.extra
+    sink_outcome = r.sink_outcome
     transition = _current_at(st, raising)
     evidence = {id(raising): raising}
     if transition is not None:
         evidence[id(transition)] = transition
     own = st.acq.get(stale_epoch)
-    if own is not None and family != "commit_repeat":
+    if own is not None and not per_effect:
         evidence[id(own)] = own
     for ev in extra:
         evidence[id(ev)] = ev
@@ -760,26 +843,26 @@ def _build(st: KeyState, ident: Identity, wkey: str) -> tuple[str, dict[str, Any
         "severity": _SEVERITY_OF[kind],
         "workflow_key": wkey,
         "stale_epoch": stale_epoch,
-        "stale_worker": stale_worker,
+        "stale_worker": r.stale_worker,
         "current_epoch": None if transition is None else transition.epoch,
         "current_worker": None if transition is None else transition.worker,
         "transition_seq": None if transition is None else transition.seq,
         "transition_implied": implied,
-        "epochs": epochs,
+        "epochs": r.epochs,
         "event_type": _TYPE_CODES[raising.code],
         "event_seq": raising.seq,
         "event_offset": raising.offset,
         "effect_key": raising.ek,
         "sink": sink,
         "sink_outcome": sink_outcome,
-        "same_owner": same_owner,
+        "same_owner": r.same_owner,
         "ordering": ordering,
         "evidence": [(e.position, e.epoch, e.worker, _TYPE_CODES[e.code], e.ek) for e in ordered],
         # A pure function of the fields above; kept in the content so a change
         # of confidence is visibly a new revision (SPEC §4).
         "confidence": confidence_of(kind, ordering, implied, sink_outcome),
     }
-    fid = finding_id(kind, wkey, None if family == "commit_repeat" else stale_epoch, ek)
+    fid = finding_id(kind, wkey, None if per_effect else stale_epoch, ek)
     return fid, content
 
 

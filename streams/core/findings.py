@@ -45,24 +45,12 @@ ACTIONS: dict[Kind, str] = {
     ),
 }
 
-# duplicate_commit and conflicting_commit share one identity per effect key:
-# the record escalates from one kind to the other under the same id.
-_FAMILY: dict[Kind, str] = {
-    Kind.STALE_ACTIVITY: "stale_activity",
-    Kind.STALE_ATTEMPT: "stale_attempt",
-    Kind.STALE_COMMIT: "stale_commit",
-    Kind.DUPLICATE_COMMIT: "commit_repeat",
-    Kind.CONFLICTING_COMMIT: "commit_repeat",
-    Kind.EPOCH_REUSE: "epoch_reuse",
-    Kind.EPOCH_REGRESSION: "epoch_regression",
-}
-
-
 def finding_id(kind: Kind, workflow_key: str, epoch: int | None, effect_key: str | None) -> str:
-    """Deterministic id from the identity of SPEC §4 (kind family, key, epoch,
-    effect key): the same on every replay, restart and arrival order."""
+    """Deterministic id from the identity of SPEC §4 (the kind's family, key,
+    epoch, effect key): the same on every replay, restart and arrival order;
+    ``duplicate_commit`` and ``conflicting_commit`` share one (``commit_repeat``)."""
     parts = (
-        _FAMILY[kind],
+        kind.family.value,
         workflow_key,
         "" if epoch is None else str(epoch),
         "" if effect_key is None else effect_key,

@@ -15,10 +15,10 @@ __all__ = [
     "EFFECT_TYPES",
     "MAX_INT63",
     "SEVERITY_RANK",
-    "STALE_TYPES",
     "Confidence",
     "Event",
     "EventType",
+    "Family",
     "Kind",
     "Severity",
     "event_to_dict",
@@ -47,18 +47,6 @@ EFFECT_TYPES = frozenset(
         EventType.OUTCOME_VERIFIED,
     }
 )
-
-#: Types that can be stale (SPEC §4: all but lease_acquired and outcome_verified).
-STALE_TYPES = frozenset(
-    {
-        EventType.LEASE_RELEASED,
-        EventType.PROGRESS,
-        EventType.EFFECT_ATTEMPTED,
-        EventType.EFFECT_COMMITTED,
-        EventType.EFFECT_REJECTED,
-    }
-)
-
 
 class Severity(StrEnum):
     DIAGNOSTIC = "diagnostic"
@@ -97,6 +85,24 @@ class Kind(StrEnum):
     def severity(self) -> Severity:
         return _KIND_SEVERITY[self]
 
+    @property
+    def family(self) -> Family:
+        return _KIND_FAMILY[self]
+
+
+class Family(StrEnum):
+    """A finding's identity family (SPEC §4): the first part of its identity.
+    One per kind, except that ``duplicate_commit`` and ``conflicting_commit``
+    share ``commit_repeat`` (the record escalates from one to the other under
+    one id). The values are part of every ``finding_id``: never change them."""
+
+    STALE_ACTIVITY = "stale_activity"
+    STALE_ATTEMPT = "stale_attempt"
+    STALE_COMMIT = "stale_commit"
+    COMMIT_REPEAT = "commit_repeat"
+    EPOCH_REUSE = "epoch_reuse"
+    EPOCH_REGRESSION = "epoch_regression"
+
 
 _KIND_SEVERITY: dict[Kind, Severity] = {
     Kind.STALE_ACTIVITY: Severity.DIAGNOSTIC,
@@ -106,6 +112,15 @@ _KIND_SEVERITY: dict[Kind, Severity] = {
     Kind.CONFLICTING_COMMIT: Severity.CRITICAL,
     Kind.EPOCH_REUSE: Severity.CRITICAL,
     Kind.EPOCH_REGRESSION: Severity.CRITICAL,
+}
+_KIND_FAMILY: dict[Kind, Family] = {
+    Kind.STALE_ACTIVITY: Family.STALE_ACTIVITY,
+    Kind.STALE_ATTEMPT: Family.STALE_ATTEMPT,
+    Kind.STALE_COMMIT: Family.STALE_COMMIT,
+    Kind.DUPLICATE_COMMIT: Family.COMMIT_REPEAT,
+    Kind.CONFLICTING_COMMIT: Family.COMMIT_REPEAT,
+    Kind.EPOCH_REUSE: Family.EPOCH_REUSE,
+    Kind.EPOCH_REGRESSION: Family.EPOCH_REGRESSION,
 }
 
 
@@ -118,11 +133,11 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
 
     A msgspec Struct rather than a frozen dataclass on purpose: one is built
     per event on the hot path, and msgspec decodes *and* type-checks the JSON
-    straight into it in C. A frozen dataclass's ``__init__`` alone
-    (``object.__setattr__`` per field) measured 1.7 µs here, more than parsing
-    the JSON. The field annotations state the SPEC §2 limits; the rules they
-    cannot state (effect key required by type, record version, Kafka key) are
-    checked in :mod:`streams.core.validate`.
+    straight into it in C, where a frozen dataclass's ``__init__`` alone costs
+    more than parsing the JSON (docs/performance.md). The field annotations
+    state the SPEC §2 limits; the rules they cannot state (effect key required
+    by type, record version, Kafka key) are checked in
+    :mod:`streams.core.validate`.
     """
 
     type: EventType

@@ -34,7 +34,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from streams.core.findings import Finding
 from streams.errors import FencewatchError
@@ -54,12 +54,26 @@ __all__ = [
     "FindingsConsumer",
     "FindingsSettings",
     "TooManyFindings",
+    "TopicReader",
 ]
 
 DEFAULT_FINDINGS_TOPIC = "ownership.findings"
 #: Findings a bounded read (:meth:`FindingsConsumer.latest`) holds at most.
 DEFAULT_MAX_FINDINGS = 1_000_000
 _MAX_KEPT_ERRORS = 5
+
+
+class TopicReader(Protocol):
+    """The port the consumer reads through (:class:`~streams.kafka.tail.TopicTail`)."""
+
+    @property
+    def finished(self) -> bool: ...
+
+    def poll(self, timeout: float) -> TailRecord | None: ...
+
+    def commit(self, positions: Mapping[int, int], *, asynchronous: bool) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class TooManyFindings(FencewatchError):
@@ -158,7 +172,7 @@ class FindingsConsumer:
     order). Use as a context manager or call :meth:`close`."""
 
     def __init__(
-        self, settings: FindingsSettings, *, tail: Callable[..., TopicTail] = TopicTail
+        self, settings: FindingsSettings, *, tail: Callable[..., TopicReader] = TopicTail
     ) -> None:
         self.settings = settings
         self.stats = ConsumerStats()

@@ -41,6 +41,7 @@ from streams.report.html_assets import JS as _JS
 from streams.report.text import change_text, confidence_reason, describe
 
 __all__ = [
+    "FIT_PX",
     "MAX_CLEAN_LISTED",
     "MAX_DESTINATIONS_LISTED",
     "MAX_INVALID_LISTED",
@@ -55,6 +56,9 @@ MAX_TIMELINES = 200
 #: Events drawn per timeline (visible plus expandable); past it a collapsed
 #: run keeps its count and says the rest is not drawn.
 MAX_MARKS = 2000
+#: Width (px) a timeline's columns get in a 1400 px window: the marks of
+#: positions with findings must fit in it (see ``_timeline``).
+FIT_PX = 1000
 #: Events drawn in full either side of a finding's raising event.
 WINDOW = 3
 #: Clean workflows named in the collapsible list (all are counted).
@@ -403,7 +407,6 @@ def _timeline(events: list[Evidence], findings: list[Finding], health: Mapping[s
     # Where each finding sits: its raising event (by position and type).
     raising: dict[int, list[tuple[int, Finding]]] = {}
     unplaced: list[tuple[int, Finding]] = []
-    keep: set[int] = set()
     for num, f in enumerate(findings, 1):
         idxs = by_pos.get(_position(f), [])
         idx = next((i for i in idxs if events[i].type == f.event_type), None)
@@ -411,22 +414,20 @@ def _timeline(events: list[Evidence], findings: list[Finding], health: Mapping[s
             idx = idxs[0]
         if idx is None:
             unplaced.append((num, f))
-            continue
-        raising.setdefault(idx, []).append((num, f))
-        for lo in range(max(0, idx - WINDOW), min(n, idx + WINDOW + 1)):
-            keep.add(lo)
-        for ev in f.evidence:
-            keep.update(by_pos.get(ev.position, ()))
-    # Where each epoch first appears (its acquisition, or its first act).
-    acq: set[int] = set()
-    seen: set[int] = set()
-    for i, e in enumerate(events):
-        if e.epoch not in seen:
-            seen.add(e.epoch)
-            acq.add(i)
-            keep.update(range(max(0, i - 1), min(n, i + 2)))
-    keep.update((0, n - 1))
-
+        else:
+            raising.setdefault(idx, []).append((num, f))
+    hits = len(raising) + (1 if unplaced else 0)
+    # Draw the windows around findings when the marks then fit the width
+    # (a column with findings keeps 22 px, a collapsed run 22 px, the others
+    # shrink); else "dense": only the raising events and acquisitions in full,
+    # smaller marks (15 px). When even that does not fit, the timeline
+    # scrolls inside itself (never the page) and says so.
+    keep, acq = _kept(events, raising, by_pos, dense=False)
+    dense = 22 * (hits + _runs(keep, n)) > FIT_PX
+    if dense:
+        keep, acq = _kept(events, raising, by_pos, dense=True)
+    overflow = dense and 15 * hits > FIT_PX
+    seen = {e.epoch for e in events}
     epochs = sorted(seen, reverse=True)
     lane = {ep: k for k, ep in enumerate(epochs)}
     workers: dict[int, list[str]] = {}
@@ -490,8 +491,20 @@ def _timeline(events: list[Evidence], findings: list[Finding], health: Mapping[s
             cols.append(_run(events, i, j, lane, expandable, col))
         i = j
 
+    note = (
+        f"<p class='note'>This workflow retains {n:,} events; {MAX_MARKS:,} are drawn at most. "
+        "Runs with a dashed count are not drawn (their count is exact).</p>"
+        if capped
+        else ""
+    )
     # Few columns draw wider (easier to read); many shrink to fit the width.
     cw = max(26, min(44, 1000 // len(cols)))
+    mode = " dense free" if overflow else " dense" if dense else ""
+    if overflow:
+        note += (
+            f"<p class='note'>{hits} positions with findings are too many to fit the width: "
+            "scroll the timeline sideways, or use the table.</p>"
+        )
     labels = ["<div class='lab-f'>findings</div>"]
     for ep in epochs:
         ws = workers[ep]
@@ -506,14 +519,9 @@ def _timeline(events: list[Evidence], findings: list[Finding], health: Mapping[s
         f"style='top:calc(var(--fh) + {k} * var(--lh))'></div>"
         for k in range(len(epochs))
     )
-    note = (
-        f"<p class='note'>This workflow retains {n:,} events; {MAX_MARKS:,} are drawn at most. "
-        "Runs with a dashed count are not drawn (their count is exact).</p>"
-        if capped
-        else ""
-    )
     return (
-        f"<div class='tl' data-cw='{cw}' style='--fh:{fh}px;--lanes:{len(epochs)};--cw:{cw}px'>"
+        f"<div class='tl{mode}' data-cw='{cw}' "
+        f"style='--fh:{fh}px;--lanes:{len(epochs)};--cw:{cw}px'>"
         f"<div class='tl-tools'><span>Ownership timeline · {_plural(n, 'event')} · "
         f"{_plural(len(epochs), 'epoch')}</span><span class='sp'></span>"
         "<button data-act='all' title='draw every event'>expand all</button>"
@@ -523,6 +531,47 @@ def _timeline(events: list[Evidence], findings: list[Finding], health: Mapping[s
         f"<div class='tl-scroll'><div class='tl-body'><div class='labels'>{''.join(labels)}"
         f"</div><div class='cols'>{lanes}{''.join(cols)}</div></div></div>{note}</div>"
     )
+
+
+def _kept(
+    events: list[Evidence],
+    raising: Mapping[int, list[tuple[int, Finding]]],
+    by_pos: Mapping[int, list[int]],
+    *,
+    dense: bool,
+) -> tuple[set[int], set[int]]:
+    """The events drawn in full (the rest collapse into runs), and where each
+    epoch first appears (its acquisition, or its first act)."""
+    n = len(events)
+    window, around = (0, 0) if dense else (WINDOW, 1)
+    keep: set[int] = {0, n - 1}
+    for idx, marks in raising.items():
+        keep.update(range(max(0, idx - window), min(n, idx + window + 1)))
+        if not dense:
+            for _, f in marks:
+                for ev in f.evidence:
+                    keep.update(by_pos.get(ev.position, ()))
+    acq: set[int] = set()
+    seen: set[int] = set()
+    for i, e in enumerate(events):
+        if e.epoch not in seen:
+            seen.add(e.epoch)
+            acq.add(i)
+            keep.update(range(max(0, i - around), min(n, i + around + 1)))
+    return keep, acq
+
+
+def _runs(keep: set[int], n: int) -> int:
+    """How many collapsed runs (two or more events not kept) there are."""
+    runs = 0
+    length = 0
+    for i in range(n + 1):
+        if i < n and i not in keep:
+            length += 1
+            continue
+        runs += length > 1
+        length = 0
+    return runs
 
 
 _VAR = {

@@ -83,7 +83,15 @@ height:calc(var(--fh) + var(--lanes) * var(--lh) + 22px)}
 .lane{position:absolute;left:0;right:0;height:var(--lh);border-bottom:1px solid #eef0f3}
 .lane.alt{background:#fafbfc}
 .col{position:relative;flex:0 1 var(--cw);min-width:0;height:100%}
+.col.hit{min-width:22px} .tl.dense .col.hit{min-width:15px}
+.tl.dense .fmark{min-width:14px;height:14px;line-height:14px;font-size:8.5px;padding:0;
+border-radius:3px} .tl.dense .fmark.cleared{line-height:11px}
+.tl.dense .sum{min-width:0} .tl.dense .sum .n{font-size:0;padding:0 2px}
+.tl.dense .ev{width:13px;height:13px;line-height:13px;font-size:8px}
 .tl.free .col{flex-shrink:0}
+/* Expanded: the body is as wide as its columns, so the sticky lane labels
+   stay in view however far the timeline scrolls. */
+.tl.free .tl-body{width:max-content;min-width:100%}
 .tl.free .cols{flex:none;min-width:calc(100% - 170px)}
 .col.acq::before{content:"";position:absolute;left:0;top:var(--fh);bottom:22px;
 border-left:1px dashed #9aa3ad}

@@ -31,16 +31,21 @@ CHECK_SCRIPT = """
   var r = {clientWidth: W, scrollWidth: de.scrollWidth, bodyScrollWidth: document.body.scrollWidth,
            pageHeight: de.scrollHeight, marks: [], labels: [], timelines: 0};
   var tls = document.querySelectorAll('.tl');
+  r.scrolled = Array.from(document.querySelectorAll('.tl-scroll')).map(function(x){
+    return x.scrollLeft; });
   r.timelines = tls.length;
   r.firstTimelineBottom = tls.length ?
     tls[0].getBoundingClientRect().bottom + window.scrollY : 0;
   document.querySelectorAll('.lane-label').forEach(function(l){
     var b = l.getBoundingClientRect();
     r.labels.push({text: Array.from(l.children).map(function(c){ return c.textContent; }).join(' '),
-                   width: b.width, height: b.height});
+                   left: b.left, width: b.width, height: b.height});
   });
   document.querySelectorAll('.fmark[data-finding]').forEach(function(m){
-    m.scrollIntoView({block: 'center', inline: 'nearest'});
+    // Scroll the page only (vertically): a mark clipped by its timeline's
+    // own scroll box must count as not visible.
+    var top = m.getBoundingClientRect().top + window.scrollY;
+    window.scrollTo(0, Math.max(0, top - window.innerHeight / 2));
     var b = m.getBoundingClientRect();
     var hit = document.elementFromPoint(b.left + b.width / 2, b.top + b.height / 2);
     r.marks.push({id: m.getAttribute('data-finding'), text: m.textContent, left: b.left,

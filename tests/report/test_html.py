@@ -133,3 +133,11 @@ def test_what_if_fenced_section_lists_the_changes_next_to_the_real_findings(
     assert section.count("<span class='pill cleared'>removed</span>") == 2
     assert "a rejected near miss" in section
     assert len(re.findall(r"data-finding='", page)) == 4  # the real findings, all drawn
+
+
+def test_too_many_finding_positions_scroll_inside_the_timeline_and_say_so() -> None:
+    """Past what fits 1400 px the timeline scrolls itself (not the page) and a note says so."""
+    docs = takeover_workflow(n_events=32_000, takeovers=80)
+    page = render_html(_replay(docs, max_events_per_key=len(docs)))
+    assert "class='tl dense free'" in page
+    assert "too many to fit the width" in page

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from streams.core.detector import Detector, DetectorConfig
 from streams.core.replay import Replay
 from streams.report import render_html
 from tests.report.chromium import check_layout
@@ -66,8 +67,28 @@ def test_report_fits_1400px_and_every_finding_is_visible(
     assert result["timelines"] == 1, name
 
 
-def test_expanded_timeline_scrolls_inside_not_the_page() -> None:
-    """After 'expand all' on the 300-event workflow the page still does not scroll sideways."""
+def test_expanded_timeline_scrolls_inside_with_lane_labels_kept_in_view() -> None:
+    """After 'expand all' and scrolling the timeline to its end: no page scroll, labels in view."""
     replay = _takeovers()
-    result = check_layout(render_html(replay), width=WIDTH, before=EXPAND_ALL)
-    _assert_fits(result, replay)
+    scroll_to_end = (
+        "document.querySelectorAll('.tl-scroll').forEach(function(x){x.scrollLeft=1e6});"
+    )
+    result = check_layout(render_html(replay), width=WIDTH, before=EXPAND_ALL + scroll_to_end)
+    assert result["scrollWidth"] <= result["clientWidth"], "the page scrolls sideways"
+    assert result["scrolled"][0] > 1000  # the expanded timeline really scrolled inside
+    assert len(result["marks"]) == len(replay.latest)
+    assert all(m["width"] > 0 for m in result["marks"])
+    labels = result["labels"]
+    assert len(labels) == 6
+    assert all(0 < label["left"] < 200 for label in labels), labels  # sticky at the left
+
+
+def test_a_dense_timeline_still_shows_every_finding_in_the_width() -> None:
+    """30 takeovers (42 findings at 36 positions): marks draw smaller and all stay on screen."""
+    docs = takeover_workflow(n_events=12_000, takeovers=30)
+    replay = Replay(Detector(DetectorConfig(max_events_per_key=len(docs))))
+    for n, doc in enumerate(docs, 1):
+        replay.feed(orjson.dumps(doc), offset=n, source="t", line=n)
+    page = render_html(replay)
+    assert "class='tl dense'" in page
+    _assert_fits(check_layout(page, width=WIDTH), replay)

@@ -34,7 +34,11 @@ _FAIL_ON = [s.value for s in Severity] + ["never"]
 
 
 class _StrictStop(Exception):
-    """First invalid record under --strict."""
+    """First invalid record under --strict (``inputs``: the files read so far)."""
+
+    def __init__(self, inputs: list[_Input] | None = None) -> None:
+        super().__init__()
+        self.inputs = inputs or []
 
 
 class _Unreadable(Exception):
@@ -146,7 +150,7 @@ def run_files(
         before = replay.invalid_count
         offset = replay.feed_stream(src.read, source=name, offset=offset, stop_on_invalid=strict)
         if strict and replay.invalid_count != before:
-            raise _StrictStop
+            raise _StrictStop(inputs)
         if interrupt is not None and interrupt.requested:
             break
     return inputs
@@ -202,6 +206,21 @@ def _regular_size(fh: IO[bytes]) -> int | None:
     return st.st_size if stat.S_ISREG(st.st_mode) else None
 
 
+def format_hint(inputs: list[_Input]) -> str | None:
+    """What an input that is not JSON Lines looks like, from its first bytes:
+    gzip, or one JSON array; None when neither."""
+    for src in inputs:
+        head = src.head.removeprefix(b"\xef\xbb\xbf").lstrip()
+        if src.head.startswith(_GZIP_MAGIC):
+            return f"is it gzip-compressed? try: zcat {src.name} | fencewatch audit -"
+        if head.startswith(b"["):
+            return (
+                "it looks like one JSON array; audit reads JSON Lines, one event object per "
+                f"line: jq -c '.[]' {src.name} | fencewatch audit -"
+            )
+    return None
+
+
 def no_event_message(replay: Replay, what: str, inputs: list[_Input]) -> str | None:
     """SPEC §6: input that holds records and not one valid event is unreadable
     (a gzip file, one JSON array, the wrong file). The one line saying so,
@@ -211,15 +230,9 @@ def no_event_message(replay: Replay, what: str, inputs: list[_Input]) -> str | N
         return None
     n = replay.records
     base = f"{what}: no valid event in {n} record{'s' if n != 1 else ''}"
-    for src in inputs:
-        head = src.head.removeprefix(b"\xef\xbb\xbf").lstrip()
-        if src.head.startswith(_GZIP_MAGIC):
-            return f"{base} (is it gzip-compressed? try: zcat {src.name} | fencewatch audit -)"
-        if head.startswith(b"["):
-            return (
-                f"{base} (it looks like one JSON array; audit reads JSON Lines, one event "
-                f"object per line: jq -c '.[]' {src.name} | fencewatch audit -)"
-            )
+    hint = format_hint(inputs)
+    if hint is not None:
+        return f"{base} ({hint})"
     if replay.invalid and all("over the limit" in i.reason for i in replay.invalid):
         return f"{base} (every record is over --max-event-bytes {replay.max_event_bytes})"
     if replay.invalid:
@@ -427,8 +440,9 @@ def _audit(args: argparse.Namespace) -> int:
             inputs = _replay_inputs(replay, args, progress, interrupt)
     except KeyboardInterrupt:  # the handler was not installed (not the main thread)
         interrupt.requested = True
-    except _StrictStop:
+    except _StrictStop as stop:
         strict_stop = True
+        inputs = stop.inputs
     except _Unreadable as exc:
         _err(str(exc))
         return 2
@@ -487,9 +501,11 @@ def _audit(args: argparse.Namespace) -> int:
         return 130
     if strict_stop:
         inv = replay.invalid[-1]
+        hint = format_hint(inputs) if replay.records == replay.invalid_count else None
         _err(
             f"--strict: invalid record at {_where(inv)}: "
             f"{inv.field + ': ' if inv.field else ''}{inv.reason}"
+            + (f" ({hint})" if hint else "")
         )
         return 2
     worst = replay.worst_severity()

@@ -43,6 +43,15 @@ def test_gzip_file_is_unreadable_input(tmp_path: Path, capsys) -> None:
     assert "no valid event" in err and "gzip" in err and str(path) in err
 
 
+def test_strict_on_a_gzip_file_names_gzip(tmp_path: Path, capsys) -> None:
+    """--strict stops at the first record of a gzip file and says what the file looks like."""
+    path = tmp_path / "events.jsonl.gz"
+    path.write_bytes(gzip.compress(FIXTURE.read_bytes()))
+    code, _, err = _audit(capsys, "--strict", str(path))
+    assert code == 2
+    assert err.count("\n") == 1 and "--strict" in err and "gzip-compressed" in err
+
+
 def test_fixture_as_one_json_array_is_unreadable_input(tmp_path: Path, capsys) -> None:
     """The fixture written as one JSON array (hiding a critical finding) exits 2, saying so."""
     path = tmp_path / "events.json"

@@ -85,7 +85,7 @@ def test_expanded_timeline_scrolls_inside_with_lane_labels_kept_in_view() -> Non
 
 def test_a_dense_timeline_still_shows_every_finding_in_the_width() -> None:
     """30 takeovers (42 findings at 36 positions): marks draw smaller and all stay on screen."""
-    docs = takeover_workflow(n_events=12_000, takeovers=30)
+    docs = takeover_workflow(n_events=3_000, takeovers=30)
     replay = Replay(Detector(DetectorConfig(max_events_per_key=len(docs))))
     for n, doc in enumerate(docs, 1):
         replay.feed(orjson.dumps(doc), offset=n, source="t", line=n)

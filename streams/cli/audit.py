@@ -2,7 +2,15 @@
 and report (SPEC §6).
 
 Exit status: 0 when no finding reaches ``--fail-on``, 1 when one does, 2 for a
-usage error or unreadable input (and, with ``--strict``, invalid input).
+usage error or unreadable input (and, with ``--strict``, invalid input), 130
+when interrupted (Ctrl-C: the report of what was read, marked partial).
+
+Unreadable input includes input that holds records but not one valid event
+(a gzip file, one JSON array, every line over ``--max-event-bytes``): one line
+says so, with a guess at the format from the first bytes. An empty input (no
+record at all) is an empty report, exit 0. With no PATH, stdin is read; when
+stdin is a terminal one line on stderr says so (rather than a silent wait).
+On a terminal, stderr shows progress (``streams.cli.progress``).
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from streams.core.whatif import what_if_fenced
 from streams.errors import FencewatchError
 from streams.report import FORMATS, render_html, render_json, render_jsonl, render_text
 
-__all__ = ["batch_gc", "no_event_message", "register", "run_files"]
+__all__ = ["batch_gc", "format_hint", "no_event_message", "register", "run_files"]
 
 _FAIL_ON = [s.value for s in Severity] + ["never"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from streams.errors import FencewatchError
+from streams.errors import BrokerError, FencewatchError
 
 __all__ = ["register", "render_status_line"]
 
@@ -76,6 +76,14 @@ def _main(args: argparse.Namespace) -> int:
     topic = args.topic or DEFAULT_STATUS_TOPIC
     try:
         docs = read_status(bootstrap, topic, config=kafka_config(args.kafka_config))
+    except BrokerError as exc:
+        hint = (
+            " (the live processor creates and writes the status topic)"
+            if exc.code == "UNKNOWN_TOPIC_OR_PART"
+            else ""
+        )
+        _err(f"{exc}{hint}")
+        return 2
     except (ValueError, FencewatchError) as exc:
         _err(str(exc))
         return 2

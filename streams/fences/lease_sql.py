@@ -22,20 +22,25 @@ __all__ = ["SqlLeaseStore", "lock_lease_row"]
 
 
 def lock_lease_row(tx: Tx, prefix: str, key: str) -> tuple[int, str | None, float, int, int]:
-    """Create the key's lease row if absent and lock it for this transaction.
+    """Lock the key's lease row for this transaction, creating it if absent.
 
     Returns ``(epoch, holder, expires_at, revision, acquired_seq)``.
     """
-    tx.run(
-        f"INSERT INTO {prefix}leases (workflow_key, epoch, holder, expires_at, revision,"
-        " acquired_seq) VALUES (?, 0, NULL, 0, 0, 0) ON CONFLICT (workflow_key) DO NOTHING",
-        (key,),
-    )
-    rows = tx.query(
+    select = (
         f"SELECT epoch, holder, expires_at, revision, acquired_seq FROM {prefix}leases"
-        f" WHERE workflow_key = ?{tx.for_update}",
-        (key,),
+        f" WHERE workflow_key = ?{tx.for_update}"
     )
+    rows = tx.query(select, (key,))
+    if not rows:
+        # First use of the key (the row is never deleted afterwards, so renewals
+        # and stamps skip this round trip). Concurrent creators both succeed:
+        # DO NOTHING, then the lock below serializes them.
+        tx.run(
+            f"INSERT INTO {prefix}leases (workflow_key, epoch, holder, expires_at, revision,"
+            " acquired_seq) VALUES (?, 0, NULL, 0, 0, 0) ON CONFLICT (workflow_key) DO NOTHING",
+            (key,),
+        )
+        rows = tx.query(select, (key,))
     epoch, holder, expires_at, revision, acquired_seq = rows[0]
     return int(epoch), holder, float(expires_at), int(revision), int(acquired_seq)
 

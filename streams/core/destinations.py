@@ -16,11 +16,12 @@ after a higher epoch was acquired. The verdict is ``ignores_fence`` when
 ``stale_committed`` > 0, else ``enforces_fence`` when ``stale_rejected`` > 0,
 else ``unproven``.
 
-Pure: a function of the key states, so for workflows whose events carry
-``seq`` it is the same whatever the arrival order. The detector's bound
-applies: a key past ``max_events_per_key`` may have forgotten old effects
-(effects are evicted only after fresh checkpoints; ``evidence_evicted`` in the
-summary says when).
+Compiled with the detector (mypyc, ``scripts/build-native``): it walks every
+key's effect evidence once per report. Pure: a function of the key states, so
+for workflows whose events carry ``seq`` it is the same whatever the arrival
+order. The detector's bound applies: a key past ``max_events_per_key`` may
+have forgotten old effects (effects are evicted only after fresh checkpoints;
+``evidence_evicted`` in the summary says when).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from streams.core.detector import _COM, _G_ATTEMPT, _G_COMMIT, _REJ, KeyState
+from streams.core.detector import _G_ATTEMPT, _G_COMMIT, _REJ, KeyState
 
 __all__ = ["UNNAMED", "Destination", "Verdict", "destinations"]
 
@@ -74,40 +75,60 @@ class Destination:
         }
 
 
-def destinations(states: Iterable[tuple[str, KeyState]]) -> list[Destination]:
-    """Every sink named on the retained effect events of ``states`` (pairs of
-    workflow key and state), worst verdict first, then by sink name."""
-    seen: set[str] = set()
-    # sink -> distinct (workflow key, epoch, effect key) per count.
-    rejected: dict[str, set[tuple[str, int, str | None]]] = {}
-    committed: dict[str, set[tuple[str, int, str | None]]] = {}
-    current: dict[str, set[tuple[str, int, str | None]]] = {}
-    for wkey, st in states:
-        disp = st.displaced_at()
-        # Effect events are exactly the attempt and commit groups: no scan of
-        # the (mostly checkpoint) evidence.
-        for (tag, epoch, ek), group in st.groups.items():
-            if tag != _G_ATTEMPT and tag != _G_COMMIT:
-                continue
-            assert epoch is not None
-            t = disp.get(epoch)
-            for ev in group:
-                sink = UNNAMED if ev.sink is None else ev.sink
-                seen.add(sink)
-                stale = t is not None and ev.k > t
-                effect = (wkey, epoch, ek)
-                if ev.code == _COM:
-                    (committed if stale else current).setdefault(sink, set()).add(effect)
-                elif ev.code == _REJ and stale:
-                    rejected.setdefault(sink, set()).add(effect)
-    out = [
-        Destination(
-            sink,
-            len(rejected.get(sink, ())),
-            len(committed.get(sink, ())),
-            len(current.get(sink, ())),
-        )
-        for sink in seen
-    ]
+def destinations(states: Iterable[KeyState]) -> list[Destination]:
+    """Every sink named on the retained effect events of ``states``, worst
+    verdict first, then by sink name."""
+    # sink -> [stale_rejected, stale_committed, current_committed]
+    counts: dict[str, list[int]] = {}
+    for st in states:
+        top = st.max_epoch
+        disp: dict[int, Any] | None = None  # computed only when needed (it sorts)
+        # Effect events are exactly the attempt and commit groups, and each
+        # group is one effect (its key, epoch and effect key): counting each
+        # group once per sink counts distinct effects, with no set of them.
+        for (tag, epoch, _ek), group in st.groups.items():
+            if tag == _G_COMMIT:
+                assert epoch is not None
+                t = None
+                if epoch < top:  # the highest epoch is never displaced
+                    if disp is None:
+                        disp = st.displaced_at()
+                    t = disp.get(epoch)
+                if len(group) == 1:  # the common case: one commit of the effect
+                    ev = group[0]
+                    sink = UNNAMED if ev.sink is None else ev.sink
+                    c = counts.get(sink)
+                    if c is None:
+                        c = counts[sink] = [0, 0, 0]
+                    c[1 if t is not None and ev.k > t else 2] += 1
+                    continue
+                stale: set[str] = set()
+                current: set[str] = set()
+                for ev in group:
+                    sink = UNNAMED if ev.sink is None else ev.sink
+                    (stale if t is not None and ev.k > t else current).add(sink)
+                for sink in stale | current:
+                    c = counts.get(sink)
+                    if c is None:
+                        c = counts[sink] = [0, 0, 0]
+                    c[1] += sink in stale
+                    c[2] += sink in current
+            elif tag == _G_ATTEMPT:
+                assert epoch is not None
+                t = None
+                if epoch < top:
+                    if disp is None:
+                        disp = st.displaced_at()
+                    t = disp.get(epoch)
+                refused: set[str] = set()
+                for ev in group:
+                    sink = UNNAMED if ev.sink is None else ev.sink
+                    if sink not in counts:
+                        counts[sink] = [0, 0, 0]
+                    if ev.code == _REJ and t is not None and ev.k > t:
+                        refused.add(sink)
+                for sink in refused:
+                    counts[sink][0] += 1
+    out = [Destination(sink, c[0], c[1], c[2]) for sink, c in counts.items()]
     out.sort(key=lambda d: (_VERDICT_ORDER[d.verdict], d.sink))
     return out

@@ -226,7 +226,7 @@ class Replay:
 
     def destinations(self) -> list[Destination]:
         """Per-sink fence coverage (SPEC §6) over every key's evidence."""
-        return destinations(self.states.items())
+        return destinations(self.states.values())
 
     def worst_severity(self) -> Severity | None:
         if not self.latest:

@@ -49,6 +49,10 @@ class _StrictStop(Exception):
         self.inputs = inputs or []
 
 
+class _Interrupted(Exception):
+    """Ctrl-C while reading a file: the replay stops between two records."""
+
+
 class _Unreadable(Exception):
     """An input path that cannot be opened."""
 
@@ -192,7 +196,13 @@ class _Input:
         if self._interrupt is None:
             data = self._read(n)
         else:
-            data = self._interrupt.call(self._read, n) or b""
+            got = self._interrupt.call(self._read, n)
+            if got is None:
+                # Ctrl-C: stop here, between lines. Raised rather than
+                # returning end of input, which would feed the partial line
+                # read so far as a (spurious, invalid) record.
+                raise _Interrupted
+            data = got
         if data:
             if len(self.head) < _HEAD_BYTES:
                 self.head += data[: _HEAD_BYTES - len(self.head)]
@@ -446,7 +456,7 @@ def _audit(args: argparse.Namespace) -> int:
     try:
         with interrupt:
             inputs = _replay_inputs(replay, args, progress, interrupt)
-    except KeyboardInterrupt:  # the handler was not installed (not the main thread)
+    except (_Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: not the main thread
         interrupt.requested = True
     except _StrictStop as stop:
         strict_stop = True

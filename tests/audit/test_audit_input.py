@@ -223,7 +223,8 @@ def test_sigint_prints_the_partial_report_and_exits_130(fmt: str) -> None:
         cwd=ROOT,
     )
     assert proc.stdin is not None
-    proc.stdin.write(b"".join(head))
+    # ... and the first half of the next line: a partial line is not a record.
+    proc.stdin.write(b"".join(head) + lines[-1][:40])
     proc.stdin.flush()
     deadline = time.monotonic() + 30
     while _pipe_unread(proc.stdin.fileno()) and time.monotonic() < deadline:
@@ -236,6 +237,7 @@ def test_sigint_prints_the_partial_report_and_exits_130(fmt: str) -> None:
     if fmt == "json":
         doc = json.loads(out)
         assert doc["summary"]["partial"] is True
+        assert doc["invalid"] == []
         kinds = [f["kind"] for f in doc["findings"]]
         assert kinds == ["stale_activity", "stale_attempt", "stale_commit"]
     else:

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import IO, Any
 
 from streams._native import native_summary
+from streams.cli.kafka_args import add_connection_args, connection_from_args
 from streams.cli.progress import TOPIC_UPDATE_EVERY, AuditProgress, Interrupt, audit_progress
 from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, Detector, DetectorConfig
 from streams.core.records import SEVERITY_RANK, Severity
@@ -111,7 +112,7 @@ def register(sub: Any) -> None:
     )
     t = p.add_argument_group("topic replay")
     t.add_argument("--topic", help="replay this Kafka topic instead of files")
-    t.add_argument("--bootstrap-servers", metavar="HOST:PORT")
+    add_connection_args(t)
     t.add_argument("--from-offset", type=int, help="first offset in every partition")
     t.add_argument("--to-offset", type=int, help="stop before this offset in every partition")
     t.add_argument("--since", help="first record at or after this time (ISO 8601 or epoch ms)")
@@ -292,7 +293,7 @@ def _time_ms(text: str) -> int:
 
 
 def _bound(offset: int | None, time_text: str | None, default: Any) -> Any:
-    from streams.live.replay_reader import Offset, Timestamp
+    from streams.kafka.reader import Offset, Timestamp
 
     if offset is not None and time_text is not None:
         raise ValueError("give an offset or a time for each end of the replay, not both")
@@ -307,11 +308,12 @@ def _run_topic(
     replay: Replay, args: argparse.Namespace, progress: AuditProgress, interrupt: Interrupt
 ) -> None:
     from streams.cli.findings import kafka_config
-    from streams.live.replay_reader import BEGINNING, END, iter_topic  # Kafka only when asked
+    from streams.kafka.reader import BEGINNING, END, iter_topic  # Kafka only when asked
 
     config = kafka_config(args.kafka_config)
     start = _bound(args.from_offset, args.since, BEGINNING)
     end = _bound(args.to_offset, args.until, END)
+    conn = connection_from_args(args, extra=config)
     source = args.topic
     # Progress from the end offsets snapshotted when the read starts: a
     # partition is done at its end offset (records of aborted transactions
@@ -332,9 +334,7 @@ def _run_topic(
         finished = sum(1 for p in reached if reached[p] >= stop[p])
         progress.records(done, finished)
 
-    records = iter_topic(
-        args.bootstrap_servers, args.topic, start=start, end=end, config=config, on_plan=plan
-    )
+    records = iter_topic(conn, args.topic, start=start, end=end, on_plan=plan)
     n = 0
     first: bytes | None = None
     while True:
@@ -429,9 +429,6 @@ def _main(args: argparse.Namespace) -> int:
 def _audit(args: argparse.Namespace) -> int:
     if sum(map(bool, (args.topic, args.paths, args.otlp))) > 1:
         _err("give one input: PATHs, --topic or --otlp")
-        return 2
-    if args.topic and not args.bootstrap_servers:
-        _err("--topic needs --bootstrap-servers HOST:PORT")
         return 2
     if not args.topic and any(
         v is not None for v in (args.from_offset, args.to_offset, args.since, args.until)

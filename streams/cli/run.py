@@ -8,6 +8,9 @@ import os
 import sys
 from typing import Any
 
+from streams.cli.kafka_args import add_connection_args, connection_overrides, report_kafka_failure
+from streams.live.settings import DEFAULT_DATA_DIR
+
 __all__ = ["register"]
 
 
@@ -21,11 +24,12 @@ def register(subparsers: Any) -> None:
             "environment variable; flags win."
         ),
     )
+    add_connection_args(p, log_level=False)
     a = p.add_argument
-    a("--bootstrap-servers", help="HOST:PORT[,HOST:PORT] (FENCEWATCH_BOOTSTRAP_SERVERS)")
     a("--events-topic", help="input topic (default ownership.events)")
     a("--findings-topic", help="output topic (default ownership.findings)")
     a("--dlq-topic", help="dead-letter topic (default <events-topic>.dlq)")
+    a("--status-topic", help="compacted per-workflow status topic (default ownership.status)")
     a("--app-id", help="consumer group and transactional id prefix (default fencewatch-live)")
     a("--partitions", type=int, help="expected partitions of the events topic")
     a("--replication", type=int, help="replication of topics created here (default 1)")
@@ -38,29 +42,25 @@ def register(subparsers: Any) -> None:
         help="turn exactly-once off (findings may repeat; consumers must upsert)",
     )
     a("--commit-interval", type=float, help="seconds between commits (default 0.1)")
-    a("--store", help="memory:// (default) or rocksdb://")
-    a("--data-dir", help="local state directory (default .run/live)")
+    a("--store", help="memory:// (default) or rocksdb:// (pip install 'fencewatch[rocksdb]')")
+    a(
+        "--data-dir",
+        help=f"local state directory, created if missing (default ./{DEFAULT_DATA_DIR})",
+    )
     a("--session-timeout", type=float, help="consumer session timeout, s (default 10)")
     a("--heartbeat-interval", type=float, help="consumer heartbeat, s (default 3)")
     a("--max-events-per-key", type=int, help="detector evidence kept per workflow key")
-    a("--log-level", help="debug, info, warning, error")
+    a("--log-level", help="debug, info (default), warning, error; debug shows client logs")
     a("--metrics-port", type=int, help="port of /metrics and /health; 0 disables (default)")
-    a("--security-protocol", dest="security_protocol", help="PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL")
-    a("--sasl-mechanism", dest="security_sasl_mechanism", help="PLAIN|SCRAM-SHA-256|SCRAM-SHA-512")
-    a("--sasl-username", dest="security_sasl_username")
-    a("--ssl-cafile", dest="security_ssl_cafile")
-    a("--ssl-certfile", dest="security_ssl_certfile")
-    a("--ssl-keyfile", dest="security_ssl_keyfile")
-    # Passwords only from the environment (FENCEWATCH_SASL_PASSWORD,
-    # FENCEWATCH_SSL_KEY_PASSWORD): a flag would show in `ps`.
+    a("--metrics-host", help="address /metrics binds (default 127.0.0.1; 0.0.0.0 in a container)")
     p.set_defaults(handler=_run)
 
 
 _SETTING_ARGS = (
-    "bootstrap_servers",
     "events_topic",
     "findings_topic",
     "dlq_topic",
+    "status_topic",
     "app_id",
     "partitions",
     "replication",
@@ -73,31 +73,30 @@ _SETTING_ARGS = (
     "max_events_per_key",
     "log_level",
     "metrics_port",
-    "security_protocol",
-    "security_sasl_mechanism",
-    "security_sasl_username",
-    "security_ssl_cafile",
-    "security_ssl_certfile",
-    "security_ssl_keyfile",
+    "metrics_host",
 )
 
 
 def _run(args: argparse.Namespace) -> int:
     from streams.errors import FencewatchError
+    from streams.kafka.logs import configure_client_logs
     from streams.live.runner import run_worker
-    from streams.live.settings import SettingsError, settings_from_env
+    from streams.live.settings import SettingsError, prepare_local_state, settings_from_env
 
     overrides = {name: getattr(args, name, None) for name in _SETTING_ARGS}
+    overrides.update(connection_overrides(args))
     try:
         settings = settings_from_env(os.environ, overrides)
+        state = prepare_local_state(settings)
     except SettingsError as exc:
         print(f"fencewatch run: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    configure_client_logs(settings.log_level)
+    print(f"fencewatch run: local state in {state}", file=sys.stderr)
     try:
         return run_worker(settings)
     except FencewatchError as exc:
-        print(f"fencewatch run: {exc}", file=sys.stderr)
-        return 1
+        return report_kafka_failure("run", exc)

@@ -7,7 +7,7 @@ produced, so once the group's committed offsets reach the end of the events
 topic, every finding is committed too and a ``read_committed`` read of the
 findings topic is complete.
 
-confluent-kafka exceptions are translated to :class:`streams.errors.BrokerError`.
+The Kafka clients are :mod:`streams.kafka`'s; they raise fencewatch's errors.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from streams.errors import BrokerError, FencewatchError
 __all__ = [
     "ProcessorStalled",
     "audit_topic",
-    "committed_offsets",
-    "end_offsets",
     "jsonl_records",
     "latest_findings",
     "publish",
@@ -38,13 +36,6 @@ _TIMEOUT_S = 10.0
 
 class ProcessorStalled(FencewatchError):
     """The processor did not commit all events within the wait."""
-
-
-def _broker_error(exc: Exception, what: str) -> BrokerError:
-    err: Any = exc.args[0] if exc.args else None
-    if err is not None and hasattr(err, "name") and hasattr(err, "str"):
-        return BrokerError(f"{what}: {err.str()}", code=err.name(), retriable=bool(err.retriable()))
-    return BrokerError(f"{what}: {exc}")
 
 
 def jsonl_records(path: Path) -> list[tuple[bytes | None, bytes]]:
@@ -67,77 +58,28 @@ def jsonl_records(path: Path) -> list[tuple[bytes | None, bytes]]:
 def publish(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> int:
     """Produce ``records`` in order with an idempotent producer (acks=all) and
     wait for every acknowledgement; returns the count."""
-    from confluent_kafka import KafkaError, KafkaException, Producer
+    from streams.kafka.clients import Producer
 
     failures: list[str] = []
 
-    def delivered(err: KafkaError | None, _msg: Any) -> None:
+    def delivered(err: BrokerError | None) -> None:
         if err is not None and len(failures) < 20:
-            failures.append(f"{err.name()}: {err.str()}")
+            failures.append(f"{err.code}: {err}")
 
-    try:
-        producer = Producer(
-            {"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"}
-        )
-        n = 0
-        for key, value in records:
-            while True:
-                try:
-                    producer.produce(topic, value, key=key, on_delivery=delivered)
-                    break
-                except BufferError:  # local queue full: let deliveries drain it
-                    producer.poll(0.1)
-            n += 1
-        left = producer.flush(30)
-    except KafkaException as exc:
-        raise _broker_error(exc, f"publishing to {topic}") from None
+    producer = Producer(bootstrap)
+    n = 0
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, value, key=key, on_delivery=delivered)
+                break
+            except BufferError:  # local queue full: let deliveries drain it
+                producer.poll(0.1)
+        n += 1
+    left = producer.flush(30)
     if failures or left:
         raise BrokerError(f"publishing to {topic}: {left} unacknowledged; {'; '.join(failures)}")
     return n
-
-
-def _consumer(bootstrap: str, group: str) -> Any:
-    from confluent_kafka import Consumer
-
-    # Never subscribes: only reads offsets, so it does not join the group.
-    return Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
-    )
-
-
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    """High watermark of each partition of ``topic``."""
-    from confluent_kafka import KafkaException, TopicPartition
-
-    c = _consumer(bootstrap, "fencewatch-demo-probe")
-    try:
-        meta = c.list_topics(topic, timeout=_TIMEOUT_S).topics.get(topic)
-        if meta is None or meta.error is not None:
-            raise BrokerError(f"topic {topic} not found", code="UNKNOWN_TOPIC_OR_PART")
-        return {
-            p: int(c.get_watermark_offsets(TopicPartition(topic, p), _TIMEOUT_S, False)[1])
-            for p in sorted(meta.partitions)
-        }
-    except KafkaException as exc:
-        raise _broker_error(exc, f"offsets of {topic}") from None
-    finally:
-        c.close()
-
-
-def committed_offsets(
-    bootstrap: str, group: str, topic: str, partitions: Iterable[int]
-) -> dict[int, int]:
-    """The consumer group's committed offset per partition (negative: none)."""
-    from confluent_kafka import KafkaException, TopicPartition
-
-    c = _consumer(bootstrap, group)
-    try:
-        tps = c.committed([TopicPartition(topic, p) for p in partitions], timeout=_TIMEOUT_S)
-        return {tp.partition: int(tp.offset) for tp in tps}
-    except KafkaException as exc:
-        raise _broker_error(exc, f"committed offsets of {group}") from None
-    finally:
-        c.close()
 
 
 def wait_committed(
@@ -151,6 +93,8 @@ def wait_committed(
     """Wait until ``group`` has committed every record of ``topic`` that exists
     now; returns the end offsets. Raises :class:`ProcessorStalled` after
     ``timeout`` seconds, or as soon as ``alive()`` returns a reason."""
+    from streams.kafka.clients import committed_offsets, end_offsets
+
     end = end_offsets(bootstrap, topic)
     wanted = {p: o for p, o in end.items() if o > 0}
     deadline = time.monotonic() + timeout
@@ -173,7 +117,7 @@ def wait_committed(
 def latest_findings(bootstrap: str, topic: str) -> tuple[dict[str, dict[str, Any]], int]:
     """The latest revision of each finding on ``topic`` (read_committed, to the
     current end), and the number of records read."""
-    from streams.live.replay_reader import iter_topic
+    from streams.kafka.reader import iter_topic
 
     latest: dict[str, dict[str, Any]] = {}
     n = 0
@@ -191,7 +135,7 @@ def latest_findings(bootstrap: str, topic: str) -> tuple[dict[str, dict[str, Any
 
 def record_count(bootstrap: str, topic: str) -> int:
     """Committed records on ``topic`` (e.g. the dead-letter topic)."""
-    from streams.live.replay_reader import iter_topic
+    from streams.kafka.reader import iter_topic
 
     return sum(1 for _ in iter_topic(bootstrap, topic, timeout=_TIMEOUT_S))
 
@@ -200,7 +144,7 @@ def audit_topic(bootstrap: str, topic: str) -> dict[str, dict[str, Any]]:
     """What ``fencewatch audit --topic`` finds on ``topic``: latest revision
     per finding id, from the core detector."""
     from streams.core.replay import Replay
-    from streams.live.replay_reader import iter_topic
+    from streams.kafka.reader import iter_topic
 
     replay = Replay()
     for key, value, partition, offset in iter_topic(bootstrap, topic, timeout=_TIMEOUT_S):

@@ -73,6 +73,7 @@ class DemoSession:
         self.events_topic = f"{prefix}.events"
         self.findings_topic = f"{prefix}.findings"
         self.dlq_topic = f"{prefix}.events.dlq"
+        self.status_topic = f"{prefix}.status"
         self.tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
         self.children = Children()
         self.processor: Child | None = None
@@ -111,6 +112,8 @@ class DemoSession:
             self.findings_topic,
             "--dlq-topic",
             self.dlq_topic,
+            "--status-topic",
+            self.status_topic,
             "--app-id",
             self.app_id,
             "--partitions",
@@ -233,7 +236,13 @@ class DemoSession:
             internal = [t.format(app=self.app_id) for t in _INTERNAL_TOPICS]
             try:
                 TopicAdmin(self.settings.bootstrap_servers, timeout_s=15).delete(
-                    [self.events_topic, self.findings_topic, self.dlq_topic, *internal]
+                    [
+                        self.events_topic,
+                        self.findings_topic,
+                        self.dlq_topic,
+                        self.status_topic,
+                        *internal,
+                    ]
                 )
             except FencewatchError as exc:
                 self.out(f"warning: could not delete the demo's topics: {exc}")

@@ -7,10 +7,9 @@ extra (faust, aiokafka, confluent-kafka, prometheus-client).
 from __future__ import annotations
 
 from streams.live.processor import Outcome, OutRecord, Processor, SourceRecord
-from streams.live.settings import KafkaSecurity, LiveSettings, SettingsError, settings_from_env
+from streams.live.settings import LiveSettings, SettingsError, settings_from_env
 
 __all__ = [
-    "KafkaSecurity",
     "LiveSettings",
     "OutRecord",
     "Outcome",

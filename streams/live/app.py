@@ -33,7 +33,7 @@ from streams.live.fast_restore import FastMemoryStore, client_config
 from streams.live.intake import Intake, TapMessage
 from streams.live.metrics import LiveMetrics, MetricsServer
 from streams.live.processor import OutRecord, Processor
-from streams.live.settings import KafkaSecurity, LiveSettings
+from streams.live.settings import LiveSettings
 from streams.live.txn import TransactionalSender
 
 __all__ = ["INTAKE_SIZE", "MAX_BATCH", "TABLE_NAME", "LiveRuntime", "build_app"]
@@ -48,33 +48,9 @@ INTAKE_SIZE = 4 * MAX_BATCH
 log = logging.getLogger(__name__)
 
 
-def _credentials(sec: KafkaSecurity) -> Any:
-    if sec.protocol == "PLAINTEXT":
-        return None
-    ssl_context = None
-    if sec.protocol.endswith("SSL"):
-        from aiokafka.helpers import create_ssl_context
-
-        ssl_context = create_ssl_context(
-            cafile=sec.ssl_cafile,
-            certfile=sec.ssl_certfile,
-            keyfile=sec.ssl_keyfile,
-            password=sec.ssl_key_password,
-        )
-    if sec.protocol.startswith("SASL"):
-        return faust.SASLCredentials(
-            username=sec.sasl_username,
-            password=sec.sasl_password,
-            mechanism=sec.sasl_mechanism,
-            ssl_context=ssl_context,
-        )
-    return faust.SSLCredentials(ssl_context)
-
-
 def _app_config(settings: LiveSettings, partitions: int) -> dict[str, Any]:
-    servers = ";".join(f"kafka://{s.strip()}" for s in settings.bootstrap_servers.split(","))
     conf: dict[str, Any] = {
-        "broker": servers,
+        **settings.kafka.faust_broker(),  # broker URLs and credentials
         "store": settings.store,
         "processing_guarantee": "exactly_once" if settings.exactly_once else "at_least_once",
         "topic_partitions": partitions,
@@ -96,9 +72,6 @@ def _app_config(settings: LiveSettings, partitions: int) -> dict[str, Any]:
         "broker_max_poll_records": 1000,
         "producer_max_batch_size": 64 * 1024,
     }
-    creds = _credentials(settings.security)
-    if creds is not None:
-        conf["broker_credentials"] = creds
     return conf
 
 

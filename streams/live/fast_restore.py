@@ -52,7 +52,8 @@ from faust.stores.memory import Store as MemoryStore
 from faust.types import TP
 
 from streams.errors import BrokerError
-from streams.live import faust_seam, topics
+from streams.kafka.errors import from_kafka_error, translate
+from streams.live import faust_seam
 from streams.live.settings import LiveSettings
 
 __all__ = ["FastMemoryStore", "LoadResult", "client_config", "load_changelog"]
@@ -64,7 +65,7 @@ _BATCH = 10_000
 
 def client_config(settings: LiveSettings) -> dict[str, Any]:
     """librdkafka settings equivalent to the worker's own connection."""
-    return topics.client_config(settings.bootstrap_servers, settings.security)
+    return settings.kafka.librdkafka()
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +137,7 @@ def load_changelog(
                 err = m.error()
                 if part is None or offset is None:  # client-level error without a partition
                     if err is not None:
-                        raise BrokerError(f"changelog {topic}: {err.str()}", code=err.name())
+                        raise from_kafka_error(err, f"changelog {topic}")
                     continue
                 p = part
                 if err is not None:
@@ -144,11 +145,7 @@ def load_changelog(
                         if offset >= ends[p]:
                             pending.discard(p)
                         continue
-                    raise BrokerError(
-                        f"changelog {topic}[{p}]: {err.str()}",
-                        code=err.name(),
-                        retriable=bool(err.retriable()),
-                    )
+                    raise from_kafka_error(err, f"changelog {topic}[{p}]")
                 if p not in pending or offset >= ends[p]:
                     pending.discard(p)  # past the snapshot: faust's recovery reads it
                     continue
@@ -166,9 +163,7 @@ def load_changelog(
                         pending.discard(tp.partition)
         return LoadResult(ends, records)
     except KafkaException as exc:
-        kerr = exc.args[0] if exc.args else None
-        name = str(kerr.name()) if kerr is not None and hasattr(kerr, "name") else "UNKNOWN"
-        raise BrokerError(f"changelog {topic}: {exc}", code=name) from None
+        raise translate(exc, f"changelog {topic}") from None
     finally:
         consumer.close()
 

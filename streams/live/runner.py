@@ -10,7 +10,7 @@ from typing import Any
 from streams.errors import FencewatchError
 from streams.live.app import build_app
 from streams.live.faust_seam import crash_reason
-from streams.live.settings import LiveSettings
+from streams.live.settings import LiveSettings, prepare_local_state
 from streams.live.topics import ensure_topics
 
 __all__ = ["WorkerCrashed", "prepare_app", "run_worker"]
@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 
 
 def prepare_app(settings: LiveSettings) -> Any:
-    """Create missing topics, read the input's partition count, build the app."""
+    """Check the local state directory (created with its parents), create
+    missing topics, read the input's partition count, build the app."""
+    prepare_local_state(settings)
     partitions = ensure_topics(settings)
     log.info("starting %r with %d partitions", settings, partitions)
     return build_app(settings, partitions=partitions)

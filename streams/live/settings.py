@@ -1,82 +1,62 @@
 """Settings of the live processor: one frozen record, read from CLI flags and
 ``FENCEWATCH_*`` environment variables (flags win).
 
-Credentials (SASL password, SSL key password) are kept out of ``repr`` and
-logs: :meth:`LiveSettings.__repr__` redacts them, and nothing else in
-``streams.live`` formats a settings object.
+The Kafka connection (bootstrap servers, security, connect timeout) is one
+:class:`~streams.kafka.connection.KafkaConnection`, read from the same
+variables as every other command; its ``repr`` redacts the credentials.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from streams.kafka.connection import (
+    ENV_PREFIX,
+    FIELDS,
+    KafkaConnection,
+    SettingsError,
+    connection_from_env,
+)
+from streams.kafka.topics import (
+    DEFAULT_EVENTS_TOPIC,
+    DEFAULT_FINDINGS_TOPIC,
+    DEFAULT_STATUS_TOPIC,
+    TopicNames,
+    dlq_topic_for,
+)
+
 __all__ = [
-    "DEFAULT_EVENTS_TOPIC",
-    "DEFAULT_FINDINGS_TOPIC",
+    "DEFAULT_DATA_DIR",
     "ENV_PREFIX",
-    "KafkaSecurity",
     "LiveSettings",
     "SettingsError",
+    "prepare_local_state",
     "settings_from_env",
 ]
 
-ENV_PREFIX = "FENCEWATCH_"
-DEFAULT_EVENTS_TOPIC = "ownership.events"
-DEFAULT_FINDINGS_TOPIC = "ownership.findings"
-_REDACTED = "'***'"
+#: Local state of an installed tool: under the directory it is started from
+#: (one per worker on a host: give each its own --data-dir).
+DEFAULT_DATA_DIR = ".fencewatch/live"
 _STORES = ("memory", "rocksdb")
-_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
-
-
-class SettingsError(ValueError):
-    """A setting is missing or out of range; the message names it."""
-
-
-@dataclass(frozen=True, slots=True)
-class KafkaSecurity:
-    """Kafka client security, passed through to faust/aiokafka unchanged."""
-
-    protocol: str = "PLAINTEXT"
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_password: str | None = field(default=None, repr=False)
-    ssl_cafile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_keyfile: str | None = None
-    ssl_key_password: str | None = field(default=None, repr=False)
-
-    def __repr__(self) -> str:
-        parts = []
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            shown = _REDACTED if f.name.endswith("password") and value else repr(value)
-            parts.append(f"{f.name}={shown}")
-        return f"KafkaSecurity({', '.join(parts)})"
-
-    def validate(self) -> None:
-        if self.protocol not in _PROTOCOLS:
-            raise SettingsError(f"security protocol must be one of {', '.join(_PROTOCOLS)}")
-        if self.protocol.startswith("SASL"):
-            if self.sasl_mechanism not in _MECHANISMS:
-                raise SettingsError(f"sasl mechanism must be one of {', '.join(_MECHANISMS)}")
-            if not self.sasl_username or self.sasl_password is None:
-                raise SettingsError("SASL needs a username and a password")
 
 
 @dataclass(frozen=True, slots=True)
 class LiveSettings:
     """Everything the live processor needs; build the app from this only."""
 
-    bootstrap_servers: str
+    kafka: KafkaConnection
     events_topic: str = DEFAULT_EVENTS_TOPIC
     findings_topic: str = DEFAULT_FINDINGS_TOPIC
     #: ``None``: ``<events_topic>.dlq`` (SPEC §7).
     dlq_topic: str | None = None
+    #: The compacted per-workflow status topic (SPEC §8).
+    status_topic: str = DEFAULT_STATUS_TOPIC
     app_id: str = "fencewatch-live"
     #: Partitions of the state table's changelog; must equal the events
     #: topic's. ``None``: read the events topic's count from the broker.
@@ -94,7 +74,7 @@ class LiveSettings:
     commit_interval: float = 0.1
     #: ``memory://`` (default) or ``rocksdb://`` (rocksdict).
     store: str = "memory://"
-    data_dir: str = ".run/live"
+    data_dir: str = DEFAULT_DATA_DIR
     session_timeout: float = 10.0
     heartbeat_interval: float = 3.0
     max_events_per_key: int = 1024
@@ -104,12 +84,20 @@ class LiveSettings:
     log_level: str = "info"
     #: Port of the /metrics and /health endpoint; 0 disables it.
     metrics_port: int = 0
+    #: Address the endpoint binds (0.0.0.0 in a container, to be scraped).
     metrics_host: str = "127.0.0.1"
-    security: KafkaSecurity = field(default_factory=KafkaSecurity)
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka.bootstrap_servers
 
     @property
     def dlq(self) -> str:
-        return self.dlq_topic or f"{self.events_topic}.dlq"
+        return self.dlq_topic or dlq_topic_for(self.events_topic)
+
+    @property
+    def topic_names(self) -> TopicNames:
+        return TopicNames(self.events_topic, self.findings_topic, self.dlq, self.status_topic)
 
     @property
     def store_kind(self) -> str:
@@ -120,13 +108,12 @@ class LiveSettings:
         return f"LiveSettings({', '.join(parts)})"
 
     def validate(self) -> LiveSettings:
-        if not self.bootstrap_servers.strip():
-            raise SettingsError("bootstrap servers are required")
-        for name in ("events_topic", "findings_topic", "app_id"):
+        self.kafka.validate()
+        for name in ("events_topic", "findings_topic", "status_topic", "app_id"):
             if not getattr(self, name):
                 raise SettingsError(f"{name} must not be empty")
-        if len({self.events_topic, self.findings_topic, self.dlq}) != 3:
-            raise SettingsError("events, findings and dead-letter topics must differ")
+        if len(set(self.topic_names.all())) != 4:
+            raise SettingsError("events, findings, dead-letter and status topics must differ")
         if self.partitions is not None and self.partitions < 1:
             raise SettingsError("partitions must be >= 1")
         if self.replication < 1:
@@ -143,7 +130,8 @@ class LiveSettings:
             raise SettingsError(f"log level must be one of {', '.join(_LOG_LEVELS)}")
         if not 0 <= self.metrics_port <= 65535:
             raise SettingsError("metrics port must be within 0..65535")
-        self.security.validate()
+        if not self.metrics_host.strip():
+            raise SettingsError("metrics host must not be empty")
         return self
 
     def replace(self, **changes: Any) -> LiveSettings:
@@ -161,10 +149,10 @@ def _bool(text: str) -> bool:
 
 
 _ENV: tuple[tuple[str, str, Any], ...] = (
-    ("bootstrap_servers", "BOOTSTRAP_SERVERS", str),
     ("events_topic", "EVENTS_TOPIC", str),
     ("findings_topic", "FINDINGS_TOPIC", str),
     ("dlq_topic", "DLQ_TOPIC", str),
+    ("status_topic", "STATUS_TOPIC", str),
     ("app_id", "APP_ID", str),
     ("partitions", "PARTITIONS", int),
     ("replication", "REPLICATION", int),
@@ -178,16 +166,7 @@ _ENV: tuple[tuple[str, str, Any], ...] = (
     ("max_event_bytes", "MAX_EVENT_BYTES", int),
     ("log_level", "LOG_LEVEL", str),
     ("metrics_port", "METRICS_PORT", int),
-)
-_ENV_SECURITY: tuple[tuple[str, str], ...] = (
-    ("protocol", "SECURITY_PROTOCOL"),
-    ("sasl_mechanism", "SASL_MECHANISM"),
-    ("sasl_username", "SASL_USERNAME"),
-    ("sasl_password", "SASL_PASSWORD"),
-    ("ssl_cafile", "SSL_CAFILE"),
-    ("ssl_certfile", "SSL_CERTFILE"),
-    ("ssl_keyfile", "SSL_KEYFILE"),
-    ("ssl_key_password", "SSL_KEY_PASSWORD"),
+    ("metrics_host", "METRICS_HOST", str),
 )
 
 
@@ -195,9 +174,9 @@ def settings_from_env(
     env: Mapping[str, str], overrides: Mapping[str, Any] | None = None
 ) -> LiveSettings:
     """Settings from ``FENCEWATCH_*`` variables in ``env``, then ``overrides``
-    (CLI flags; ``None`` values mean "not given"). Raises :class:`SettingsError`."""
+    (CLI flags by setting name, the connection's by its field name; ``None``
+    values mean "not given"). Raises :class:`SettingsError`."""
     values: dict[str, Any] = {}
-    security: dict[str, Any] = {}
     for name, suffix, parse in _ENV:
         raw = env.get(ENV_PREFIX + suffix)
         if raw is not None and raw != "":
@@ -205,22 +184,25 @@ def settings_from_env(
                 values[name] = parse(raw)
             except ValueError as exc:
                 raise SettingsError(f"{ENV_PREFIX}{suffix}: {exc}") from None
-    for name, suffix in _ENV_SECURITY:
-        raw = env.get(ENV_PREFIX + suffix)
-        if raw:
-            security[name] = raw
-    for name, value in (overrides or {}).items():
-        if value is None:
-            continue
-        if name.startswith("security_"):
-            security[name.removeprefix("security_")] = value
-        else:
-            values[name] = value
-    if "bootstrap_servers" not in values:
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    kafka = connection_from_env(env, {k: v for k, v in given.items() if k in FIELDS})
+    values.update({k: v for k, v in given.items() if k not in FIELDS})
+    return LiveSettings(kafka, **values).validate()
+
+
+def prepare_local_state(settings: LiveSettings) -> Path:
+    """Check what the store needs locally and create the data directory with
+    its parents; returns its absolute path. Raises :class:`SettingsError`
+    naming the problem (a missing extra, a directory that cannot be made)."""
+    if settings.store_kind == "rocksdb" and importlib.util.find_spec("rocksdict") is None:
         raise SettingsError(
-            f"bootstrap servers are required (--bootstrap-servers or {ENV_PREFIX}BOOTSTRAP_SERVERS)"
+            "--store rocksdb:// needs the rocksdb extra: pip install 'fencewatch[rocksdb]'"
         )
-    if "protocol" in security:
-        security["protocol"] = str(security["protocol"]).upper()
-    values["security"] = KafkaSecurity(**security)
-    return LiveSettings(**values).validate()
+    path = Path(settings.data_dir).expanduser().absolute()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SettingsError(
+            f"cannot create the data directory {path}: {exc.strerror or exc}"
+        ) from None
+    return path

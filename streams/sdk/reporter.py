@@ -30,13 +30,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from streams.core.records import Event, EventType, event_to_dict
 from streams.core.validate import to_event
 from streams.errors import BrokerError
 from streams.fences.lease import Lease, LeaseStore, Stamp, check_lease_args
 from streams.fences.sink import EffectSink, Receipt
+from streams.kafka.clients import Producer
+from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
 from streams.sdk.hooks import observers
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EffectBoundary", "OwnershipReporter", "Report", "ReporterSettings"]
 
-DEFAULT_TOPIC = "ownership.events"
+DEFAULT_TOPIC = DEFAULT_EVENTS_TOPIC
 _MAX_KEPT_ERRORS = 20
 
 
@@ -111,16 +112,11 @@ class OwnershipReporter:
         self.leases = leases
         conf: dict[str, Any] = {
             **settings.extra,
-            "bootstrap.servers": settings.bootstrap_servers,
-            "enable.idempotence": True,
-            "acks": "all",
             "linger.ms": settings.linger_ms,
             "delivery.timeout.ms": settings.delivery_timeout_ms,
         }
-        try:
-            self._producer = Producer(conf)
-        except KafkaException as exc:
-            raise _broker_error(exc) from exc
+        # Idempotent, acks=all: the layer's producer enforces both.
+        self._producer = Producer(settings.bootstrap_servers, conf)
         # Delivery failures arrive on the poll thread; kept (bounded) until
         # the next flush() reports them.
         self._failed = 0
@@ -156,17 +152,15 @@ class OwnershipReporter:
                     ) from None
                 self._producer.poll(0.1)
                 waited += 0.1
-            except KafkaException as exc:
-                raise _broker_error(exc) from exc
         self._producer.poll(0)
         for observe in observers():  # e.g. streams.integrations.otel
             observe(event)
 
-    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+    def _on_delivery(self, err: BrokerError | None) -> None:
         if err is not None:
             self._failed += 1
             if len(self._errors) < _MAX_KEPT_ERRORS:
-                self._errors.append(f"{err.name()}: {err.str()}")
+                self._errors.append(f"{err.code}: {err}")
 
     # -- helpers ----------------------------------------------------------
 
@@ -358,10 +352,7 @@ class OwnershipReporter:
         """Wait for every event to be acknowledged. Raises BrokerError when
         some are still undelivered after ``timeout`` or failed since the last
         flush (the count and the first errors are in the message)."""
-        try:
-            remaining = self._producer.flush(timeout)
-        except KafkaException as exc:
-            raise _broker_error(exc) from exc
+        remaining = self._producer.flush(timeout)
         failed, errors = self._failed, self._errors
         self._failed, self._errors = 0, []
         if failed:
@@ -400,9 +391,3 @@ class OwnershipReporter:
             with suppress(BrokerError):
                 self.close()
 
-
-def _broker_error(exc: KafkaException) -> BrokerError:
-    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-    if err is None:
-        return BrokerError(str(exc))
-    return BrokerError(err.str(), code=err.name(), retriable=bool(err.retriable()))

@@ -21,7 +21,7 @@ import pytest
 
 from streams.cli import main
 from streams.kafka.admin import TopicAdmin
-from streams.live.replay_reader import iter_topic
+from streams.kafka.reader import iter_topic
 
 REPO = Path(__file__).resolve().parents[2]
 _TOPICS = re.compile(r"topics: (\S+) -> (\S+) \(dead letters: (\S+)\)")

@@ -196,7 +196,7 @@ class LiveHarness:
 
     def read(self, topic: str) -> list[Any]:
         """Every committed record of ``topic`` (read_committed, to the end)."""
-        from streams.live.replay_reader import iter_topic
+        from streams.kafka.reader import iter_topic
 
         return list(iter_topic(self.bootstrap, topic, timeout=20))
 
@@ -235,7 +235,7 @@ class LiveHarness:
         """Latest revision per finding id from the core detector over the
         events topic in partition order (what ``fencewatch audit --topic`` does)."""
         from streams.core.replay import Replay
-        from streams.live.replay_reader import iter_topic
+        from streams.kafka.reader import iter_topic
 
         r = Replay()
         for key, value, partition, offset in iter_topic(self.bootstrap, self.events):

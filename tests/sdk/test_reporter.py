@@ -20,7 +20,7 @@ from streams.sdk import OwnershipReporter, ReporterSettings
 
 def _read(bootstrap: str, topic: str) -> list[tuple[bytes, Event]]:
     """Every message of the topic to its end (read_committed), validated."""
-    from streams.live.replay_reader import iter_topic
+    from streams.kafka.reader import iter_topic
 
     out: list[tuple[bytes, Event]] = []
     for key, value, _partition, _offset in iter_topic(bootstrap, topic):

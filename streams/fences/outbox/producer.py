@@ -15,18 +15,17 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer
-
 from streams.core.records import Event, EventType
-from streams.errors import BrokerError, StaleOwner
+from streams.errors import StaleOwner
 from streams.fences.db import Database, Tx, check_prefix
 from streams.fences.lease import EventPublisher, check_lease_args
 from streams.fences.lease_sql import SqlLeaseStore
 from streams.fences.outbox.table import Outbox, StagedEffect, lease_problem
+from streams.kafka.clients import TransactionalProducer
+from streams.kafka.errors import ProducerFenced
 
 __all__ = [
     "EFFECT_KEY_HEADER",
@@ -42,12 +41,6 @@ EPOCH_HEADER = "fencewatch-epoch"
 IDEMPOTENCY_HEADER = "fencewatch-idempotency-key"
 EFFECT_KEY_HEADER = "fencewatch-effect-key"
 WORKER_HEADER = "fencewatch-worker"
-
-# librdkafka reports# librdkafka reports a fenced transactional producer as the fatal _FENCED;
-# brokers may also answer PRODUCER_FENCED or INVALID_PRODUCER_EPOCH first.
-_FENCED_CODES = frozenset(
-    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-)
 
 
 def transactional_id_for(workflow_key: str, prefix: str = "fencewatch-outbox-") -> str:
@@ -104,7 +97,7 @@ class OutboxProducer:
         self.outbox = Outbox(db, prefix=prefix)
         self._leases = SqlLeaseStore(db, prefix=prefix)
         self.transactional_id = transactional_id_for(workflow_key, settings.transactional_id_prefix)
-        self._producer: Producer | None = None
+        self._producer: TransactionalProducer | None = None
         self._fenced = False
         #: Times this owner found itself fenced while its lease was still
         #: current (a stale worker's init slipped in) and took the id back.
@@ -126,18 +119,16 @@ class OutboxProducer:
         if problem is not None:
             raise StaleOwner(key, self.epoch, self._current(), f"refusing to initialize: {problem}")
         conf: dict[str, Any] = {
-            "bootstrap.servers": self.settings.bootstrap_servers,
-            "transactional.id": self.transactional_id,
-            "enable.idempotence": True,
-            "acks": "all",
             "transaction.timeout.ms": self.settings.transaction_timeout_ms,
             **self.settings.extra,
         }
-        producer = Producer(conf)
-        try:
-            producer.init_transactions(self.settings.op_timeout_s)
-        except KafkaException as exc:
-            raise _broker_error(exc, "init_transactions") from exc
+        producer = TransactionalProducer(
+            self.settings.bootstrap_servers,
+            self.transactional_id,
+            settings=conf,
+            op_timeout_s=self.settings.op_timeout_s,
+        )
+        producer.init()
         # Kafka just fenced every earlier producer of this key. If a newer
         # owner acquired the lease (or initialized) meanwhile, we may have
         # fenced the rightful owner: refuse before publishing anything, and
@@ -163,7 +154,7 @@ class OutboxProducer:
                         (key, self.epoch),
                     )
         if problem is not None:
-            _close_quietly(producer)
+            producer.close()
             raise StaleOwner(key, self.epoch, self._current(), f"after initializing: {problem}")
         self._producer = producer
 
@@ -205,9 +196,7 @@ class OutboxProducer:
                 self._reject(rows, problem)
         try:
             self._send(producer, rows)
-        except KafkaException as exc:
-            if not _is_fenced(exc):
-                raise self._abort(producer, exc) from exc
+        except ProducerFenced as exc:
             # Fenced. Either we are stale (a newer owner initialized), or a
             # stale worker slipped an init in past its lease check and fenced
             # us, the rightful owner: then take the transactional id back
@@ -218,7 +207,7 @@ class OutboxProducer:
                 )
             if problem is not None:
                 self._fenced = True
-                self._reject(rows, f"Kafka fenced the producer ({_code_name(exc)}); {problem}")
+                self._reject(rows, f"Kafka fenced the producer ({exc.code}); {problem}")
             self.inversions += 1
             self.close()
             self.init()
@@ -226,37 +215,31 @@ class OutboxProducer:
             assert producer is not None
             try:
                 self._send(producer, rows)
-            except KafkaException as exc2:
-                if _is_fenced(exc2):
-                    self._fenced = True
-                    self._reject(rows, f"Kafka fenced the producer again ({_code_name(exc2)})")
-                raise self._abort(producer, exc2) from exc2
+            except ProducerFenced as exc2:
+                self._fenced = True
+                self._reject(rows, f"Kafka fenced the producer again ({exc2.code})")
         self._mark_sent(rows)
         return len(rows)
 
-    def _abort(self, producer: Producer, exc: KafkaException) -> BrokerError:
-        err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-        if err is not None and err.txn_requires_abort():
-            # The rows stay staged either way.
-            with suppress(KafkaException):
-                producer.abort_transaction(self.settings.op_timeout_s)
-        return _broker_error(exc, "transaction")
-
-    def _send(self, producer: Producer, rows: Sequence[StagedEffect]) -> None:
-        producer.begin_transaction()
-        for row in rows:
-            producer.produce(
-                self.settings.topic,
-                value=row.payload,
-                key=row.workflow_key.encode("utf-8"),
-                headers=[
-                    (EPOCH_HEADER, str(row.epoch).encode()),
-                    (IDEMPOTENCY_HEADER, row.idempotency_key.encode("utf-8")),
-                    (EFFECT_KEY_HEADER, row.effect_key.encode("utf-8")),
-                    (WORKER_HEADER, self.worker_id.encode("utf-8")),
-                ],
-            )
-        producer.commit_transaction(self.settings.op_timeout_s)
+    def _send(self, producer: TransactionalProducer, rows: Sequence[StagedEffect]) -> None:
+        """One Kafka transaction; on failure it is aborted (the rows stay
+        staged) and the error raised: ProducerFenced when fenced."""
+        producer.send(
+            self.settings.topic,
+            (
+                (
+                    row.workflow_key.encode("utf-8"),
+                    row.payload,
+                    [
+                        (EPOCH_HEADER, str(row.epoch).encode()),
+                        (IDEMPOTENCY_HEADER, row.idempotency_key.encode("utf-8")),
+                        (EFFECT_KEY_HEADER, row.effect_key.encode("utf-8")),
+                        (WORKER_HEADER, self.worker_id.encode("utf-8")),
+                    ],
+                )
+                for row in rows
+            ),
+        )
 
     def _mark_sent(self, rows: Sequence[StagedEffect]) -> None:
         with self.db.transaction() as tx:
@@ -301,7 +284,7 @@ class OutboxProducer:
         """Drop the Kafka producer (an open transaction is aborted by Kafka's
         transaction timeout or by the next init of this transactional id)."""
         if self._producer is not None:
-            _close_quietly(self._producer)
+            self._producer.close()
             self._producer = None
 
     def __enter__(self) -> OutboxProducer:
@@ -311,23 +294,3 @@ class OutboxProducer:
         self.close()
 
 
-def _is_fenced(exc: KafkaException) -> bool:
-    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-    return err is not None and err.code() in _FENCED_CODES
-
-
-def _code_name(exc: KafkaException) -> str:
-    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-    return err.name() if err is not None else "unknown"
-
-
-def _close_quietly(producer: Producer) -> None:
-    with suppress(KafkaException):  # closing: nothing left to report to
-        producer.flush(0)
-
-
-def _broker_error(exc: KafkaException, what: str) -> BrokerError:
-    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-    if err is None:
-        return BrokerError(f"{what}: {exc}")
-    return BrokerError(f"{what}: {err.str()}", code=err.name(), retriable=bool(err.retriable()))

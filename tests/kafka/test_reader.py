@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from streams.errors import BrokerError
-from streams.live.replay_reader import END, Offset, Timestamp, iter_topic
+from streams.kafka.reader import END, Offset, Timestamp, iter_topic
 
 pytestmark = pytest.mark.kafka
 

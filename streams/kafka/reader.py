@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from streams.errors import BrokerError
+from streams.kafka.connection import KafkaConnection, check_reachable
+from streams.kafka.errors import TopicMissing, from_kafka_error, translate
 
 __all__ = ["BEGINNING", "END", "Bound", "Offset", "Timestamp", "TopicRecord", "iter_topic"]
 
@@ -65,37 +66,38 @@ END = _Edge("end")
 Bound = Offset | Timestamp | _Edge
 
 
-def _broker_error(exc: Exception, what: str) -> BrokerError:
-    err: Any = exc.args[0] if exc.args else None
-    if err is not None and hasattr(err, "name") and hasattr(err, "str"):
-        return BrokerError(
-            f"{what}: {err.str()}", code=err.name(), retriable=bool(err.retriable())
-        )
-    return BrokerError(f"{what}: {exc}")
-
-
 def iter_topic(
-    bootstrap: str,
+    conn: KafkaConnection | str,
     topic: str,
     *,
     start: Bound = BEGINNING,
     end: Bound = END,
     config: Mapping[str, Any] | None = None,
-    timeout: float = 30.0,
+    timeout: float | None = None,
     on_plan: Callable[[dict[int, int], dict[int, int]], None] | None = None,
 ) -> Iterator[TopicRecord]:
     """Yield the records of ``topic`` with ``start <= position < end`` per
     partition (end exclusive; a :class:`Timestamp` end stops before the first
-    record at or after it). ``config`` adds librdkafka settings (security).
+    record at or after it). ``conn`` is a connection or a bare bootstrap
+    string; ``config`` adds librdkafka settings; ``timeout`` bounds each wait
+    (default: the connection's connect timeout).
 
-    Raises :class:`~streams.errors.BrokerError` for an unknown topic or a
-    broker failure. ``on_plan(begin, end)``, when given, is called once with
+    Raises :class:`~streams.kafka.errors.TopicMissing` for an unknown topic,
+    :class:`~streams.kafka.errors.BrokerUnreachable` (at once, naming the
+    address and cause) when no broker accepts a connection, and other
+    :class:`~streams.errors.BrokerError` for broker failures.
+    ``on_plan(begin, end)``, when given, is called once with
     the resolved offsets per partition before the first record (for a
     progress display)."""
     from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
+    if isinstance(conn, str):
+        conn = KafkaConnection(conn)
+    conn.validate()
+    if timeout is None:
+        timeout = conn.connect_timeout
+    check_reachable(conn)
     conf: dict[str, Any] = {
-        "bootstrap.servers": bootstrap,
         "group.id": "fencewatch-audit-reader",  # required by the client; never joined
         "enable.auto.commit": False,
         "enable.partition.eof": True,
@@ -104,17 +106,18 @@ def iter_topic(
         # Bounded prefetch: at most ~8 MiB queued in the client.
         "queued.max.messages.kbytes": 8192,
     }
+    conf = conn.librdkafka(**conf)
     conf.update(config or {})
     consumer = Consumer(conf)
     try:
         try:
             meta = consumer.list_topics(topic, timeout=timeout)
         except KafkaException as exc:
-            raise _broker_error(exc, f"topic {topic}") from None
+            raise translate(exc, f"topic {topic}") from None
         tmeta = meta.topics.get(topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
             reason = tmeta.error.str() if tmeta is not None and tmeta.error else "no such topic"
-            raise BrokerError(f"topic {topic}: {reason}", code="UNKNOWN_TOPIC_OR_PART")
+            raise TopicMissing(f"topic {topic}: {reason}", code="UNKNOWN_TOPIC_OR_PART")
         partitions = sorted(tmeta.partitions)
         try:
             lows: dict[int, int] = {}
@@ -127,7 +130,7 @@ def iter_topic(
             begin = _resolve(consumer, topic, partitions, start, lows, highs, timeout)
             stop = _resolve(consumer, topic, partitions, end, lows, highs, timeout, is_end=True)
         except KafkaException as exc:
-            raise _broker_error(exc, f"offsets of {topic}") from None
+            raise translate(exc, f"offsets of {topic}") from None
         if on_plan is not None:
             on_plan(dict(begin), dict(stop))
         pending = {p for p in partitions if begin[p] < stop[p]}
@@ -137,18 +140,14 @@ def iter_topic(
         while pending:
             msg = consumer.poll(timeout)
             if msg is None:
-                raise BrokerError(
-                    f"no record from {topic} within {timeout:.0f} s", code="TIMEOUT", retriable=True
-                )
+                raise translate(TimeoutError(), f"no record from {topic} within {timeout:g} s")
             err = msg.error()
             p = msg.partition()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     pending.discard(p)
                     continue
-                raise BrokerError(
-                    f"reading {topic}: {err.str()}", code=err.name(), retriable=err.retriable()
-                )
+                raise from_kafka_error(err, f"reading {topic}")
             offset = msg.offset()
             if p is None or offset is None or p not in pending:
                 continue

@@ -1,0 +1,194 @@
+"""Small confluent-kafka clients for the packages outside this layer (SDK,
+outbox, demos): they produce, run transactions and read offsets through
+these, and see only fencewatch's error types (:mod:`streams.kafka.errors`).
+
+A producer's local queue being full stays the builtin :class:`BufferError`
+(the caller decides how long to wait for room: see ``poll``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import suppress
+from typing import Any
+
+from streams.errors import BrokerError
+from streams.kafka.connection import KafkaConnection
+from streams.kafka.errors import TopicMissing, from_kafka_error, translate
+
+__all__ = [
+    "DeliveryCallback",
+    "Header",
+    "Producer",
+    "TransactionalProducer",
+    "committed_offsets",
+    "end_offsets",
+]
+
+#: Called once per produced record: ``None`` when acknowledged, else the error.
+DeliveryCallback = Callable[[BrokerError | None], None]
+Header = tuple[str, bytes]
+
+
+def _connection(conn: KafkaConnection | str) -> KafkaConnection:
+    return KafkaConnection(conn) if isinstance(conn, str) else conn
+
+
+class Producer:
+    """An idempotent producer (``acks=all``). ``settings`` are further
+    librdkafka settings (``linger.ms``...); they cannot turn idempotence or
+    ``acks=all`` off. Thread-safe, as the client is."""
+
+    def __init__(self, conn: KafkaConnection | str, settings: Mapping[str, Any] | None = None):
+        from confluent_kafka import KafkaException
+        from confluent_kafka import Producer as _Producer
+
+        self._kafka_exception = KafkaException
+        conf = _connection(conn).librdkafka()
+        conf.update(settings or {})
+        conf.update({"enable.idempotence": True, "acks": "all"})
+        try:
+            self._producer = _Producer(conf)
+        except KafkaException as exc:
+            raise translate(exc, "configuring the Kafka producer") from None
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        *,
+        on_delivery: DeliveryCallback | None = None,
+    ) -> None:
+        """Queue one record; BufferError when the local queue is full."""
+        callback = None
+        if on_delivery is not None:
+            report = on_delivery
+
+            def callback(err: Any, _msg: Any) -> None:
+                report(None if err is None else from_kafka_error(err, f"delivery to {topic}"))
+
+        try:
+            self._producer.produce(topic, value=value, key=key, on_delivery=callback)
+        except self._kafka_exception as exc:
+            raise translate(exc, f"producing to {topic}") from None
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Serve delivery callbacks for up to ``timeout`` seconds."""
+        return int(self._producer.poll(timeout))
+
+    def flush(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds for every acknowledgement; returns
+        how many records are still unacknowledged."""
+        try:
+            return int(self._producer.flush(timeout))
+        except self._kafka_exception as exc:
+            raise translate(exc, "flushing the producer") from None
+
+
+class TransactionalProducer:
+    """A transactional producer: :meth:`init` fences every earlier producer of
+    the same ``transactional_id``; :meth:`send` writes records in one
+    transaction. A fenced producer raises
+    :class:`~streams.kafka.errors.ProducerFenced`."""
+
+    def __init__(
+        self,
+        conn: KafkaConnection | str,
+        transactional_id: str,
+        *,
+        settings: Mapping[str, Any] | None = None,
+        op_timeout_s: float = 30.0,
+    ) -> None:
+        from confluent_kafka import KafkaException
+        from confluent_kafka import Producer as _Producer
+
+        self._kafka_exception = KafkaException
+        self._timeout = op_timeout_s
+        conf = _connection(conn).librdkafka()
+        conf.update(settings or {})
+        conf.update({"transactional.id": transactional_id, "enable.idempotence": True})
+        conf["acks"] = "all"
+        try:
+            self._producer = _Producer(conf)
+        except KafkaException as exc:
+            raise translate(exc, "configuring the transactional producer") from None
+
+    def init(self) -> None:
+        try:
+            self._producer.init_transactions(self._timeout)
+        except self._kafka_exception as exc:
+            raise translate(exc, "init_transactions") from None
+
+    def send(
+        self, topic: str, records: Iterable[tuple[bytes | None, bytes, Sequence[Header]]]
+    ) -> None:
+        """Begin, produce ``(key, value, headers)`` records, commit. On a
+        failure the transaction is aborted when the client requires it (the
+        records are then not visible to read_committed readers) and the error
+        is raised translated."""
+        p = self._producer
+        try:
+            p.begin_transaction()
+            for key, value, headers in records:
+                p.produce(topic, value=value, key=key, headers=list(headers))
+            p.commit_transaction(self._timeout)
+        except self._kafka_exception as exc:
+            err = exc.args[0] if exc.args else None
+            if err is not None and hasattr(err, "txn_requires_abort") and err.txn_requires_abort():
+                with suppress(self._kafka_exception):
+                    p.abort_transaction(self._timeout)
+            raise translate(exc, "transaction") from None
+
+    def close(self) -> None:
+        """Drop the producer (an open transaction is aborted by Kafka's
+        transaction timeout or by the next init of this transactional id)."""
+        with suppress(self._kafka_exception):  # closing: nothing left to report to
+            self._producer.flush(0)
+
+
+def _probe_consumer(conn: KafkaConnection, group: str) -> Any:
+    from confluent_kafka import Consumer
+
+    # Never subscribes: only reads offsets, so it does not join the group.
+    return Consumer(conn.librdkafka(**{"group.id": group, "enable.auto.commit": False}))
+
+
+def end_offsets(conn: KafkaConnection | str, topic: str) -> dict[int, int]:
+    """High watermark of each partition of ``topic``."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    conn = _connection(conn)
+    timeout = conn.connect_timeout
+    c = _probe_consumer(conn, "fencewatch-offsets-probe")
+    try:
+        meta = c.list_topics(topic, timeout=timeout).topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise TopicMissing(f"topic {topic} not found", code="UNKNOWN_TOPIC_OR_PART")
+        return {
+            p: int(c.get_watermark_offsets(TopicPartition(topic, p), timeout, False)[1])
+            for p in sorted(meta.partitions)
+        }
+    except KafkaException as exc:
+        raise translate(exc, f"offsets of {topic}") from None
+    finally:
+        c.close()
+
+
+def committed_offsets(
+    conn: KafkaConnection | str, group: str, topic: str, partitions: Iterable[int]
+) -> dict[int, int]:
+    """The consumer group's committed offset per partition (negative: none)."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    conn = _connection(conn)
+    c = _probe_consumer(conn, group)
+    try:
+        tps = c.committed(
+            [TopicPartition(topic, p) for p in partitions], timeout=conn.connect_timeout
+        )
+        return {tp.partition: int(tp.offset) for tp in tps}
+    except KafkaException as exc:
+        raise translate(exc, f"committed offsets of {group}") from None
+    finally:
+        c.close()

@@ -1,0 +1,145 @@
+"""The one translation of Kafka client errors into fencewatch's error types.
+
+confluent-kafka raises ``KafkaException(KafkaError)`` and reports delivery
+and consume failures as bare ``KafkaError`` values; aiokafka raises
+``aiokafka.errors.KafkaError`` subclasses. Everything leaves this layer as a
+:class:`~streams.errors.BrokerError`, typed by what a caller can do about it:
+
+=======================  ==================================================
+:class:`BrokerUnreachable`  no broker answered (address, network, broker down)
+:class:`AuthenticationFailed`  SASL or TLS handshake refused
+:class:`AuthorizationFailed`  an ACL forbids the topic, group or transaction
+:class:`TopicMissing`      the topic (or partition) does not exist
+:class:`ProducerFenced`    a newer producer with the same transactional id
+                           took over: the caller is a stale owner
+                           (:class:`~streams.errors.StaleOwner` where the
+                           caller knows the key and epoch, as the outbox does)
+=======================  ==================================================
+
+``code`` keeps the client's error name (``_TRANSPORT``,
+``TOPIC_AUTHORIZATION_FAILED`` ...), ``retriable`` the client's verdict.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from streams.errors import BrokerError
+
+__all__ = [
+    "AuthenticationFailed",
+    "AuthorizationFailed",
+    "BrokerUnreachable",
+    "ProducerFenced",
+    "TopicMissing",
+    "from_kafka_error",
+    "is_fenced",
+    "translate",
+]
+
+
+class BrokerUnreachable(BrokerError):
+    """No broker could be reached (refused, unknown host, timed out)."""
+
+
+class AuthenticationFailed(BrokerError):
+    """The brokers refused the credentials (SASL) or the TLS handshake."""
+
+
+class AuthorizationFailed(BrokerError):
+    """Authenticated, but an ACL forbids the operation."""
+
+
+class TopicMissing(BrokerError):
+    """The topic or partition does not exist."""
+
+
+class ProducerFenced(BrokerError):
+    """A newer producer with this transactional id fenced this one."""
+
+
+_UNREACHABLE = frozenset(
+    {"_TRANSPORT", "_ALL_BROKERS_DOWN", "_RESOLVE", "_TIMED_OUT", "NETWORK_EXCEPTION"}
+)
+_AUTHENTICATION = frozenset(
+    {"SASL_AUTHENTICATION_FAILED", "_AUTHENTICATION", "_SSL", "ILLEGAL_SASL_STATE",
+     "UNSUPPORTED_SASL_MECHANISM"}
+)  # fmt: skip
+_AUTHORIZATION = frozenset(
+    {"TOPIC_AUTHORIZATION_FAILED", "GROUP_AUTHORIZATION_FAILED",
+     "CLUSTER_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"}
+)  # fmt: skip
+_MISSING = frozenset({"UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION"})
+# librdkafka reports a fenced transactional producer as the fatal _FENCED;
+# brokers may answer PRODUCER_FENCED or INVALID_PRODUCER_EPOCH first.
+_FENCED = frozenset({"_FENCED", "PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"})
+# Other codes that mean "ask again later".
+_RETRIABLE = frozenset({"_TRANSPORT", "_TIMED_OUT", "REQUEST_TIMED_OUT", "NOT_CONTROLLER"})
+
+# aiokafka exception class names -> our kinds (matched by name so this module
+# does not import aiokafka for callers that never use it).
+_AIOKAFKA: dict[str, tuple[type[BrokerError], str]] = {
+    "KafkaConnectionError": (BrokerUnreachable, "_TRANSPORT"),
+    "NoBrokersAvailable": (BrokerUnreachable, "_ALL_BROKERS_DOWN"),
+    "KafkaTimeoutError": (BrokerUnreachable, "_TIMED_OUT"),
+    "RequestTimedOutError": (BrokerUnreachable, "REQUEST_TIMED_OUT"),
+    "SaslAuthenticationFailed": (AuthenticationFailed, "SASL_AUTHENTICATION_FAILED"),
+    "AuthenticationFailedError": (AuthenticationFailed, "SASL_AUTHENTICATION_FAILED"),
+    "UnsupportedSaslMechanismError": (AuthenticationFailed, "UNSUPPORTED_SASL_MECHANISM"),
+    "ClusterAuthorizationFailedError": (AuthorizationFailed, "CLUSTER_AUTHORIZATION_FAILED"),
+    "TopicAuthorizationFailedError": (AuthorizationFailed, "TOPIC_AUTHORIZATION_FAILED"),
+    "GroupAuthorizationFailedError": (AuthorizationFailed, "GROUP_AUTHORIZATION_FAILED"),
+    "TransactionalIdAuthorizationFailed": (
+        AuthorizationFailed,
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    ),
+    "UnknownTopicOrPartitionError": (TopicMissing, "UNKNOWN_TOPIC_OR_PART"),
+    "ProducerFenced": (ProducerFenced, "PRODUCER_FENCED"),
+    "InvalidProducerEpoch": (ProducerFenced, "INVALID_PRODUCER_EPOCH"),
+    "TransactionCoordinatorFenced": (ProducerFenced, "PRODUCER_FENCED"),
+}
+
+
+def _kind(code: str) -> type[BrokerError]:
+    if code in _UNREACHABLE:
+        return BrokerUnreachable
+    if code in _AUTHENTICATION:
+        return AuthenticationFailed
+    if code in _AUTHORIZATION:
+        return AuthorizationFailed
+    if code in _MISSING:
+        return TopicMissing
+    if code in _FENCED:
+        return ProducerFenced
+    return BrokerError
+
+
+def from_kafka_error(err: Any, action: str) -> BrokerError:
+    """A confluent-kafka ``KafkaError`` (as delivered to a callback, or found
+    on a message) as our typed error; ``action`` says what was being done."""
+    code = str(err.name())
+    retriable = bool(err.retriable()) or code in _RETRIABLE
+    return _kind(code)(f"{action}: {err.str()}", code=code, retriable=retriable)
+
+
+def translate(exc: BaseException, action: str) -> BrokerError:
+    """Any client exception (confluent-kafka, aiokafka, a client future's
+    timeout) as our typed error. A :class:`BrokerError` passes unchanged."""
+    if isinstance(exc, BrokerError):
+        return exc
+    if isinstance(exc, FutureTimeout):
+        return BrokerUnreachable(f"{action}: timed out", code="_TIMED_OUT", retriable=True)
+    err = exc.args[0] if exc.args else None
+    if err is not None and hasattr(err, "name") and hasattr(err, "str"):
+        return from_kafka_error(err, action)
+    for cls in type(exc).__mro__:
+        if cls.__name__ in _AIOKAFKA and cls.__module__.startswith("aiokafka"):
+            kind, code = _AIOKAFKA[cls.__name__]
+            return kind(f"{action}: {exc or code}", code=code, retriable=kind is BrokerUnreachable)
+    return BrokerError(f"{action}: {exc}")
+
+
+def is_fenced(exc: BaseException) -> bool:
+    """Whether ``exc`` says a newer transactional producer fenced this one."""
+    return isinstance(translate(exc, ""), ProducerFenced)

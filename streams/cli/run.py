@@ -79,6 +79,7 @@ _SETTING_ARGS = (
 
 def _run(args: argparse.Namespace) -> int:
     from streams.errors import FencewatchError
+    from streams.kafka.connection import check_reachable
     from streams.kafka.logs import configure_client_logs
     from streams.live.runner import run_worker
     from streams.live.settings import SettingsError, prepare_local_state, settings_from_env
@@ -95,8 +96,10 @@ def _run(args: argparse.Namespace) -> int:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     configure_client_logs(settings.log_level)
-    print(f"fencewatch run: local state in {state}", file=sys.stderr)
     try:
+        # An unreachable broker is the one line this command prints.
+        check_reachable(settings.kafka)
+        print(f"fencewatch run: local state in {state}", file=sys.stderr)
         return run_worker(settings)
     except FencewatchError as exc:
         return report_kafka_failure("run", exc)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from streams.errors import BrokerError
 from streams.kafka.connection import KafkaConnection, check_reachable
-from streams.kafka.errors import BrokerUnreachable, translate
+from streams.kafka.errors import no_answer, translate
 from streams.kafka.topics import TopicSpec
 
 __all__ = ["TopicAdmin", "TopicResult"]
@@ -144,17 +144,8 @@ class TopicAdmin:
                     FutureTimeout(), f"topics not visible in metadata after creation: {missing}"
                 )
             time.sleep(0.1)
-
     def _unreachable(self, err: BrokerError) -> BrokerError:
-        """A metadata timeout after the TCP check passed: say which brokers
-        did not answer (TLS/SASL mismatch or an advertised listener that is
-        not reachable from here are the usual causes)."""
-        if isinstance(err, BrokerUnreachable):
-            return BrokerUnreachable(
-                f"no answer from broker {self._conn.bootstrap_servers} within "
-                f"{self._conn.connect_timeout:g} s (reachable over TCP; check the security "
-                f"settings and the broker's advertised listeners): {err}",
-                code=err.code,
-                retriable=True,
-            )
-        return err
+        # librdkafka queues its log lines until the client is polled: serve
+        # them now, so that --log-level debug shows why.
+        self._client.poll(0)
+        return no_answer(self._conn.bootstrap_servers, self._conn.connect_timeout, err)

@@ -170,6 +170,9 @@ class KafkaConnection:
             "ssl.key.password": self.ssl_key_password,
         }
         conf.update({k: v for k, v in optional.items() if v is not None})
+        if LIBRDKAFKA_LOGGER.isEnabledFor(logging.DEBUG):
+            # --log-level debug: the client's connection story, not only its failures.
+            conf["debug"] = "broker,metadata"
         conf.update(self.extra)
         conf.update({k.replace("_", "."): v for k, v in settings.items()})
         return conf

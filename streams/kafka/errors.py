@@ -35,6 +35,7 @@ __all__ = [
     "TopicMissing",
     "from_kafka_error",
     "is_fenced",
+    "no_answer",
     "translate",
 ]
 
@@ -143,3 +144,19 @@ def translate(exc: BaseException, action: str) -> BrokerError:
 def is_fenced(exc: BaseException) -> bool:
     """Whether ``exc`` says a newer transactional producer fenced this one."""
     return isinstance(translate(exc, ""), ProducerFenced)
+
+
+def no_answer(bootstrap: str, timeout_s: float, err: BrokerError) -> BrokerError:
+    """A first metadata request that failed although the TCP connection was
+    accepted: say which brokers did not answer in time (a TLS/SASL mismatch or
+    an advertised listener not reachable from here are the usual causes).
+    Other errors (an authentication failure...) pass unchanged."""
+    if not isinstance(err, BrokerUnreachable):
+        return err
+    return BrokerUnreachable(
+        f"no answer from broker {bootstrap} within {timeout_s:g} s (it accepts TCP "
+        f"connections; check the security settings and the broker's advertised "
+        f"listeners): {err}",
+        code=err.code,
+        retriable=True,
+    )

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from streams.kafka.connection import KafkaConnection, check_reachable
-from streams.kafka.errors import TopicMissing, from_kafka_error, translate
+from streams.kafka.errors import TopicMissing, from_kafka_error, no_answer, translate
 
 __all__ = ["BEGINNING", "END", "Bound", "Offset", "Timestamp", "TopicRecord", "iter_topic"]
 
@@ -111,9 +111,11 @@ def iter_topic(
     consumer = Consumer(conf)
     try:
         try:
-            meta = consumer.list_topics(topic, timeout=timeout)
+            meta = consumer.list_topics(topic, timeout=conn.connect_timeout)
         except KafkaException as exc:
-            raise translate(exc, f"topic {topic}") from None
+            failure = translate(exc, f"topic {topic}")
+            consumer.poll(0)  # serves librdkafka's queued log lines (debug shows them)
+            raise no_answer(conn.bootstrap_servers, conn.connect_timeout, failure) from None
         tmeta = meta.topics.get(topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
             reason = tmeta.error.str() if tmeta is not None and tmeta.error else "no such topic"

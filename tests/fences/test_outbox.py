@@ -184,7 +184,8 @@ def test_outbox_fencing_end_to_end(
             self.real.commit_transaction(timeout)
 
     holder: dict[str, Any] = {}
-    a._producer = TakeoverBeforeCommit(a._producer)
+    # The confluent producer inside the layer's TransactionalProducer.
+    a._producer._producer = TakeoverBeforeCommit(a._producer._producer)
     with pytest.raises(StaleOwner) as info:
         a.publish_pending()
     assert info.value.reason.startswith("Kafka fenced the producer (_FENCED)")
@@ -260,19 +261,19 @@ def test_init_inversion_is_detected_and_the_rightful_owner_recovers(
     topic, key = unique_topic(partitions=1), _key()
     a_epoch = world.leases.acquire(key, "alpha", ttl=TTL).epoch
     stale = world.producer(kafka_bootstrap, topic, key, a_epoch, "alpha")
-    real_producer = outbox_mod.Producer
+    real_producer = outbox_mod.TransactionalProducer
     holder: dict[str, OutboxProducer] = {}
 
-    def producer_after_takeover(conf: dict[str, Any]) -> Any:
+    def producer_after_takeover(*args: Any, **kwargs: Any) -> Any:
         # alpha passed its lease check; before its init_transactions, beta
         # acquires and initializes: the race the docs describe.
-        monkeypatch.setattr(outbox_mod, "Producer", real_producer)
+        monkeypatch.setattr(outbox_mod, "TransactionalProducer", real_producer)
         b_epoch = world.take_over(key, "beta")
         holder["b"] = world.producer(kafka_bootstrap, topic, key, b_epoch, "beta")
         holder["b"].init()
-        return real_producer(conf)
+        return real_producer(*args, **kwargs)
 
-    monkeypatch.setattr(outbox_mod, "Producer", producer_after_takeover)
+    monkeypatch.setattr(outbox_mod, "TransactionalProducer", producer_after_takeover)
     with pytest.raises(StaleOwner) as info:
         stale.init()  # its init_transactions fenced beta's producer
     assert "after initializing" in info.value.reason

@@ -14,7 +14,7 @@ import pytest
 
 from streams.core import KeyState
 from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, DEFAULT_MAX_FINDINGS_PER_KEY
-from streams.live.replay_reader import iter_topic
+from streams.kafka.reader import iter_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults]
 

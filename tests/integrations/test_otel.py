@@ -26,7 +26,7 @@ KEY = "tenant/export/2026-07-26"
 
 
 def _replay_topic(bootstrap: str, topic: str) -> Replay:
-    from streams.live.replay_reader import iter_topic
+    from streams.kafka.reader import iter_topic
 
     replay = Replay()
     for key, value, partition, offset in iter_topic(bootstrap, topic):

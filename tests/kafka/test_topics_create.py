@@ -82,7 +82,8 @@ def test_existing_topic_with_other_partition_count_is_left_unchanged(
         status = main(
             [
                 "topics", "create", "--bootstrap-servers", kafka_bootstrap, "--partitions", "5",
-                "--events-topic", events, "--findings-topic", findings, "--status-topic", status_topic,
+                "--events-topic", events, "--findings-topic", findings,
+                "--status-topic", status_topic,
             ]
         )  # fmt: skip
         captured = capsys.readouterr()

@@ -54,7 +54,7 @@ ENTRY_POINTS = {
 def test_refused_connection_is_one_line_naming_address_and_cause(
     command: str, tmp_path: Path
 ) -> None:
-    """A closed port: exit 2 and one stderr line, 'cannot connect to broker ADDR: connection refused'."""
+    """A closed port: exit 2, one line 'cannot connect to broker ADDR: connection refused'."""
     address = f"127.0.0.1:{_closed_port()}"
     proc = _fencewatch([*ENTRY_POINTS[command], "--bootstrap-servers", address], tmp_path)
     lines = proc.stderr.splitlines()

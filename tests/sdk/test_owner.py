@@ -24,7 +24,7 @@ KEY = "tenant/export/2026-07-26"
 
 def _read(bootstrap: str, topic: str) -> list[Event]:
     """Every event of the topic to its end, validated, in arrival order."""
-    from streams.live.replay_reader import iter_topic
+    from streams.kafka.reader import iter_topic
 
     return [parse_event(v, key=k) for k, v, _p, _o in iter_topic(bootstrap, topic) if v]
 

@@ -16,7 +16,7 @@ import pytest
 
 from streams.core import EventType
 from streams.kafka.admin import TopicAdmin, TopicSpec
-from streams.live.replay_reader import iter_topic
+from streams.kafka.reader import iter_topic
 from streams.sdk import OwnershipReporter, ReporterSettings
 from tests.live.conftest import LiveHarness
 

@@ -49,7 +49,7 @@ def wait_step(group: Children, worker: str, step: str, timeout: float) -> dict[s
 
 def replay_topic(bootstrap: str, topic: str) -> Replay:
     """The detector over every record of the topic (as `fencewatch audit --topic`)."""
-    from streams.live.replay_reader import iter_topic
+    from streams.kafka.reader import iter_topic
 
     replay = Replay()
     for key, value, partition, offset in iter_topic(bootstrap, topic):

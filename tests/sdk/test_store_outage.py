@@ -93,7 +93,7 @@ class WorkerLog:
 
 
 def _read(bootstrap: str, topic: str) -> list[Event]:
-    from streams.live.replay_reader import iter_topic
+    from streams.kafka.reader import iter_topic
 
     return [parse_event(v, key=k) for k, v, _p, _o in iter_topic(bootstrap, topic) if v]
 

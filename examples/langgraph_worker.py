@@ -105,6 +105,7 @@ def main() -> int:
         leases = SqlLeaseStore(db)
         ledger = FencedSink(db, name="ledger")
         settings = ReporterSettings(args.bootstrap_servers, args.worker, topic=args.topic)
+        # Leaving the reporter's block flushes the evidence: say the outcome after it.
         with OwnershipReporter(settings, leases=leases) as reporter:
             graph = build(ledger, args.worker, args.tool_seconds).compile(
                 checkpointer=SqliteSaver(conn)
@@ -114,16 +115,20 @@ def main() -> int:
             try:
                 final = owner.run(graph, {"day": args.thread, "log": []}, config)
             except StaleOwner as exc:
-                say(args.worker, "stale", reason=exc.reason, current_epoch=exc.current_epoch)
-                return 3
-            say(args.worker, "done", published_by=final.get("published_by"), log=final["log"])
-            return 0
+                stale = exc
+            else:
+                stale = None
     except FencewatchError as exc:
         say(args.worker, "error", error=str(exc))
         return 2
     finally:
         conn.close()
         db.close()
+    if stale is not None:
+        say(args.worker, "stale", reason=stale.reason, current_epoch=stale.current_epoch)
+        return 3
+    say(args.worker, "done", published_by=final.get("published_by"), log=final["log"])
+    return 0
 
 
 if __name__ == "__main__":

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import json
 import queue
+import shutil
+import socket
+import sqlite3
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from streams.core.replay import Replay
-from streams.demo.processes import Children
+from streams.demo.processes import Child, Children
 
 
 @pytest.fixture
@@ -24,8 +29,8 @@ def children() -> Iterator[Children]:
 
 
 def wait_step(group: Children, worker: str, step: str, timeout: float) -> dict[str, Any]:
-    """Read worker lines until ``worker`` prints ``{"step": step}``; fail on
-    timeout or when the worker closes its output first."""
+    """Read the children's lines until the child named ``worker`` prints
+    ``{"step": step}``; fail on timeout or when it closes its output first."""
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
@@ -43,8 +48,35 @@ def wait_step(group: Children, worker: str, step: str, timeout: float) -> dict[s
             doc = json.loads(raw)
         except ValueError:
             continue  # a library's log line
-        if isinstance(doc, dict) and doc.get("worker") == worker and doc.get("step") == step:
+        if name == worker and isinstance(doc, dict) and doc.get("step") == step:
             return doc
+
+
+def pause_between_transactions(child: Child, *databases: Path, tries: int = 100) -> None:
+    """SIGSTOP ``child`` at a moment it holds no write lock on the SQLite files.
+
+    The story is a worker stalled in its work; a worker frozen *inside* a
+    SQLite write transaction (its lease keeper renews every third of the TTL)
+    would instead block every other process on the file, which is SQLite's
+    limit as a shared store, not the split brain under test. So: freeze, see
+    that a write lock can be taken, else thaw and try again a moment later."""
+    for _ in range(tries):
+        child.pause()
+        free = True
+        for path in databases:
+            conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("ROLLBACK")
+            except sqlite3.OperationalError:
+                free = False
+            finally:
+                conn.close()
+        if free:
+            return
+        child.resume()
+        time.sleep(0.02)
+    pytest.fail(f"{child.name} held a SQLite write lock at every try", pytrace=False)
 
 
 def replay_topic(bootstrap: str, topic: str) -> Replay:
@@ -55,3 +87,49 @@ def replay_topic(bootstrap: str, topic: str) -> Replay:
     for key, value, partition, offset in iter_topic(bootstrap, topic):
         replay.feed(value or b"", key=key, offset=offset, source=f"{topic}/{partition}")
     return replay
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A private redis-server (Debian package redis-server) on a free port with
+    its own directory, no persistence; stopped after the test."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.fail("redis-server is not installed (apt-get install redis-server)", pytrace=False)
+    import redis
+
+    port = _free_port()
+    work = tmp_path / "redis"
+    work.mkdir()
+    argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(work)]
+    argv += ["--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"]
+    log = (work / "redis.log").open("wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        client = redis.Redis.from_url(url)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail(f"redis-server did not start: {(work / 'redis.log').read_text()}")
+                time.sleep(0.05)
+        client.close()
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        log.close()

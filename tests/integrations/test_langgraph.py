@@ -15,7 +15,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from streams.demo.processes import Children
 from streams.fences import FencedSink, open_database
 
-from .conftest import replay_topic, wait_step
+from .conftest import pause_between_transactions, replay_topic, wait_step
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langgraph_worker.py"
 THREAD = "report-2026-07-26"
@@ -57,7 +57,7 @@ def test_stale_graph_worker_is_fenced_and_the_findings_show_the_rejected_attempt
     topic = unique_topic()
     alpha = _worker(children, tmp_path, "alpha", topic, kafka_bootstrap, tool=4)
     wait_step(children, "alpha", "tool_call", 60)
-    alpha.pause()
+    pause_between_transactions(alpha, tmp_path / "fences.db", tmp_path / "graph.db")
     beta = _worker(children, tmp_path, "beta", topic, kafka_bootstrap, tool=0)
     done = wait_step(children, "beta", "done", 60)
     assert beta.wait(30) == 0, beta.tail()

@@ -1,0 +1,159 @@
+"""Celery: a task base class that owns the task's workflow key, reports
+evidence and fences effects.
+
+The classic duplicate: with ``acks_late`` on a Redis (or SQS) broker, a
+message not acknowledged within the broker's ``visibility_timeout`` is
+delivered again, to another worker, while the first one may still be
+running it. :class:`FencedTask` gives every run of a task an owner epoch:
+
+* the workflow key is ``celery/<task name>/<task id>`` (a redelivered message
+  keeps its task id; override :meth:`FencedTask.workflow_key` to own a
+  business key instead, e.g. ``export/<day>``);
+* the lease is taken through ``reporter.own`` when the task starts, for
+  ``fence_ttl`` seconds (default: the broker's visibility timeout, the
+  moment the broker itself hands the work to someone else) and renewed in
+  the background while the task runs; a live, slow task therefore keeps its
+  lease, and the duplicate waits ``fence_wait_s`` for it and then retries
+  later (``self.retry``) instead of running twice;
+* a worker that stalls past its lease (GC pause, frozen VM, starved CPU)
+  loses it to the redelivered copy; its effects, applied through
+  ``self.owned.effect(sink, ...)``, are refused by the fence, reported
+  (``effect_rejected``), and the task fails with
+  :class:`~streams.errors.StaleOwner`.
+
+Evidence is flushed to Kafka before the task returns, so the broker message
+is acknowledged only after its evidence is. Configure the reporter once per
+app with :func:`configure` (it is created lazily in each worker process,
+after any fork, and closed at worker shutdown). Needs the ``celery`` extra.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery, Task, signals
+
+from streams.errors import LeaseHeld
+from streams.integrations.runs import OwnedRun
+from streams.sdk.reporter import OwnershipReporter
+
+__all__ = ["FencedTask", "ReporterFactory", "configure", "reporter_for", "visibility_timeout"]
+
+#: Builds the worker process's reporter (with its lease store) for a worker id.
+ReporterFactory = Callable[[str], OwnershipReporter]
+
+#: Used when neither ``fence_ttl`` nor a broker visibility timeout is set.
+DEFAULT_TTL_S = 60.0
+_RUN: contextvars.ContextVar[OwnedRun | None] = contextvars.ContextVar(
+    "fencewatch_celery_run", default=None
+)
+_lock = threading.Lock()
+# (app id, pid) -> reporter: one per app per process, rebuilt after a fork.
+_reporters: dict[tuple[int, int], OwnershipReporter] = {}
+_factories: dict[int, ReporterFactory] = {}
+
+
+def configure(app: Celery, factory: ReporterFactory) -> None:
+    """Tell ``app``'s fenced tasks how to build their reporter (``factory(worker_id)``;
+    the worker id is the Celery node name, e.g. ``alpha@host``)."""
+    _factories[id(app)] = factory
+    # Strong references: the handler is a module function, never collected.
+    signals.worker_process_shutdown.connect(_close_reporters, weak=False)
+    signals.worker_shutdown.connect(_close_reporters, weak=False)
+
+
+def reporter_for(app: Celery, worker_id: str) -> OwnershipReporter:
+    """This process's reporter for ``app`` (created on first use)."""
+    key = (id(app), os.getpid())
+    with _lock:
+        reporter = _reporters.get(key)
+        if reporter is None:
+            factory = _factories.get(id(app))
+            if factory is None:
+                raise RuntimeError(
+                    "fenced Celery tasks need streams.integrations.celery.configure(app, factory)"
+                )
+            reporter = _reporters[key] = factory(worker_id)
+        return reporter
+
+
+def _close_reporters(**_: Any) -> None:
+    """Flush and close this process's reporters when the worker stops."""
+    pid = os.getpid()
+    with _lock:
+        mine = [k for k in _reporters if k[1] == pid]
+        closing = [_reporters.pop(k) for k in mine]
+    for reporter in closing:
+        reporter.close()
+
+
+def visibility_timeout(app: Celery) -> float | None:
+    """The broker's redelivery timeout, when the transport has one."""
+    options = app.conf.broker_transport_options or {}
+    value = options.get("visibility_timeout")
+    return float(value) if value is not None else None
+
+
+class FencedTask(Task):  # type: ignore[misc]  # celery ships no type hints
+    """Base class of tasks that run under an owner epoch (``base=FencedTask``).
+
+    In the task body, ``self.owned`` is the :class:`OwnedRun`: its
+    ``checkpoint(...)`` reports progress, ``effect(sink, effect_key, payload)``
+    applies through the fence. Use with ``bind=True`` and ``acks_late=True``.
+    """
+
+    #: Lease TTL in seconds; None: the broker's visibility timeout (else 60).
+    fence_ttl: float | None = None
+    #: How long a delivery waits for a lease another worker holds; None: the TTL.
+    fence_wait_s: float | None = None
+    #: Seconds before a delivery that found the lease held runs again.
+    fence_retry_s: float | None = None
+    fence_key_prefix: str = "celery/"
+    #: Wait for the evidence to be acknowledged by Kafka before returning.
+    fence_flush: bool = True
+
+    def workflow_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The unit that must have one effect owner; default: this task run."""
+        return f"{self.fence_key_prefix}{self.name}/{self.request.id}"
+
+    @property
+    def owned(self) -> OwnedRun:
+        run = _RUN.get()
+        if run is None:
+            raise RuntimeError("self.owned is only available while a FencedTask runs")
+        return run
+
+    def _ttl(self) -> float:
+        if self.fence_ttl is not None:
+            return float(self.fence_ttl)
+        return visibility_timeout(self.app) or DEFAULT_TTL_S
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        worker = self.request.hostname or f"{socket.gethostname()}-{os.getpid()}"
+        reporter = reporter_for(self.app, worker)
+        ttl = self._ttl()
+        wait = ttl if self.fence_wait_s is None else self.fence_wait_s
+        key = self.workflow_key(args, kwargs)
+        try:
+            owner = reporter.own(key, ttl=ttl, wait_s=wait)
+        except LeaseHeld as exc:
+            # Another delivery of this work is alive and renewing its lease:
+            # do not run it twice now; come back (if that run dies, this one
+            # takes over then).
+            countdown = ttl if self.fence_retry_s is None else self.fence_retry_s
+            raise self.retry(exc=exc, countdown=countdown) from None
+        try:
+            with owner:
+                token = _RUN.set(OwnedRun(owner, reporter))
+                try:
+                    return super().__call__(*args, **kwargs)
+                finally:
+                    _RUN.reset(token)
+        finally:
+            if self.fence_flush:
+                reporter.flush()

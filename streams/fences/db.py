@@ -73,6 +73,12 @@ class Tx(Protocol):
         """The store's clock (never the worker's): seconds since the Unix epoch."""
         ...
 
+    def now_sql(self) -> tuple[str, tuple[Any, ...]]:
+        """The store's clock as a SQL expression and its parameters, for a
+        statement that must read the clock itself (evaluated by the database
+        when the statement runs, after any row lock it waited for)."""
+        ...
+
     @property
     def for_update(self) -> str:
         """Row-lock suffix for a SELECT that precedes a write ("" on SQLite,

@@ -108,11 +108,25 @@ class SqlLeaseStore:
         check_lease_args(key, worker_id, ttl)
         p = self.prefix
         with self.db.transaction() as tx:
+            # Fast path, one statement (renewals are the hot loop of every
+            # owner): extend only if this worker holds this epoch unexpired
+            # by the store's clock, read by the statement itself.
+            now_sql, now_args = tx.now_sql()
+            rows = tx.query(
+                f"UPDATE {p}leases SET expires_at = {now_sql} + ? WHERE workflow_key = ?"
+                f" AND epoch = ? AND holder = ? AND expires_at > {now_sql}"
+                " RETURNING expires_at, acquired_seq",
+                (*now_args, ttl, key, epoch, worker_id, *now_args),
+            )
+            if rows:
+                return Lease(key, epoch, worker_id, int(rows[0][1]), float(rows[0][0]))
+            # Lost: find out why, under the row lock.
             cur, holder, expires_at, _, acquired_seq = lock_lease_row(tx, p, key)
             now = tx.now()
             reason = _lost_reason(epoch, worker_id, cur, holder, expires_at, now)
             if reason is not None:
                 raise LeaseLost(key, epoch, cur, reason)
+            # Not lost after all (the clock moved between the two reads).
             tx.run(f"UPDATE {p}leases SET expires_at = ? WHERE workflow_key = ?", (now + ttl, key))
         return Lease(key, epoch, worker_id, acquired_seq, now + ttl)
 

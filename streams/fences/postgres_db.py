@@ -28,7 +28,8 @@ from streams.fences.db import PerThread
 
 __all__ = ["PostgresDatabase"]
 
-_NOW_SQL = "SELECT extract(epoch FROM clock_timestamp())::float8"
+_NOW_EXPR = "extract(epoch FROM clock_timestamp())::float8"
+_NOW_SQL = "SELECT " + _NOW_EXPR
 #: Unreachable or too slow: the connection failed or broke, or a statement
 #: (a lock wait included) ran past statement_timeout.
 _UNAVAILABLE = (psycopg.OperationalError, pg_errors.QueryCanceled, pg_errors.LockNotAvailable)
@@ -68,6 +69,11 @@ class _PostgresTx:
         row = self._conn.execute(_NOW_SQL).fetchone()
         assert row is not None
         return float(row[0])
+
+    def now_sql(self) -> tuple[str, tuple[Any, ...]]:
+        # clock_timestamp() is volatile: in an UPDATE's WHERE it is evaluated
+        # for the row version the statement locked, after any lock wait.
+        return _NOW_EXPR, ()
 
 
 class PostgresDatabase:

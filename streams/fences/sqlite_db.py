@@ -20,7 +20,8 @@ from streams.fences.db import Clock, PerThread
 
 __all__ = ["SqliteDatabase"]
 
-_NOW_SQL = "SELECT (julianday('now') - 2440587.5) * 86400.0"
+_NOW_EXPR = "((julianday('now') - 2440587.5) * 86400.0)"
+_NOW_SQL = "SELECT " + _NOW_EXPR
 
 
 def _translate(exc: sqlite3.Error) -> StoreError:
@@ -50,6 +51,13 @@ class _SqliteTx:
         if self._clock is not None:
             return float(self._clock())
         return float(self._conn.execute(_NOW_SQL).fetchone()[0])
+
+    def now_sql(self) -> tuple[str, tuple[Any, ...]]:
+        # One write lock for the whole database (BEGIN IMMEDIATE) is already
+        # held, so an injected clock read here is as late as the database's.
+        if self._clock is not None:
+            return "?", (float(self._clock()),)
+        return _NOW_EXPR, ()
 
 
 class SqliteDatabase:

@@ -129,6 +129,7 @@ class Owner:
     def __init__(
         self,
         reporter: OwnershipReporter,
+        keeper: Keeper,
         store: LeaseStore,
         lease: Lease,
         *,
@@ -140,6 +141,7 @@ class Owner:
         started: float,
     ) -> None:
         self.reporter = reporter
+        self.keeper = keeper
         self.store = store
         self.lease = lease
         self.ttl = ttl
@@ -359,7 +361,7 @@ class Owner:
                 self._deferred.append(item)
         if full:
             self._refuse(item, "deferred_queue_full", cause)
-        self.reporter.keeper().wake(self)
+        self.keeper.wake(self)
 
     # -- the keeper's side ----------------------------------------------------
 
@@ -457,7 +459,7 @@ class Owner:
         if self._finished.is_set():
             return
         self._closing = True
-        keeper = self.reporter.keeper()
+        keeper = self.keeper
         deadline = time.monotonic() + self.drain_timeout_s
         while self.deferred_pending and time.monotonic() < deadline:
             keeper.wake(self)
@@ -606,6 +608,11 @@ class Keeper:
                 if self._stop:
                     return
                 self._cond.wait(max(0.01, min(wait, 1.0)))
+
+    def owners(self) -> list[Owner]:
+        """The owners still kept (not closed)."""
+        with self._cond:
+            return list(self._owners)
 
     def stop(self) -> None:
         with self._cond:

@@ -33,7 +33,7 @@ import orjson
 
 from streams.core.records import Event, EventType, event_to_dict
 from streams.core.validate import to_event
-from streams.errors import BrokerError
+from streams.errors import BrokerError, StoreError
 from streams.fences.lease import Lease, LeaseStore, Stamp, check_lease_args
 from streams.fences.sink import EffectSink, Receipt
 from streams.kafka.clients import Producer
@@ -321,8 +321,10 @@ class OwnershipReporter:
         lease, started = acquire(self, store, key, ttl, wait_s=max(0.0, wait_s))
         if getattr(store, "publisher", None) is not self:
             self.lease_acquired(lease, attrs={"ttl_s": ttl})
+        keeper = self.keeper()
         owner = Owner(
             self,
+            keeper,
             store,
             lease,
             ttl=ttl,
@@ -332,7 +334,7 @@ class OwnershipReporter:
             drain_timeout_s=ttl if drain_timeout_s is None else drain_timeout_s,
             started=started,
         )
-        self.keeper().add(owner)
+        keeper.add(owner)
         return owner
 
     def keeper(self) -> Keeper:
@@ -367,13 +369,20 @@ class OwnershipReporter:
             )
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stop the keeper (owners still open stop renewing; their leases
-        expire by their TTL), flush and stop; idempotent."""
+        """Close the owners still open (release, ``lease_released``; their
+        deferred effects get ``drain_timeout_s`` and are then abandoned), stop
+        the keeper, flush and stop; idempotent."""
         if self._closed:
             return
         with self._keeper_lock:
-            keeper, self._keeper = self._keeper, None
+            keeper = self._keeper
         if keeper is not None:
+            for owner in keeper.owners():
+                # Abandoned effects are on the owner's outcomes; closing goes on.
+                with suppress(StoreError):
+                    owner.close()
+            with self._keeper_lock:
+                self._keeper = None
             keeper.stop()
         try:
             self.flush(timeout)

@@ -213,3 +213,30 @@ def test_wait_s_waits_for_the_holder_to_let_go(world: World) -> None:
     holder.close()
     t.join(15)
     assert got["epoch"] == holder.epoch + 1
+
+
+def test_the_workers_wall_clock_decides_nothing(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the worker's wall clock an hour ahead, the lease is neither lost nor
+    short-renewed: renewals run on the store's TTL and a monotonic deadline."""
+    rep = world.reporter("alpha")
+    with rep.own(KEY, ttl=0.6) as owner:
+        real = time.time
+        monkeypatch.setattr(time, "time", lambda: real() + 3600)
+        time.sleep(1.3)
+        owner.check()
+        assert 2 <= owner.renewals <= 8  # every ttl/3, not a storm
+
+
+def test_closing_the_reporter_releases_its_open_owners(world: World) -> None:
+    """reporter.close() releases every owner still open and reports lease_released."""
+    rep = world.reporter("alpha")
+    owner = rep.own(KEY, ttl=30)
+    rep.close()
+    assert world.leases.holder(KEY)[1] is None
+    assert [e.type for e in _read(world.bootstrap, world.topic)] == [
+        EventType.LEASE_ACQUIRED,
+        EventType.LEASE_RELEASED,
+    ]
+    assert owner.renewals == 0 and not owner.lost.is_set()

@@ -39,6 +39,15 @@ DIGESTS: dict[str, str] = {
     "faust.transport.consumer:ThreadDelegateConsumer.seek_to_committed": (
         "f1d483b861b0328b4f0be90a4abc3f95063d52573c87db4a87b6016105f2b7de"
     ),
+    "faust.transport.consumer:Consumer.on_partitions_revoked": (
+        "d04b7ae72c6fc206924a2879d6c90dd383f3e8ba6f4b10a19ca99a921eb8f4db"
+    ),
+    "faust.transport.consumer:Consumer.maybe_wait_for_commit_to_finish": (
+        "d687f63a0b5ef0c5f328af85dd3e2196e6291fb166bc9ad693e69559a942a8b5"
+    ),
+    "faust.app.base:App._on_partitions_revoked": (
+        "d5c895bbe57dc73ae4d7f762f6fdc9fdd3abd02f9e05863ccfd8034082e5682f"
+    ),
     "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._highwaters": (
         "a7f4f97d9f32aca2777713e22671d70eae4b3ae51541bb09a90448ce83acefce"
     ),

@@ -111,6 +111,12 @@ TARGETS: tuple[str, ...] = (
     "faust.transport.consumer:TransactionManager.commit",
     # P fix 6.
     "faust.transport.consumer:ThreadDelegateConsumer.seek_to_committed",
+    # P fix 7: it drops the ack bookkeeping before the app's revoke commit.
+    "faust.transport.consumer:Consumer.on_partitions_revoked",
+    # R fix 7: the revoke commit waits for a periodic commit in flight.
+    "faust.transport.consumer:Consumer.maybe_wait_for_commit_to_finish",
+    # R fix 7: it suspends the flow only after on_partitions_revoked's pops.
+    "faust.app.base:App._on_partitions_revoked",
     # P fix 4.
     "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._highwaters",
     # P fetch wait.
@@ -321,6 +327,7 @@ def install(
     _fix_fetch_wait()
     _fix_sequential_commit()
     _fix_unstable_offsets()
+    _fix_revoke_commit()
 
 
 def _patch(cls: Any, name: str, target: str, replacement: Any) -> None:
@@ -500,6 +507,40 @@ def _fix_unstable_offsets() -> None:
         return await original(self)
 
     _patch(ThreadDelegateConsumer, "seek_to_committed", target, seek_to_committed)
+
+
+def _fix_revoke_commit() -> None:
+    """fix 7. faust's ``Consumer.on_partitions_revoked`` first drops the
+    revoked partitions' ack bookkeeping (``_acked``, ``_committed_offset``...),
+    *then* runs the app's revoke handler, whose commit therefore no longer
+    covers the events acked since the last commit. Under exactly-once their
+    outputs and changelog records are already in the open transactions,
+    which stay open. For a partition the worker keeps, the rebalance then
+    restores its state from the (committed) changelog and seeks to the
+    committed offset: those events are processed again, and when the
+    transaction finally commits, both copies of their findings are visible
+    (duplicate revisions on a graceful join; seen under CPU load, when
+    batches are more often acked but not yet committed at the revocation).
+
+    The replacement, before faust's bookkeeping goes, suspends the flow (the
+    transactional sender acks no batch after that), waits for a periodic
+    commit in flight, and commits every acked offset through the gated
+    ``force_commit``, ending the transactions (the rebalance begins new
+    ones)."""
+    from faust.transport.consumer import Consumer
+
+    target = "faust.transport.consumer:Consumer.on_partitions_revoked"
+    original = _ORIGINALS.get(target, Consumer.on_partitions_revoked)
+
+    async def on_partitions_revoked(self: Any, revoked: Any) -> None:
+        app = self.app
+        if app.in_transaction and not app.client_only:
+            app.flow_control.suspend()
+            await self.maybe_wait_for_commit_to_finish()
+            await self.force_commit(start_new_transaction=False)
+        await original(self, revoked)
+
+    _patch(Consumer, "on_partitions_revoked", target, on_partitions_revoked)
 
 
 def install_commit_gate(consumer: Any, gate: asyncio.Lock) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from streams.fences.db import Database, check_prefix
+from streams.fences.db import Database, Tx, check_prefix
 from streams.fences.lease import check_lease_args
 from streams.fences.lease_sql import read_lease_epoch
 from streams.fences.schema import ensure_schema
@@ -38,6 +38,8 @@ __all__ = [
     "ReceiptStatus",
     "UnfencedSink",
     "check_effect_args",
+    "check_sink_name",
+    "lock_fence_row",
 ]
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -121,6 +123,31 @@ def check_effect_args(
     return idem
 
 
+def check_sink_name(name: str) -> str:
+    if not isinstance(name, str) or not 1 <= len(name) <= 256:
+        raise ValueError("sink name must be 1-256 characters")
+    return name
+
+
+def lock_fence_row(
+    tx: Tx, prefix: str, sink: str, key: str, *, share: bool = False
+) -> tuple[int, int]:
+    """Create the sink's fence row for the key if absent and lock it (for
+    update, or shared); returns ``(epoch, revision)``. Every sink locks its
+    fence row before the lease row: one lock order, no deadlock."""
+    tx.run(
+        f"INSERT INTO {prefix}fences (sink, workflow_key, epoch, revision) VALUES (?, ?, 0, 0)"
+        " ON CONFLICT (sink, workflow_key) DO NOTHING",
+        (sink, key),
+    )
+    epoch, revision = tx.query(
+        f"SELECT epoch, revision FROM {prefix}fences WHERE sink = ? AND workflow_key = ?"
+        f"{tx.for_share if share else tx.for_update}",
+        (sink, key),
+    )[0]
+    return int(epoch), int(revision)
+
+
 class EffectTable:
     """What every effect store here shares: its database (schema ensured),
     the table prefix, the payload bound and the argument check."""
@@ -162,10 +189,8 @@ class FencedSink(EffectTable):
         consult_leases: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
-        if not name or len(name) > 256:
-            raise ValueError("sink name must be 1-256 characters")
+        self.name = check_sink_name(name)
         super().__init__(db, prefix=prefix, max_payload_bytes=max_payload_bytes)
-        self.name = name
         self.consult_leases = consult_leases
 
     def apply(
@@ -188,17 +213,7 @@ class FencedSink(EffectTable):
 
         with self.db.transaction() as tx:
             # Lock order everywhere: fence row, then lease row (shared).
-            tx.run(
-                f"INSERT INTO {p}fences (sink, workflow_key, epoch, revision) VALUES (?, ?, 0, 0)"
-                " ON CONFLICT (sink, workflow_key) DO NOTHING",
-                (sink, workflow_key),
-            )
-            stored, revision = tx.query(
-                f"SELECT epoch, revision FROM {p}fences WHERE sink = ? AND workflow_key = ?"
-                f"{tx.for_update}",
-                (sink, workflow_key),
-            )[0]
-            current = int(stored)
+            current, revision = lock_fence_row(tx, p, sink, workflow_key)
             if self.consult_leases:
                 granted = read_lease_epoch(tx, p, workflow_key, share_lock=True)
                 if epoch > granted:
@@ -206,7 +221,7 @@ class FencedSink(EffectTable):
                 current = max(current, granted)
             if epoch < current:
                 return receipt("rejected", current, "stale_epoch")
-            new_revision = int(revision) + 1
+            new_revision = revision + 1
             written = tx.run(
                 f"INSERT INTO {p}effects (sink, workflow_key, idempotency_key, effect_key, epoch,"
                 " fence_revision, payload, applied_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
@@ -237,20 +252,13 @@ class FencedSink(EffectTable):
         check_lease_args(workflow_key)
         p = self.prefix
         with self.db.transaction() as tx:
-            tx.run(
-                f"INSERT INTO {p}fences (sink, workflow_key, epoch, revision) VALUES (?, ?, 0, 0)"
-                " ON CONFLICT (sink, workflow_key) DO NOTHING",
-                (self.name, workflow_key),
-            )
-            tx.run(
-                f"UPDATE {p}fences SET epoch = ? WHERE sink = ? AND workflow_key = ? AND epoch < ?",
-                (epoch, self.name, workflow_key, epoch),
-            )
-            rows = tx.query(
-                f"SELECT epoch FROM {p}fences WHERE sink = ? AND workflow_key = ?",
-                (self.name, workflow_key),
-            )
-        return int(rows[0][0])
+            stored, _ = lock_fence_row(tx, p, self.name, workflow_key)
+            if stored < epoch:
+                tx.run(
+                    f"UPDATE {p}fences SET epoch = ? WHERE sink = ? AND workflow_key = ?",
+                    (epoch, self.name, workflow_key),
+                )
+        return max(stored, epoch)
 
     def effects(self, workflow_key: str) -> list[AppliedEffect]:
         """The effects written for the key, in the order the fence admitted them."""
@@ -276,8 +284,8 @@ class UnfencedSink(EffectTable):
         prefix: str = "fw_",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
+        self.name = check_sink_name(name)
         super().__init__(db, prefix=prefix, max_payload_bytes=max_payload_bytes)
-        self.name = name
 
     def apply(
         self,

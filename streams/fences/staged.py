@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from streams.fences.db import Database, Tx
+from streams.fences.db import Database
 from streams.fences.lease import check_lease_args
 from streams.fences.lease_sql import read_lease_epoch
 from streams.fences.sink import (
@@ -30,6 +30,8 @@ from streams.fences.sink import (
     EffectTable,
     Receipt,
     ReceiptStatus,
+    check_sink_name,
+    lock_fence_row,
 )
 
 __all__ = ["DisplacedRow", "Promotion", "StagedSink"]
@@ -83,10 +85,8 @@ class StagedSink(EffectTable):
         prefix: str = "fw_",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
-        if not name or len(name) > 256:
-            raise ValueError("sink name must be 1-256 characters")
+        self.name = check_sink_name(name)
         super().__init__(db, prefix=prefix, max_payload_bytes=max_payload_bytes)
-        self.name = name
         # The fence row is shared with no FencedSink of the same name.
         self._fence_id = "staged:" + name
 
@@ -110,11 +110,7 @@ class StagedSink(EffectTable):
             # update) waits for this stage to commit, and a stage arriving
             # during a promotion waits for it, so a promotion's copy and its
             # delete see the same rows (PostgreSQL runs READ COMMITTED).
-            self._fence_row(tx, workflow_key)
-            tx.query(
-                f"SELECT epoch FROM {p}fences WHERE sink = ? AND workflow_key = ?{tx.for_share}",
-                (self._fence_id, workflow_key),
-            )
+            lock_fence_row(tx, p, self._fence_id, workflow_key, share=True)
             granted = read_lease_epoch(tx, p, workflow_key, share_lock=False)
             if epoch != granted:
                 reason = "stale_epoch" if epoch < granted else "unknown_epoch"
@@ -141,14 +137,9 @@ class StagedSink(EffectTable):
         p, sink, fid = self.prefix, self.name, self._fence_id
         with self.db.transaction() as tx:
             # Lock order everywhere: fence row, then lease row (shared).
-            self._fence_row(tx, workflow_key)
-            stored, revision = tx.query(
-                f"SELECT epoch, revision FROM {p}fences WHERE sink = ? AND workflow_key = ?"
-                f"{tx.for_update}",
-                (fid, workflow_key),
-            )[0]
+            stored, revision = lock_fence_row(tx, p, fid, workflow_key)
             granted = read_lease_epoch(tx, p, workflow_key, share_lock=True)
-            current = max(int(stored), granted)
+            current = max(stored, granted)
             rows = tx.query(
                 f"SELECT s.idempotency_key, s.effect_key, v.idempotency_key FROM {p}staged s"
                 f" LEFT JOIN {p}promoted v ON v.sink = s.sink AND v.workflow_key = s.workflow_key"
@@ -168,7 +159,7 @@ class StagedSink(EffectTable):
                     for r in rows
                 )
                 return Promotion("rejected", workflow_key, epoch, current, receipts, reason)
-            new_revision = int(revision) + 1
+            new_revision = revision + 1
             tx.run(
                 f"INSERT INTO {p}promoted (sink, workflow_key, idempotency_key, effect_key, epoch,"
                 " promotion_revision, payload, promoted_at)"
@@ -198,13 +189,6 @@ class StagedSink(EffectTable):
             for r in rows
         )
         return Promotion("promoted", workflow_key, epoch, epoch, receipts)
-
-    def _fence_row(self, tx: Tx, workflow_key: str) -> None:
-        tx.run(
-            f"INSERT INTO {self.prefix}fences (sink, workflow_key, epoch, revision)"
-            " VALUES (?, ?, 0, 0) ON CONFLICT (sink, workflow_key) DO NOTHING",
-            (self._fence_id, workflow_key),
-        )
 
     def displaced(self, workflow_key: str | None = None) -> list[DisplacedRow]:
         """Staged rows of epochs below their key's current lease epoch (all keys

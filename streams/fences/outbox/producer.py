@@ -292,5 +292,3 @@ class OutboxProducer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-

@@ -66,6 +66,8 @@ __all__ = [
 
 #: Finished spans waiting to be forwarded; past this, spans are dropped.
 DEFAULT_MAX_QUEUE = 10_000
+#: Spans the forwarding thread takes off the queue at a time.
+_MAX_BATCH = 512
 _STOP = object()
 
 
@@ -113,7 +115,9 @@ def otlp_span(span: ReadableSpan) -> OtlpSpan:
         format(ctx.trace_id, "032x") if ctx is not None else None,
         format(ctx.span_id, "016x") if ctx is not None else None,
         span.end_time,
-        dict(span.attributes or {}),
+        # One copy into a plain dict: reading the SDK's attribute mapping key
+        # by key is several times slower (measured by bench/otel_span_bench.py).
+        dict(span.attributes.items()) if span.attributes else {},
     )
 
 
@@ -263,15 +267,26 @@ class OwnershipSpanProcessor(SpanProcessor):
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
+            batch = [self._queue.get()]
+            # Drain what else is waiting: one bookkeeping update per batch.
+            while len(batch) < _MAX_BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = False
             try:
-                self._forward(item)
+                for item in batch:
+                    if item is _STOP:
+                        stop = True
+                    else:
+                        self._forward(item)
             finally:
                 with self._idle:
-                    self._pending -= 1
+                    self._pending -= len(batch) - (1 if stop else 0)
                     self._idle.notify_all()
+            if stop:
+                return
 
     def _forward(self, span: ReadableSpan) -> None:
         try:
@@ -288,8 +303,7 @@ class OwnershipSpanProcessor(SpanProcessor):
         except (FencewatchError, InvalidEvent) as exc:
             self._note_failure(str(exc))
             return
-        with self._lock:
-            self._forwarded += 1
+        self._forwarded += 1  # written by this thread only
 
 
 # -- (c) OTLP/JSON files -----------------------------------------------------

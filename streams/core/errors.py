@@ -16,7 +16,12 @@ exceptions ordinary Python classes keeps them subclassable and picklable.
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "FencewatchError", "InvalidEvent", "StateError"]
+__all__ = ["RECORD_FIELD", "ConfigError", "FencewatchError", "InvalidEvent", "StateError"]
+
+#: The ``field`` of an event rejected as a whole (malformed JSON, not valid
+#: UTF-8, not a JSON object, over the size cap): a name, so counts by field
+#: (the live processor's metrics, dead-letter headers) never show an empty one.
+RECORD_FIELD = "(record)"
 
 
 class FencewatchError(Exception):
@@ -29,8 +34,9 @@ class ConfigError(FencewatchError, ValueError):
 
 class InvalidEvent(FencewatchError, ValueError):
     """An event that breaks the contract (SPEC §2, §7); ``field`` names the
-    culprit: a field name, ``"key"`` for the Kafka key, or ``None`` when the
-    whole record is at fault (malformed JSON, not an object, over the size cap)."""
+    culprit: a field name, ``"key"`` for the Kafka key, or :data:`RECORD_FIELD`
+    when the whole record is at fault (malformed JSON, not valid UTF-8, not an
+    object, over the size cap)."""
 
     def __init__(self, field: str | None, reason: str) -> None:
         self.field = field

@@ -15,6 +15,7 @@ from typing import Any
 
 from streams.core.destinations import Destination, destinations
 from streams.core.detector import Detector, KeyState
+from streams.core.errors import RECORD_FIELD
 from streams.core.findings import Finding
 from streams.core.health import CLEARED, Health, assess
 from streams.core.records import SEVERITY_RANK, Event, Kind, Severity
@@ -188,7 +189,7 @@ class Replay:
 
     def _oversize(self, source: str, offset: int, line_no: int) -> None:
         reason = f"event is over the limit of {self.max_event_bytes} bytes"
-        self.feed_rejected(source, offset, None, reason, line=line_no)
+        self.feed_rejected(source, offset, RECORD_FIELD, reason, line=line_no)
 
     def feed_rejected(
         self, source: str, offset: int, field: str | None, reason: str, *, line: int | None = None

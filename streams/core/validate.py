@@ -9,12 +9,13 @@ together.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final
 
 import msgspec
 import orjson
 
-from streams.core.errors import InvalidEvent
+from streams.core.errors import RECORD_FIELD, InvalidEvent
 from streams.core.records import EFFECT_TYPES, MAX_INT63, Event, EventType
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "KNOWN_VERSIONS", "InvalidEvent", "parse_event", "to_event"]
@@ -78,7 +79,8 @@ def _int63(doc: dict[str, Any], name: str, *, required: bool) -> int | None:
     if type(value) is not int:
         raise InvalidEvent(name, f"must be an integer, got {_describe(value)}")
     if value < 0 or value > MAX_INT63:
-        raise InvalidEvent(name, f"must be in [0, 2^63), got {value}")
+        shown = str(value) if value.bit_length() <= 256 else "a far larger integer"
+        raise InvalidEvent(name, f"is out of range (0 ≤ {name} < 2^63), got {shown}")
     return value
 
 
@@ -86,7 +88,7 @@ def _explain(doc: Any, key: bytes | None) -> Event:
     """The authoritative, field-by-field check: returns the event or raises
     with the reason. The fast path below defers here on anything unusual."""
     if type(doc) is not dict:
-        raise InvalidEvent(None, f"event must be a JSON object, got {_describe(doc)}")
+        raise InvalidEvent(RECORD_FIELD, f"the event must be a JSON object, got {_describe(doc)}")
     v = doc.get("v")
     if v is None:
         v = 1
@@ -189,7 +191,7 @@ def parse_event(
     from ``workflow_key`` makes the event invalid. Raises :class:`InvalidEvent`.
     """
     if len(data) > max_bytes:
-        raise InvalidEvent(None, f"event is {len(data)} bytes, the limit is {max_bytes}")
+        raise InvalidEvent(RECORD_FIELD, f"event is {len(data)} bytes, the limit is {max_bytes}")
     try:
         event = _DECODE(data)
     except _FAST_ERRORS:
@@ -202,7 +204,36 @@ def parse_event(
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise InvalidEvent(None, f"malformed JSON: {exc}") from None
+        raise InvalidEvent(RECORD_FIELD, _malformed(data, exc)) from None
     except RecursionError:
-        raise InvalidEvent(None, "malformed JSON: nested too deeply") from None
+        raise InvalidEvent(RECORD_FIELD, "malformed JSON: nested too deeply") from None
+    if type(doc) is dict and (type(doc.get("epoch")) is float or type(doc.get("seq")) is float):
+        doc = _exact_integers(data, doc)
     return _explain(doc, key)
+
+
+def _malformed(data: bytes | bytearray | memoryview | str, exc: Exception) -> str:
+    """Why orjson refused ``data``: bytes that are not UTF-8 are named by
+    their position (orjson's own message speaks of surrogates and columns)."""
+    if not isinstance(data, str):
+        raw = bytes(data)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as bad:
+            return f"not valid UTF-8 at byte {bad.start} (0x{raw[bad.start]:02x}, counting from 0)"
+    return f"malformed JSON: {exc}"
+
+
+def _exact_integers(
+    data: bytes | bytearray | memoryview | str, doc: dict[str, Any]
+) -> dict[str, Any]:
+    """``doc`` re-read with exact integers. orjson reads an integer literal
+    beyond 64 bits as a float, which would be reported as "a float"; the
+    standard library keeps it an integer, so an epoch of 2**70 is reported as
+    out of range. Only on this rejection path, and ``data`` is valid JSON."""
+    try:
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+        exact = json.loads(text)
+    except (ValueError, RecursionError):  # e.g. an integer over Python's digit limit
+        return doc
+    return exact if type(exact) is dict else doc

@@ -76,7 +76,7 @@ def test_topic_replay_reports_bad_records_by_partition_and_offset(
     assert len(doc["findings"]) == 4
     assert [(i["source"], i["offset"], i["field"]) for i in doc["invalid"]] == [
         (f"{topic}/0", 3, "workflow_key"),
-        (f"{topic}/0", 4, None),
+        (f"{topic}/0", 4, "(record)"),
     ]
 
 

@@ -123,7 +123,7 @@ def test_invalid_lines_are_reported_and_valid_neighbours_still_classified(
         "conflicting_commit",
     ]
     inv = [(i["line"], i["field"]) for i in doc["invalid"]]
-    assert inv == [(2, None), (4, "workflow_key"), (12, "epoch")]
+    assert inv == [(2, "(record)"), (4, "workflow_key"), (12, "epoch")]
     assert "malformed JSON" in doc["invalid"][0]["reason"]
     assert "boolean" in doc["invalid"][2]["reason"]
     assert doc["summary"]["invalid"] == 3 and doc["summary"]["events"] == 16
@@ -198,6 +198,6 @@ def test_a_giant_line_is_rejected_without_being_held_in_memory(tmp_path: Path, c
     code, doc = _json_report(capsys, "--max-event-bytes", "4096", str(path))
     assert code == 1
     assert len(doc["findings"]) == 4
-    assert [(i["line"], i["field"]) for i in doc["invalid"]] == [(6, None)]
+    assert [(i["line"], i["field"]) for i in doc["invalid"]] == [(6, "(record)")]
     assert "4096 bytes" in doc["invalid"][0]["reason"]
     assert doc["summary"]["records"] == 17 and doc["summary"]["events"] == 16

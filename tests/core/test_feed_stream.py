@@ -56,7 +56,7 @@ def test_an_oversize_line_is_reported_by_line_and_skipped(chunk: int) -> None:
     data = b"\n".join([*lines[:5], giant, *lines[5:]]) + b"\n"
     replay = _audit(data, chunk=chunk, max_bytes=1024)
     assert len(replay.latest) == 4
-    assert [(i.line, i.field) for i in replay.invalid] == [(6, None)]
+    assert [(i.line, i.field) for i in replay.invalid] == [(6, "(record)")]
     assert "over the limit of 1024 bytes" in replay.invalid[0].reason
     assert replay.records == len(lines) + 1
 

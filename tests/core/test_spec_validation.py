@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
-from streams.core import Event, EventType, InvalidEvent, parse_event
+from streams.core import Event, EventType, InvalidEvent, parse_event, to_event
 
 MAX = (1 << 63) - 1
 EFFECT_TYPES = ["effect_attempted", "effect_committed", "effect_rejected", "outcome_verified"]
@@ -236,13 +236,13 @@ def test_unknown_extra_fields_are_ignored() -> None:
 )
 def test_malformed_json_is_rejected(raw: bytes) -> None:
     """Malformed JSON is rejected with a reason (the whole record is at fault)."""
-    assert rejected(raw).field is None
+    assert rejected(raw).field == "(record)"
 
 
 @pytest.mark.parametrize("raw", [b"[]", b'"progress"', b"17", b"null", b"true", b"[{}]"])
 def test_not_an_object_is_rejected(raw: bytes) -> None:
     """A JSON value that is not an object is rejected."""
-    assert rejected(raw).field is None
+    assert rejected(raw).field == "(record)"
 
 
 def _padded(total: int) -> bytes:
@@ -261,7 +261,7 @@ def test_event_at_the_default_size_cap_is_accepted() -> None:
 def test_oversize_event_is_rejected() -> None:
     """An event over 64 KiB is rejected by default, with a reason naming the size."""
     err = rejected(_padded(64 * 1024 + 1))
-    assert err.field is None
+    assert err.field == "(record)"
     assert err.reason == "event is 65537 bytes, the limit is 65536"
 
 
@@ -335,3 +335,68 @@ def test_deeply_nested_json_is_rejected_not_a_crash(where: str, depth: int) -> N
         parse_event(raw)
     except InvalidEvent as err:
         assert err.reason
+
+
+# --- issue 9 item 8: messages that say what is wrong ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "literal", "shown"),
+    [
+        ("epoch", str(2**70), str(2**70)),
+        ("seq", str(10**23), str(10**23)),
+        ("epoch", str(2**63), str(2**63)),
+    ],
+)
+def test_integer_beyond_64_bits_is_out_of_range_not_a_float(
+    name: str, literal: str, shown: str
+) -> None:
+    """An integer literal of 2**70 (beyond what a 64-bit parser keeps exact) is reported as out
+    of range, 0 <= value < 2^63, never as a float."""
+    fields = {"type": '"progress"', "workflow_key": '"k"', "epoch": "1", "worker_id": '"w"'}
+    fields[name] = literal
+    raw = ("{" + ",".join(f'"{k}":{v}' for k, v in fields.items()) + "}").encode()
+    err = rejected(raw)
+    assert (err.field, err.reason) == (name, f"is out of range (0 ≤ {name} < 2^63), got {shown}")
+    assert "float" not in err.reason
+
+
+def test_out_of_range_integer_in_a_document_is_out_of_range() -> None:
+    """to_event (documents built in Python, e.g. by the SDK) says the same for 2**70."""
+    with pytest.raises(InvalidEvent) as info:
+        to_event({"type": "progress", "workflow_key": "k", "epoch": 2**70, "worker_id": "w"})
+    assert info.value.reason == f"is out of range (0 ≤ epoch < 2^63), got {2**70}"
+
+
+def test_a_real_float_is_still_a_float() -> None:
+    """A float literal (1.5e30) is still reported as a float."""
+    err = rejected(b'{"type":"progress","workflow_key":"k","epoch":1.5e30,"worker_id":"w"}')
+    assert (err.field, err.reason) == ("epoch", "must be an integer, got a float")
+
+
+@pytest.mark.parametrize(
+    ("raw", "bad"),
+    [
+        (b'{"type": "progress", "workflow_key": "k\xff", "epoch": 1, "worker_id": "w"}', 0xFF),
+        (b"\xff\xfe{}", 0xFF),
+        (b'{"type": "progress", "workflow_key": "k", "epoch": 1, "worker_id": "\xc3("}', 0xC3),
+    ],
+)
+def test_invalid_utf8_names_the_byte(raw: bytes, bad: int) -> None:
+    """Bytes that are not UTF-8 are reported as "not valid UTF-8 at byte N" (the first bad
+    byte, counted from 0), for the whole record, not as surrogates at column 1."""
+    at = raw.index(bytes([bad]))
+    err = rejected(raw)
+    assert err.field == "(record)"
+    assert err.reason == f"not valid UTF-8 at byte {at} (0x{raw[at]:02x}, counting from 0)"
+
+
+@pytest.mark.parametrize(
+    ("raw", "what"),
+    [(b"[1,2]", "an array"), (b'"x"', "a string"), (b"null", "null"), (b"3", "an integer")],
+)
+def test_non_object_event_is_named_as_the_record(raw: bytes, what: str) -> None:
+    """A JSON value that is not an object is rejected under field "(record)" (never an empty
+    field name): "the event must be a JSON object"."""
+    err = rejected(raw)
+    assert (err.field, err.reason) == ("(record)", f"the event must be a JSON object, got {what}")

@@ -67,7 +67,8 @@ class EffectRefused(FencewatchError):
     destination. ``reason`` is ``store_unavailable`` (an ``irreversible``
     effect whose epoch the lease store could not confirm) or
     ``deferred_queue_full`` (a ``deferrable`` effect past the owner's bound);
-    ``detail`` names the underlying cause."""
+    ``detail`` names the underlying cause. ``evidence_error`` is set when the
+    refusal's evidence could not be handed to Kafka either."""
 
     def __init__(
         self, key: str, epoch: int, effect_key: str, risk: str, reason: str, detail: str
@@ -82,6 +83,7 @@ class EffectRefused(FencewatchError):
         self.risk = risk
         self.reason = reason
         self.detail = detail
+        self.evidence_error: FencewatchError | None = None
 
 
 class LeaseHeld(FencewatchError):

@@ -40,9 +40,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from streams.core.records import EventType
-from streams.errors import EffectRefused, LeaseHeld, LeaseLost, StoreError, StoreUnavailable
-from streams.fences.lease import Lease, LeaseStore, Stamp, check_lease_args
-from streams.fences.sink import EffectSink, Receipt
+from streams.errors import (
+    BrokerError,
+    EffectRefused,
+    LeaseHeld,
+    LeaseLost,
+    StoreError,
+    StoreUnavailable,
+)
+from streams.fences.lease import Lease, LeaseStore, Stamp
+from streams.fences.sink import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    EffectSink,
+    Receipt,
+    check_effect_args,
+)
 
 if TYPE_CHECKING:
     from streams.sdk.reporter import OwnershipReporter
@@ -226,9 +238,9 @@ class Owner:
         """
         if risk not in RISKS:
             raise ValueError(f"risk must be one of {', '.join(RISKS)}, got {risk!r}")
-        check_lease_args(self.key)
-        if not isinstance(effect_key, str) or not effect_key:
-            raise ValueError("effect key must be a non-empty string")
+        # Refuse what the sink would refuse now, not from the keeper later.
+        cap = getattr(sink, "max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES)
+        check_effect_args(self.key, self.epoch, effect_key, payload, cap, idempotency_key)
         self.check()
         outcome = EffectOutcome(effect_key, risk)
         item = _Pending(sink, effect_key, bytes(payload), idempotency_key, outcome)
@@ -333,23 +345,27 @@ class Owner:
     def _refuse(self, item: _Pending, reason: str, cause: StoreError | None) -> None:
         """Fail closed: publish why (no seq: the store did not answer) and raise."""
         detail = str(cause) if cause is not None else "the lease store did not answer"
-        self.reporter.emit(
-            EventType.EFFECT_REJECTED,
-            self.key,
-            self.epoch,
-            effect_key=item.effect_key,
-            sink=item.sink.name,
-            attrs={
-                "risk": item.outcome.risk,
-                "receipt": "not_attempted",
-                "reason": reason,
-                "detail": detail[:500],
-            },
-            unstamped=reason,
-        )
         error = EffectRefused(
             self.key, self.epoch, item.effect_key, item.outcome.risk, reason, detail
         )
+        try:
+            self.reporter.emit(
+                EventType.EFFECT_REJECTED,
+                self.key,
+                self.epoch,
+                effect_key=item.effect_key,
+                sink=item.sink.name,
+                attrs={
+                    "risk": item.outcome.risk,
+                    "receipt": "not_attempted",
+                    "reason": reason,
+                    "detail": detail[:500],
+                },
+                unstamped="store_unavailable",
+            )
+        except BrokerError as exc:
+            # Kafka is away too: the refusal stands; the worker still gets it.
+            error.evidence_error = exc
         item.outcome._fail("failed", error)
         raise error from cause
 

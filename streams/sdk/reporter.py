@@ -399,4 +399,3 @@ class OwnershipReporter:
         else:
             with suppress(BrokerError):
                 self.close()
-

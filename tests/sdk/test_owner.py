@@ -240,3 +240,21 @@ def test_closing_the_reporter_releases_its_open_owners(world: World) -> None:
         EventType.LEASE_RELEASED,
     ]
     assert owner.renewals == 0 and not owner.lost.is_set()
+
+
+def test_bad_effect_arguments_are_refused_before_anything_is_queued(world: World) -> None:
+    """An empty effect key or a payload over the sink's bound raises ValueError at
+    once, even for a deferrable effect while the store is too slow."""
+    rep = world.reporter("alpha")
+    small = FencedSink(world.db, name="small", max_payload_bytes=4)
+    with rep.own(KEY, ttl=30) as owner:
+        blocker = world.hold_write_lock()
+        try:
+            with pytest.raises(ValueError):
+                owner.effect(small, "", b"", risk="deferrable")
+            with pytest.raises(ValueError):
+                owner.effect(small, "e", b"12345", risk="deferrable")
+            assert owner.deferred_pending == 0
+        finally:
+            blocker.rollback()
+            blocker.close()

@@ -58,6 +58,7 @@ from streams.findings import (
     TooManyFindings,
     WebhookTarget,
 )
+from streams.kafka.connection import KafkaConnection
 from streams.sdk import (
     EffectBoundary,
     EffectOutcome,
@@ -93,6 +94,7 @@ __all__ = [
     "FindingsConsumer",
     "FindingsSettings",
     "HookSender",
+    "KafkaConnection",
     "Kind",
     "Lease",
     "LeaseHeld",

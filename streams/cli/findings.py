@@ -14,7 +14,6 @@ holds no findings.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -25,13 +24,12 @@ from typing import Any
 
 import orjson
 
+from streams.cli.kafka_args import add_connection_args, connection_from_args
 from streams.core.findings import Finding
 from streams.core.records import Kind, Severity
 from streams.errors import FencewatchError
 
 __all__ = ["kafka_config", "register", "render_finding_line"]
-
-_ENV_BOOTSTRAP = "FENCEWATCH_BOOTSTRAP_SERVERS"
 
 
 def register(sub: Any) -> None:
@@ -40,7 +38,7 @@ def register(sub: Any) -> None:
         help="show or follow the findings topic; alert hooks (--exec, --webhook)",
         description="Read ownership findings: the latest revision of each, or follow new ones.",
     )
-    p.add_argument("--bootstrap-servers", metavar="HOST:PORT", help=f"(or {_ENV_BOOTSTRAP})")
+    add_connection_args(p)
     p.add_argument("--topic", default=None, help="findings topic (default ownership.findings)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--since", metavar="TIME", help="start at this time (ISO 8601 or epoch ms)")
@@ -132,12 +130,10 @@ def _settings(args: argparse.Namespace) -> Any:
         Since,
     )
 
-    bootstrap = args.bootstrap_servers or os.environ.get(_ENV_BOOTSTRAP)
-    if not bootstrap:
-        raise ValueError(f"--bootstrap-servers HOST:PORT is required (or {_ENV_BOOTSTRAP})")
+    conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
     start = Since(time_ms(args.since)) if args.since else ONLY_NEW if args.new else FROM_BEGINNING
     return FindingsSettings(
-        bootstrap_servers=bootstrap,
+        connection=conn,
         topic=args.topic or DEFAULT_FINDINGS_TOPIC,
         group=args.group,
         start=start,
@@ -149,7 +145,6 @@ def _settings(args: argparse.Namespace) -> Any:
             prefix=args.prefix,
         ),
         max_tracked=args.max_tracked or DEFAULT_MAX_TRACKED,
-        config=kafka_config(args.kafka_config),
     )
 
 

@@ -8,17 +8,15 @@ error, an unreachable broker or a topic that is not a status topic.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 import orjson
 
+from streams.cli.kafka_args import add_connection_args, connection_from_args
 from streams.errors import BrokerError, FencewatchError
 
 __all__ = ["register", "render_status_line"]
-
-_ENV_BOOTSTRAP = "FENCEWATCH_BOOTSTRAP_SERVERS"
 
 
 def register(sub: Any) -> None:
@@ -27,7 +25,7 @@ def register(sub: Any) -> None:
         help="per-workflow health from the status topic, worst first",
         description="Where every workflow stands now (SPEC §8), read from the status topic.",
     )
-    p.add_argument("--bootstrap-servers", metavar="HOST:PORT", help=f"(or {_ENV_BOOTSTRAP})")
+    add_connection_args(p)
     p.add_argument("--topic", default=None, help="status topic (default ownership.status)")
     p.add_argument("--open", action="store_true", help="only workflows with open findings")
     p.add_argument("--workflow", action="append", default=[], metavar="KEY", help="repeatable")
@@ -69,13 +67,10 @@ def _main(args: argparse.Namespace) -> int:
         worst_first,
     )
 
-    bootstrap = args.bootstrap_servers or os.environ.get(_ENV_BOOTSTRAP)
-    if not bootstrap:
-        _err(f"--bootstrap-servers HOST:PORT is required (or {_ENV_BOOTSTRAP})")
-        return 2
     topic = args.topic or DEFAULT_STATUS_TOPIC
     try:
-        docs = read_status(bootstrap, topic, config=kafka_config(args.kafka_config))
+        conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
+        docs = read_status(conn, topic)
     except BrokerError as exc:
         hint = (
             " (the live processor creates and writes the status topic)"

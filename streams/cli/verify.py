@@ -15,17 +15,17 @@ unknown workflow, or broker failure.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from streams.errors import FencewatchError
+import orjson
+
+from streams.cli.kafka_args import add_connection_args, connection_from_args
+from streams.errors import BrokerError, FencewatchError
 
 __all__ = ["register"]
-
-_ENV_BOOTSTRAP = "FENCEWATCH_BOOTSTRAP_SERVERS"
 
 
 def register(sub: Any) -> None:
@@ -34,12 +34,12 @@ def register(sub: Any) -> None:
         help="record a person's verification of an effect's outcome (outcome_verified)",
         description="Publish outcome_verified for a workflow's current epoch (SPEC §8).",
     )
-    p.add_argument("--bootstrap-servers", metavar="HOST:PORT", help=f"(or {_ENV_BOOTSTRAP})")
+    add_connection_args(p)
     p.add_argument("--workflow", required=True, metavar="KEY")
     p.add_argument("--effect", required=True, metavar="EFFECT_KEY")
     p.add_argument("--by", required=True, metavar="NAME", help="who verified it")
     p.add_argument("--epoch", type=int, help="the current epoch (default: from the status topic)")
-    p.add_argument("--events-topic", default="ownership.events")
+    p.add_argument("--events-topic", default=None, help="default ownership.events")
     p.add_argument("--status-topic", default=None, help="default ownership.status")
     p.add_argument("--note", help="free text kept in attrs.note")
     p.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE")
@@ -50,11 +50,11 @@ def _err(msg: str) -> None:
     print(f"fencewatch verify: {msg}", file=sys.stderr)
 
 
-def _current_epoch(bootstrap: str, args: argparse.Namespace, config: dict[str, str]) -> int:
+def _current_epoch(conn: Any, args: argparse.Namespace) -> int:
     from streams.findings.status import DEFAULT_STATUS_TOPIC, read_status
 
     topic = args.status_topic or DEFAULT_STATUS_TOPIC
-    doc = read_status(bootstrap, topic, config=config).get(args.workflow)
+    doc = read_status(conn, topic).get(args.workflow)
     if doc is None or doc.get("current_epoch") is None:
         raise ValueError(
             f"workflow {args.workflow!r} has no current epoch on {topic}: give --epoch N"
@@ -64,18 +64,15 @@ def _current_epoch(bootstrap: str, args: argparse.Namespace, config: dict[str, s
 
 def _main(args: argparse.Namespace) -> int:
     from streams.cli.findings import kafka_config
-    from streams.core.records import Event, EventType
-    from streams.core.validate import InvalidEvent
-    from streams.sdk.reporter import OwnershipReporter, ReporterSettings
+    from streams.core.records import Event, EventType, event_to_dict
+    from streams.core.validate import InvalidEvent, to_event
+    from streams.kafka.clients import Producer
+    from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
 
-    bootstrap = args.bootstrap_servers or os.environ.get(_ENV_BOOTSTRAP)
-    if not bootstrap:
-        _err(f"--bootstrap-servers HOST:PORT is required (or {_ENV_BOOTSTRAP})")
-        return 2
     worker = f"person:{args.by}"
     try:
-        config = kafka_config(args.kafka_config)
-        epoch = args.epoch if args.epoch is not None else _current_epoch(bootstrap, args, config)
+        conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
+        epoch = args.epoch if args.epoch is not None else _current_epoch(conn, args)
         attrs: dict[str, Any] = {"verified_by": args.by}
         if args.note:
             attrs["note"] = args.note
@@ -89,9 +86,24 @@ def _main(args: argparse.Namespace) -> int:
             ts=datetime.now(UTC).isoformat(timespec="milliseconds"),
             attrs=attrs,
         )
-        settings = ReporterSettings(bootstrap, worker, topic=args.events_topic, extra=config)
-        with OwnershipReporter(settings) as reporter:
-            reporter.publish(event)
+        doc = event_to_dict(event)
+        to_event(doc)  # never publish what the processor would reject
+        # The SDK's producer (same partitioner as the SDK's workers: the
+        # verification lands in the partition of the key's other evidence).
+        topic = args.events_topic or DEFAULT_EVENTS_TOPIC
+        producer = Producer(conn)
+        failed: list[BrokerError] = []
+        producer.produce(
+            topic,
+            orjson.dumps(doc),
+            key=args.workflow.encode(),
+            on_delivery=lambda err: failed.append(err) if err is not None else None,
+        )
+        unacknowledged = producer.flush(conn.connect_timeout + 20)
+        if failed:
+            raise failed[0]
+        if unacknowledged:
+            raise FencewatchError(f"the event was not acknowledged by {conn.bootstrap_servers}")
     except InvalidEvent as exc:
         _err(f"the event would be invalid: {exc}")
         return 2

@@ -34,7 +34,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from streams.core.findings import Finding
 from streams.errors import FencewatchError
@@ -45,7 +45,9 @@ from streams.findings.select import (
     RevisionTracker,
     decode_finding,
 )
+from streams.kafka.connection import KafkaConnection
 from streams.kafka.tail import FROM_BEGINNING, Start, TailRecord, TopicTail
+from streams.kafka.topics import DEFAULT_FINDINGS_TOPIC
 
 __all__ = [
     "DEFAULT_FINDINGS_TOPIC",
@@ -57,7 +59,6 @@ __all__ = [
     "TopicReader",
 ]
 
-DEFAULT_FINDINGS_TOPIC = "ownership.findings"
 #: Findings a bounded read (:meth:`FindingsConsumer.latest`) holds at most.
 DEFAULT_MAX_FINDINGS = 1_000_000
 _MAX_KEPT_ERRORS = 5
@@ -105,10 +106,10 @@ class Delivery:
 
 @dataclass(frozen=True, slots=True)
 class FindingsSettings:
-    """Where to read and what to keep. ``config`` adds client settings
-    (security: ``security.protocol``, ``sasl.*``, ``ssl.*``)."""
+    """Where to read and what to keep. ``connection`` is a bootstrap address
+    or a :class:`~streams.kafka.connection.KafkaConnection` (security, timeouts)."""
 
-    bootstrap_servers: str
+    connection: KafkaConnection | str
     topic: str = DEFAULT_FINDINGS_TOPIC
     #: A consumer group that stores the position (None: nothing is committed).
     group: str | None = None
@@ -120,7 +121,6 @@ class FindingsSettings:
     max_tracked: int = DEFAULT_MAX_TRACKED
     #: Seconds between commits of the acknowledged position (and at close).
     commit_interval_s: float = 0.5
-    config: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -184,12 +184,11 @@ class FindingsConsumer:
         self._stopping = False
         self._closed = False
         self._tail = tail(
-            settings.bootstrap_servers,
+            settings.connection,
             settings.topic,
             group=settings.group,
             start=settings.start,
             stop_at_end=not settings.follow,
-            config=settings.config,
         )
 
     # -- reading --------------------------------------------------------------

@@ -15,7 +15,9 @@ import orjson
 
 from streams.core.records import SEVERITY_RANK, Severity
 from streams.errors import FencewatchError
+from streams.kafka.connection import KafkaConnection
 from streams.kafka.tail import TopicTail
+from streams.kafka.topics import DEFAULT_STATUS_TOPIC
 
 __all__ = [
     "DEFAULT_MAX_WORKFLOWS",
@@ -26,7 +28,6 @@ __all__ = [
     "worst_first",
 ]
 
-DEFAULT_STATUS_TOPIC = "ownership.status"
 #: Workflows a status read holds at most (one small record each).
 DEFAULT_MAX_WORKFLOWS = 2_000_000
 
@@ -36,15 +37,14 @@ class StatusTopicError(FencewatchError):
 
 
 def read_status(
-    bootstrap: str,
+    conn: KafkaConnection | str,
     topic: str = DEFAULT_STATUS_TOPIC,
     *,
-    config: Mapping[str, Any] | None = None,
     max_workflows: int = DEFAULT_MAX_WORKFLOWS,
 ) -> dict[str, dict[str, Any]]:
     """The latest status record per workflow key."""
     out: dict[str, dict[str, Any]] = {}
-    tail = TopicTail(bootstrap, topic, stop_at_end=True, config=config)
+    tail = TopicTail(conn, topic, stop_at_end=True)
     try:
         while not tail.finished:
             rec = tail.poll(30.0)

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from streams.errors import BrokerError
+from streams.kafka.connection import KafkaConnection, check_reachable
+from streams.kafka.errors import TopicMissing, from_kafka_error, no_answer, translate
 
 __all__ = ["FROM_BEGINNING", "ONLY_NEW", "Since", "Start", "TailRecord", "TopicTail"]
 
@@ -56,26 +57,18 @@ ONLY_NEW = _Edge("new")
 Start = _Edge | Since
 
 
-def _broker_error(exc: Exception, what: str) -> BrokerError:
-    err: Any = exc.args[0] if exc.args else None
-    if err is not None and hasattr(err, "name") and hasattr(err, "str"):
-        return BrokerError(f"{what}: {err.str()}", code=err.name(), retriable=bool(err.retriable()))
-    return BrokerError(f"{what}: {exc}")
-
-
 class TopicTail:
     """Reads ``topic`` from its start positions; :meth:`poll` returns one
     record at a time. Not thread-safe: one thread polls and commits."""
 
     def __init__(
         self,
-        bootstrap: str,
+        conn: KafkaConnection | str,
         topic: str,
         *,
         group: str | None = None,
         start: Start = FROM_BEGINNING,
         stop_at_end: bool = False,
-        config: Mapping[str, Any] | None = None,
         timeout: float = 30.0,
     ) -> None:
         from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -83,8 +76,12 @@ class TopicTail:
         self.topic = topic
         self.group = group
         self._timeout = timeout
+        conn = KafkaConnection(conn) if isinstance(conn, str) else conn
+        conn.validate()
+        # An unreachable address fails here in the connect timeout, naming it.
+        check_reachable(conn)
+        self._conn = conn
         conf: dict[str, Any] = {
-            "bootstrap.servers": bootstrap,
             # The client wants a group id even when nothing is committed; this
             # one is never joined (partitions are assigned) nor committed to.
             "group.id": group or "fencewatch-findings-reader",
@@ -96,27 +93,34 @@ class TopicTail:
             # Bounded prefetch: at most ~8 MiB queued in the client.
             "queued.max.messages.kbytes": 8192,
         }
-        conf.update(config or {})
         try:
-            self._consumer = Consumer(conf)
+            self._consumer = Consumer(conn.librdkafka(**conf))
         except KafkaException as exc:
-            raise _broker_error(exc, "consumer settings") from None
+            raise translate(exc, "configuring the consumer") from None
         try:
             self._open(start, stop_at_end, TopicPartition)
         except KafkaException as exc:
             self._consumer.close()
-            raise _broker_error(exc, f"topic {topic}") from None
+            raise translate(exc, f"topic {topic}") from None
         except BaseException:
             self._consumer.close()
             raise
 
     def _open(self, start: Start, stop_at_end: bool, tp: Any) -> None:
+        from confluent_kafka import KafkaException
+
         c, topic, timeout = self._consumer, self.topic, self._timeout
-        meta = c.list_topics(topic, timeout=timeout)
+        try:
+            meta = c.list_topics(topic, timeout=self._conn.connect_timeout)
+        except KafkaException as exc:
+            failure = translate(exc, f"topic {topic}")
+            raise no_answer(
+                self._conn.bootstrap_servers, self._conn.connect_timeout, failure
+            ) from None
         tmeta = meta.topics.get(topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
             reason = tmeta.error.str() if tmeta is not None and tmeta.error else "no such topic"
-            raise BrokerError(f"topic {topic}: {reason}", code="UNKNOWN_TOPIC_OR_PART")
+            raise TopicMissing(f"topic {topic}: {reason}", code="UNKNOWN_TOPIC_OR_PART")
         self.partitions: list[int] = sorted(tmeta.partitions)
         lows: dict[int, int] = {}
         highs: dict[int, int] = {}
@@ -160,7 +164,7 @@ class TopicTail:
             try:
                 msg = self._consumer.poll(timeout)
             except KafkaException as exc:
-                raise _broker_error(exc, f"reading {self.topic}") from None
+                raise translate(exc, f"reading {self.topic}") from None
             if msg is None:
                 return None
             err = msg.error()
@@ -171,9 +175,7 @@ class TopicTail:
                     continue
                 if err.retriable():
                     continue
-                raise BrokerError(
-                    f"reading {self.topic}: {err.str()}", code=err.name(), retriable=False
-                )
+                raise from_kafka_error(err, f"reading {self.topic}")
             offset = msg.offset()
             if p is None or offset is None or p not in self._pending:
                 continue
@@ -207,7 +209,7 @@ class TopicTail:
             else:
                 self._consumer.commit(offsets=tps, asynchronous=False)
         except KafkaException as exc:
-            raise _broker_error(exc, f"committing the position of group {self.group}") from None
+            raise translate(exc, f"committing the position of group {self.group}") from None
 
     def close(self) -> None:
         self._consumer.close()

@@ -135,14 +135,9 @@ def test_cli_webhook_delivers_each_revision_of_a_bounded_read(
 
 
 def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    from confluent_kafka import Consumer, TopicPartition
+    from streams.kafka import committed_offsets
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
-    try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
-        return {tp.partition: tp.offset for tp in c.committed(tps, timeout=10)}
-    finally:
-        c.close()
+    return committed_offsets(bootstrap, group, topic, range(partitions))
 
 
 def _positions(bootstrap: str, topic: str) -> dict[str, tuple[int, int]]:

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from streams.core import Detector, DetectorConfig, Event, EventType, Finding, KeyState
+from streams.core.replay import Replay
+
+FIXTURE = Path(__file__).resolve().parents[2] / "examples" / "reference.jsonl"
 
 __all__ = [
     "RunResult",
@@ -26,6 +30,8 @@ __all__ = [
     "prog",
     "rej",
     "rel",
+    "replay_events",
+    "replay_fixture",
     "run",
     "ver",
 ]
@@ -150,6 +156,22 @@ def run(
             result.emitted.append(f)
             result.latest[f.finding_id] = f
     return result
+
+
+def replay_events(events: Iterable[Event]) -> Replay:
+    """A Replay fed ``events`` in order, offsets 1, 2, 3... (like line numbers)."""
+    replay = Replay()
+    for n, event in enumerate(events, start=1):
+        replay.feed_event(event, n)
+    return replay
+
+
+def replay_fixture() -> Replay:
+    """A Replay of the SPEC §5 reference fixture file."""
+    replay = Replay()
+    with FIXTURE.open("rb") as fh:
+        replay.feed_stream(fh.read, source="fixture")
+    return replay
 
 
 def comparable(findings: Sequence[Finding] | dict[str, Finding]) -> dict[str, dict[str, Any]]:

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import orjson
 
 from streams.core import Finding
-from streams.core.replay import Replay
 from streams.report import render_json, render_jsonl, render_text
-from tests.core.conftest import acq, att, com, prog, rej, run
-
-FIXTURE = Path(__file__).resolve().parents[2] / "examples" / "reference.jsonl"
+from tests.core.conftest import acq, att, com, prog, rej, replay_events, replay_fixture, run
 
 
 def test_fixture_findings_are_all_high() -> None:
     """On the reference fixture (seq on everything, explicit acquisition) every finding is high."""
-    replay = Replay()
-    replay.feed_stream(FIXTURE.open("rb").read, source="fixture")
+    replay = replay_fixture()
     confidences = {f.kind.value: f.confidence.value for f in replay.latest_findings()}
     assert confidences == {
         "stale_activity": "high",
@@ -106,9 +100,7 @@ def test_from_dict_reads_and_derives_confidence() -> None:
 
 def test_every_report_carries_confidence() -> None:
     """Text, JSON and JSON Lines reports all state each finding's confidence."""
-    replay = Replay()
-    for n, event in enumerate([acq(1, "a", 1), prog(2, "b", 2), com(1, "a", 3)], start=1):
-        replay.feed_event(event, n)
+    replay = replay_events([acq(1, "a", 1), prog(2, "b", 2), com(1, "a", 3)])
     assert "confidence: medium (the takeover by epoch 2 is implied" in render_text(replay)
     doc = orjson.loads(render_json(replay))
     assert [f["confidence"] for f in doc["findings"]] == ["medium"]

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core import Event
 from streams.core.destinations import UNNAMED
 from streams.core.replay import Replay
 from streams.report import render_json, render_text
-from tests.core.conftest import acq, att, com, prog, rej
+from tests.core.conftest import acq, att, com, prog, rej, replay_events, replay_fixture
 from tests.strategies import arrival_orders, multi_workflow_events, with_sinks
-
-FIXTURE = Path(__file__).resolve().parents[2] / "examples" / "reference.jsonl"
-
-
-def _replay(events: list[Event]) -> Replay:
-    replay = Replay()
-    for n, event in enumerate(events, start=1):
-        replay.feed_event(event, n)
-    return replay
 
 
 def _table(replay: Replay) -> list[tuple[str, int, int, int, str]]:
@@ -35,8 +23,7 @@ def _table(replay: Replay) -> list[tuple[str, int, int, int, str]]:
 def test_fixture_shows_the_release_bucket_ignoring_the_fence() -> None:
     """On the SPEC §5 fixture release-bucket committed one stale and one current effect
     (ignores_fence); search-index and orders-db only committed current effects (unproven)."""
-    replay = Replay()
-    replay.feed_stream(FIXTURE.open("rb").read, source="fixture")
+    replay = replay_fixture()
     assert _table(replay) == [
         ("release-bucket", 0, 1, 1, "ignores_fence"),
         ("orders-db", 0, 0, 1, "unproven"),
@@ -57,7 +44,7 @@ def test_a_sink_that_only_rejects_stale_effects_enforces_the_fence() -> None:
         com(2, "b", 7, "X", sink="db"),
         com(2, "b", 8, "X", sink="db"),
     ]
-    assert _table(_replay(events)) == [("db", 2, 0, 1, "enforces_fence")]
+    assert _table(replay_events(events)) == [("db", 2, 0, 1, "enforces_fence")]
 
 
 def test_one_stale_commit_outweighs_any_number_of_rejections() -> None:
@@ -68,7 +55,7 @@ def test_one_stale_commit_outweighs_any_number_of_rejections() -> None:
         rej(1, "a", 3, "X", sink="db"),
         com(1, "a", 4, "Y", sink="db"),
     ]
-    assert _table(_replay(events)) == [("db", 1, 1, 0, "ignores_fence")]
+    assert _table(replay_events(events)) == [("db", 1, 1, 0, "ignores_fence")]
 
 
 def test_distinct_effects_are_per_workflow_epoch_and_effect_key() -> None:
@@ -85,18 +72,18 @@ def test_distinct_effects_are_per_workflow_epoch_and_effect_key() -> None:
         acq(2, "b", 2, key="other"),
         com(1, "a", 3, "X", sink="s", key="other"),
     ]
-    assert _table(_replay(events)) == [("s", 0, 3, 0, "ignores_fence")]
+    assert _table(replay_events(events)) == [("s", 0, 3, 0, "ignores_fence")]
 
 
 def test_effect_events_without_a_sink_count_as_unnamed() -> None:
     """Effect events that name no sink are counted under "(unnamed)"; progress names none."""
     events = [acq(1, "a", 1), prog(1, "a", 2), att(1, "a", 3), com(1, "a", 4)]
-    assert _table(_replay(events)) == [(UNNAMED, 0, 0, 1, "unproven")]
+    assert _table(replay_events(events)) == [(UNNAMED, 0, 0, 1, "unproven")]
 
 
 def test_a_sink_only_attempted_is_listed_unproven() -> None:
     """A sink named only on attempts is listed, all counts zero, unproven."""
-    assert _table(_replay([acq(1, "a", 1), att(1, "a", 2, sink="q")])) == [
+    assert _table(replay_events([acq(1, "a", 1), att(1, "a", 2, sink="q")])) == [
         ("q", 0, 0, 0, "unproven")
     ]
 
@@ -104,16 +91,15 @@ def test_a_sink_only_attempted_is_listed_unproven() -> None:
 def test_a_late_acquisition_turns_a_current_commit_stale() -> None:
     """A commit counted current becomes a stale commit when an acquisition positioned before
     it arrives late (classified by position, not arrival)."""
-    early = _replay([acq(1, "a", 1), com(1, "a", 3, sink="s")])
+    early = replay_events([acq(1, "a", 1), com(1, "a", 3, sink="s")])
     assert _table(early) == [("s", 0, 0, 1, "unproven")]
-    late = _replay([acq(1, "a", 1), com(1, "a", 3, sink="s"), acq(2, "b", 2)])
+    late = replay_events([acq(1, "a", 1), com(1, "a", 3, sink="s"), acq(2, "b", 2)])
     assert _table(late) == [("s", 0, 1, 0, "ignores_fence")]
 
 
 def test_destinations_are_in_the_json_and_text_reports() -> None:
     """--format json has a top-level destinations list; the text report a line per sink."""
-    replay = Replay()
-    replay.feed_stream(FIXTURE.open("rb").read, source="fixture")
+    replay = replay_fixture()
     doc = orjson.loads(render_json(replay))
     assert doc["destinations"][0] == {
         "sink": "release-bucket",
@@ -135,4 +121,4 @@ def test_destinations_do_not_depend_on_arrival_order(data: st.DataObject) -> Non
     events = data.draw(with_sinks(data.draw(multi_workflow_events())))
     shuffled = data.draw(arrival_orders(events))
     in_order = sorted(events, key=lambda e: (e.workflow_key, e.seq))
-    assert _table(_replay(shuffled)) == _table(_replay(in_order))
+    assert _table(replay_events(shuffled)) == _table(replay_events(in_order))

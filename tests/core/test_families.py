@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from streams.core import Kind
 from streams.core.findings import finding_id
 from streams.core.records import Family
-from streams.core.replay import Replay
-
-FIXTURE = Path(__file__).resolve().parents[2] / "examples" / "reference.jsonl"
+from tests.core.conftest import replay_fixture
 
 
 def test_every_kind_has_a_family_and_the_commit_kinds_share_one() -> None:
@@ -32,9 +28,7 @@ def test_commit_kinds_share_one_finding_id() -> None:
 def test_fixture_finding_ids_are_stable() -> None:
     """The SPEC §5 fixture's finding ids are the ones every earlier build emitted: ids are
     derived from the family values, which must never change."""
-    replay = Replay()
-    with FIXTURE.open("rb") as fh:
-        replay.feed_stream(fh.read, source="fixture")
+    replay = replay_fixture()
     assert [(f.kind.value, f.finding_id) for f in replay.latest_findings()] == [
         ("stale_activity", "fw1-f5475596bc967b7b86dfe909"),
         ("stale_attempt", "fw1-c89be90e4ac629c16e777b0c"),

@@ -9,27 +9,11 @@ from pathlib import Path
 import pytest
 
 from streams.cli import main
-from streams.core import Event
-from streams.core.replay import Replay
 from streams.core.whatif import WhatIf, what_if_fenced
-from tests.core.conftest import acq, att, com, prog
+from tests.core.conftest import acq, att, com, prog, replay_events, replay_fixture
 from tests.core.test_audit_cli import _report_validator
 
 FIXTURE = Path(__file__).resolve().parents[2] / "examples" / "reference.jsonl"
-
-
-def _fixture() -> Replay:
-    replay = Replay()
-    with FIXTURE.open("rb") as fh:
-        replay.feed_stream(fh.read, source="fixture")
-    return replay
-
-
-def _replay(events: list[Event]) -> Replay:
-    replay = Replay()
-    for n, event in enumerate(events, start=1):
-        replay.feed_event(event, n)
-    return replay
 
 
 def _changes(w: WhatIf) -> list[tuple[str, str | None, str | None]]:
@@ -47,7 +31,7 @@ def test_fencing_the_release_bucket_turns_the_fixture_into_a_near_miss() -> None
     """On the SPEC §5 fixture, fencing release-bucket turns the stale commit into a rejected
     near miss (the stale attempt's sink outcome committed -> rejected), and the stale commit
     and the conflicting commit disappear; the stale activity stays; the real replay is intact."""
-    replay = _fixture()
+    replay = replay_fixture()
     real_before = replay.latest_findings()
     w = what_if_fenced(replay, ["release-bucket"])
     assert w.converted == 1 and w.unseen_sinks == ()
@@ -76,7 +60,7 @@ def test_a_conflicting_commit_becomes_a_duplicate_when_the_stale_one_is_refused(
         com(2, "b", 4, "X", sink="bucket"),
         com(2, "b", 5, "X", sink="bucket"),
     ]
-    w = what_if_fenced(_replay(events), ["bucket"])
+    w = what_if_fenced(replay_events(events), ["bucket"])
     assert ("changed", "conflicting_commit", "duplicate_commit") in _changes(w)
     change = next(c for c in w.changes if c.change == "changed")
     assert change.what_if is not None and change.what_if.same_owner is True
@@ -87,7 +71,9 @@ def test_a_conflicting_commit_becomes_a_duplicate_when_the_stale_one_is_refused(
 def test_a_stale_commit_without_an_attempt_becomes_an_added_near_miss() -> None:
     """A stale commit with no attempt before it: the stale_commit is removed and a stale_attempt
     with sink outcome rejected is added."""
-    w = what_if_fenced(_replay([acq(1, "a", 1), acq(2, "b", 2), com(1, "a", 3, sink="s")]), ["s"])
+    w = what_if_fenced(
+        replay_events([acq(1, "a", 1), acq(2, "b", 2), com(1, "a", 3, sink="s")]), ["s"]
+    )
     assert _changes(w) == [
         ("added", None, "stale_attempt"),
         ("removed", "stale_commit", None),
@@ -105,7 +91,7 @@ def test_only_stale_commits_at_the_fenced_sinks_are_converted() -> None:
         com(1, "a", 4, "X", sink="other"),
         com(2, "b", 5, "Y", sink="s"),
     ]
-    w = what_if_fenced(_replay(events), ["s"])
+    w = what_if_fenced(replay_events(events), ["s"])
     assert w.converted == 0 and w.changes == ()
 
 
@@ -113,7 +99,7 @@ def test_a_commit_made_stale_by_a_late_acquisition_is_converted() -> None:
     """Staleness is decided on the whole evidence: a commit that arrived before the acquisition
     positioned ahead of it is still refused in the what-if replay."""
     events = [acq(1, "a", 1), att(1, "a", 3, sink="s"), com(1, "a", 4, sink="s"), acq(2, "b", 2)]
-    w = what_if_fenced(_replay(events), ["s"])
+    w = what_if_fenced(replay_events(events), ["s"])
     assert w.converted == 1
     assert ("removed", "stale_commit", None) in _changes(w)
 
@@ -122,7 +108,7 @@ def test_arrival_ordered_evidence_is_replayed_in_its_arrival_order() -> None:
     """Without seq the what-if replay places events as they arrived: an unfenced sink gives
     the same findings, and fencing one converts the stale commit."""
     events = [acq(1, "a"), acq(2, "b"), prog(1, "a"), com(1, "a", sink="s")]
-    replay = _replay(events)
+    replay = replay_events(events)
     same = what_if_fenced(replay, ["nowhere"])
     assert same.changes == () and same.unseen_sinks == ("nowhere",)
     fenced = what_if_fenced(replay, ["s", "s"])
@@ -131,7 +117,9 @@ def test_arrival_ordered_evidence_is_replayed_in_its_arrival_order() -> None:
 
 def test_unnamed_fences_effect_events_without_a_sink() -> None:
     """--what-if-fenced '(unnamed)' applies to the effect events that name no sink."""
-    w = what_if_fenced(_replay([acq(1, "a", 1), acq(2, "b", 2), com(1, "a", 3)]), ["(unnamed)"])
+    w = what_if_fenced(
+        replay_events([acq(1, "a", 1), acq(2, "b", 2), com(1, "a", 3)]), ["(unnamed)"]
+    )
     assert w.converted == 1
 
 

@@ -2,11 +2,17 @@
 # for the topic creator and the live processor.
 FROM python:3.11-slim
 
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# The metrics endpoint binds every interface in the container, so that
+# Prometheus in another container can scrape /metrics (the host default is
+# 127.0.0.1).
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    FENCEWATCH_METRICS_HOST=0.0.0.0
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY schemas ./schemas
+COPY examples/reference.jsonl ./examples/reference.jsonl
 COPY streams ./streams
+COPY fencewatch ./fencewatch
 RUN pip install ".[kafka,rocksdb]" \
  && useradd --system --uid 10001 --home-dir /var/lib/fencewatch --create-home fencewatch
 USER fencewatch

@@ -14,6 +14,7 @@ See docs/sdk.md (the SDK and fences) and docs/operate.md (findings consumer).
 
 from __future__ import annotations
 
+from streams import __version__  # one version: the installed package metadata's
 from streams.core.findings import Evidence, Finding
 from streams.core.records import Event, EventType, Kind, Severity
 from streams.errors import (
@@ -122,15 +123,3 @@ __all__ = [
     "__version__",
     "open_database",
 ]
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("fencewatch")
-    except PackageNotFoundError:  # a checkout without an install
-        return "unknown"
-
-
-__version__ = _version()

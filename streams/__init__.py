@@ -6,6 +6,12 @@ live in subpackages that are imported only when used.
 
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError, version
+
 __all__ = ["__version__"]
 
-__version__ = "0.1.0"
+try:
+    # One version number: pyproject.toml's, as installed.
+    __version__ = version("fencewatch")
+except PackageNotFoundError:  # a checkout that was never installed
+    __version__ = "unknown"

@@ -19,15 +19,10 @@ _COMMANDS: tuple[str, ...] = ("audit", "topics", "run", "demo", "findings", "sta
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
+    from streams import __version__
     from streams._native import native_summary
 
-    try:
-        v = version("fencewatch")
-    except PackageNotFoundError:  # running from a checkout without an install
-        v = "unknown"
-    return f"fencewatch {v} (detector: {native_summary()})"
+    return f"fencewatch {__version__} (detector: {native_summary()})"
 
 
 def build_parser() -> argparse.ArgumentParser:

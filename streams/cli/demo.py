@@ -72,9 +72,21 @@ def register(subparsers: Any) -> None:
         "--fixture",
         type=Path,
         default=None,
-        help="JSON Lines events (default examples/reference.jsonl)",
+        help="JSON Lines events (default: the packaged SPEC §5 fixture, see `demo fixture`)",
     )
     live.set_defaults(handler=_live)
+
+    fixture = sub.add_parser(
+        "fixture",
+        help="print the SPEC §5 reference fixture (e.g. `fencewatch demo fixture > ref.jsonl`)",
+        description=(
+            "Write the reference fixture that ships with fencewatch to stdout, to audit it "
+            "(`fencewatch demo fixture | fencewatch audit -`) or edit a copy; --path prints "
+            "where it is installed instead."
+        ),
+    )
+    fixture.add_argument("--path", action="store_true", help="print the file's path only")
+    fixture.set_defaults(handler=_fixture)
 
     split = sub.add_parser(
         "split-brain",
@@ -152,6 +164,22 @@ def _demo(run: Any, args: argparse.Namespace) -> int:
         print(f"fencewatch demo: FAILED: {exc}", file=sys.stderr)
         return 1
     return 0 if ok else 1
+
+
+def _fixture(args: argparse.Namespace) -> int:
+    from streams.fixtures import reference_fixture
+
+    try:
+        path = reference_fixture()
+        if args.path:
+            print(path)
+        else:
+            sys.stdout.buffer.write(path.read_bytes())
+            sys.stdout.flush()
+    except OSError as exc:
+        print(f"fencewatch demo fixture: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _live(args: argparse.Namespace) -> int:

@@ -16,19 +16,23 @@ from pathlib import Path
 from streams.demo import kafka_io
 from streams.demo.findings import check_reference
 from streams.demo.session import DemoError, DemoSession, DemoSettings, Output
+from streams.fixtures import reference_fixture
 
 __all__ = ["default_fixture", "run_live"]
 
 
 def default_fixture() -> Path:
-    """``examples/reference.jsonl`` of this checkout."""
-    return Path(__file__).resolve().parents[2] / "examples" / "reference.jsonl"
+    """The reference fixture shipped in the package (or a checkout's ``examples/``)."""
+    return reference_fixture()
 
 
 def run_live(settings: DemoSettings, out: Output, *, fixture: Path | None = None) -> bool:
     """Run the demo; True when the findings are the expected ones. Raises
     DemoError (or another FencewatchError) when it cannot run to its end."""
-    path = fixture or default_fixture()
+    try:
+        path = fixture or default_fixture()
+    except FileNotFoundError as exc:
+        raise DemoError(str(exc)) from None
     try:
         records = kafka_io.jsonl_records(path)
     except OSError as exc:

@@ -121,6 +121,9 @@ class LiveHarness:
         self.events = unique_topic(partitions, prefix="live-events")
         self.findings = unique_topic(partitions, prefix="live-findings")
         self.dlq = unique_topic(partitions, prefix="live-dlq")
+        self.status = unique_topic(
+            partitions, prefix="live-status", config={"cleanup.policy": "compact"}
+        )
         self.app_id = f"fw-test-{uuid.uuid4().hex[:10]}"
         self.workers: list[Worker] = []
 
@@ -130,6 +133,7 @@ class LiveHarness:
             "FENCEWATCH_EVENTS_TOPIC": self.events,
             "FENCEWATCH_FINDINGS_TOPIC": self.findings,
             "FENCEWATCH_DLQ_TOPIC": self.dlq,
+            "FENCEWATCH_STATUS_TOPIC": self.status,
             "FENCEWATCH_APP_ID": self.app_id,
             "FENCEWATCH_COMMIT_INTERVAL": "0.1",
             "FENCEWATCH_SESSION_TIMEOUT": "6",

@@ -67,6 +67,8 @@ OutcomeStatus = Literal["committed", "duplicate", "rejected", "deferred", "faile
 
 #: How often a store that failed is probed again (capped by the renew interval).
 _MAX_RETRY_S = 1.0
+#: Bound on waiting for the keeper's threads to end (longer than any store timeout).
+_JOIN_S = 120.0
 
 
 class _NotAttempted(Exception):
@@ -547,6 +549,7 @@ class Keeper:
         self._owners: set[Owner] = set()
         self._order = itertools.count()
         self._stop = False
+        self._running: Owner | None = None
         # Daemon threads: a worker that forgets close() must still be able to exit.
         self._renewer = threading.Thread(
             target=self._renew_loop, name="fencewatch-renewer", daemon=True
@@ -569,9 +572,15 @@ class Keeper:
                 self._push(owner, time.monotonic())
 
     def forget(self, owner: Owner) -> None:
+        """Stop keeping ``owner``; returns once the renewer is no longer inside a
+        store call for it (bounded by the database's timeout), so the caller
+        may close the database afterwards."""
         with self._cond:
             self._owners.discard(owner)
             self._cond.notify_all()
+            if threading.current_thread() is not self._renewer:
+                while self._running is owner:
+                    self._cond.wait()
 
     def _push(self, owner: Owner, due: float) -> None:
         # One live schedule per owner: an earlier one replaces a later one;
@@ -596,15 +605,17 @@ class Keeper:
                 if owner not in self._owners or owner._scheduled != due:
                     continue
                 owner._scheduled = None
+                self._running = owner
             try:
                 again = owner._tick()
             except Exception as exc:  # a bug must not stop every other lease
                 owner.last_error = StoreError(f"keeper: {exc!r}")
                 again = time.monotonic() + owner.retry_every
-            if again is not None:
-                with self._cond:
-                    if owner in self._owners:
-                        self._push(owner, again)
+            with self._cond:
+                self._running = None
+                self._cond.notify_all()
+                if again is not None and owner in self._owners:
+                    self._push(owner, again)
 
     def _watch_loop(self) -> None:
         while True:
@@ -634,5 +645,7 @@ class Keeper:
         with self._cond:
             self._stop = True
             self._cond.notify_all()
-        self._renewer.join(10)
-        self._watchdog.join(10)
+        # The renewer may be inside a store call (bounded by the database's
+        # timeout): wait for it, so the caller can close the database safely.
+        self._renewer.join(_JOIN_S)
+        self._watchdog.join(_JOIN_S)

@@ -258,3 +258,26 @@ def test_bad_effect_arguments_are_refused_before_anything_is_queued(world: World
         finally:
             blocker.rollback()
             blocker.close()
+
+
+def test_the_watchdog_marks_the_lease_lost_while_a_renewal_hangs(world: World) -> None:
+    """A renewal stuck in a store call longer than the ttl does not delay the
+    loss: the watchdog sets owner.lost at the local deadline."""
+    slow_db = open_database(world.url, timeout_s=6.0)
+    rep = OwnershipReporter(
+        ReporterSettings(world.bootstrap, "alpha", topic=world.topic),
+        leases=SqlLeaseStore(slow_db),
+    )
+    world.reporters.append(rep)
+    owner = rep.own(KEY, ttl=1.0)
+    blocker = world.hold_write_lock()
+    try:
+        started = time.monotonic()
+        assert owner.lost.wait(4), "the lease was not reported lost"
+        assert time.monotonic() - started < 2.5  # well before the 6 s call returns
+        assert "not renewed within the ttl" in (owner.lost_reason or "")
+    finally:
+        blocker.rollback()
+        blocker.close()
+    owner.close()
+    slow_db.close()

@@ -93,3 +93,55 @@ def test_redelivered_task_takes_over_and_the_stalled_workers_effect_is_fenced(
     }
     assert ("stale_attempt", 1, "alpha", "rejected") in found
     assert not any(kind == "stale_commit" for kind, *_ in found)
+
+
+def test_a_copy_that_finds_the_lease_held_retries_instead_of_running(
+    tmp_path: Path, kafka_bootstrap: str, unique_topic: Callable[..., str]
+) -> None:
+    """While another owner holds the task's workflow key (a live first delivery
+    renewing its lease), a FencedTask copy does not run its body: it waits
+    fence_wait_s, retries, and fails with LeaseHeld when its retries run out;
+    once the key is free the same task id runs at the next epoch. (Celery's
+    own task machinery in eager mode: no broker needed for this path.)"""
+    from streams.fences import SqlLeaseStore
+    from streams.integrations.celery import FencedTask, configure
+    from streams.sdk import OwnershipReporter, ReporterSettings
+
+    topic = unique_topic()
+    db = open_database(f"sqlite:///{tmp_path / 'fences.db'}")
+    leases = SqlLeaseStore(db)
+    app = Celery("eager", broker="memory://")
+    app.conf.task_always_eager = True
+    configure(
+        app,
+        lambda worker: OwnershipReporter(
+            ReporterSettings(kafka_bootstrap, worker, topic=topic), leases=leases
+        ),
+    )
+    ran: list[int] = []
+    attempts: list[str] = []
+
+    class Counted(FencedTask):  # type: ignore[misc]
+        def workflow_key(self, args: tuple[object, ...], kwargs: dict[str, object]) -> str:
+            attempts.append(self.request.id)
+            return str(super().workflow_key(args, kwargs))
+
+    @app.task(base=Counted, bind=True, fence_ttl=10, fence_wait_s=0.2, max_retries=1)
+    def export(self: FencedTask) -> str:
+        ran.append(self.owned.epoch)
+        return "done"
+
+    first = OwnershipReporter(
+        ReporterSettings(kafka_bootstrap, "first", topic=topic), leases=leases
+    )
+    try:
+        with first.own(f"celery/{export.name}/task-1", ttl=10):
+            held = export.apply(task_id="task-1")
+            # Celery keeps a picklable stand-in of the exception: check its text.
+            assert held.state == "FAILURE" and "is held by 'first'" in str(held.result)
+            assert ran == [] and attempts == ["task-1", "task-1"]  # the try and one retry
+        again = export.apply(task_id="task-1")
+        assert (again.state, again.result, ran) == ("SUCCESS", "done", [2])
+    finally:
+        first.close()
+        db.close()

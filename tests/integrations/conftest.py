@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import queue
 import shutil
-import socket
 import sqlite3
 import subprocess
 import time
@@ -19,6 +18,7 @@ import pytest
 
 from streams.core.replay import Replay
 from streams.demo.processes import Child, Children
+from streams.live.worker_process import free_port
 
 
 @pytest.fixture
@@ -89,12 +89,6 @@ def replay_topic(bootstrap: str, topic: str) -> Replay:
     return replay
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def redis_url(tmp_path: Path) -> Iterator[str]:
     """A private redis-server (Debian package redis-server) on a free port with
@@ -104,7 +98,7 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
         pytest.fail("redis-server is not installed (apt-get install redis-server)", pytrace=False)
     import redis
 
-    port = _free_port()
+    port = free_port()
     work = tmp_path / "redis"
     work.mkdir()
     argv = [exe, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(work)]

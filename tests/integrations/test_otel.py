@@ -16,22 +16,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from streams.cli import main
 from streams.core.records import Event
-from streams.core.replay import Replay
 from streams.fences import FencedSink, SqlLeaseStore, open_database
 from streams.integrations import otel
 from streams.integrations.otel import OtlpJsonFileExporter, OwnershipSpanProcessor
 from streams.sdk import OwnershipReporter, ReporterSettings
 
+from .conftest import replay_topic
+
 KEY = "tenant/export/2026-07-26"
-
-
-def _replay_topic(bootstrap: str, topic: str) -> Replay:
-    from streams.kafka.reader import iter_topic
-
-    replay = Replay()
-    for key, value, partition, offset in iter_topic(bootstrap, topic):
-        replay.feed(value or b"", key=key, offset=offset, source=f"{topic}/{partition}")
-    return replay
 
 
 def _fw(kind: str, epoch: int, worker: str, effect: str | None = None, **more: Any) -> dict:
@@ -135,7 +127,7 @@ def test_span_processor_forwards_evidence_spans_to_kafka_and_the_detector_sees_t
     assert (stats.forwarded, stats.invalid, stats.dropped, stats.failed) == (len(STORY), 1, 0, 0)
     assert "effect_key" in (stats.last_invalid or "")
 
-    replay = _replay_topic(kafka_bootstrap, topic)
+    replay = replay_topic(kafka_bootstrap, topic)
     assert replay.invalid_count == 0 and replay.records == len(STORY)
     found = [(f.kind.value, f.stale_epoch, f.sink_outcome) for f in replay.latest_findings()]
     assert ("stale_attempt", 1, "rejected") in found

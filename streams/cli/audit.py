@@ -100,7 +100,7 @@ def register(sub: Any) -> None:
         default=[],
         metavar="SINK",
         help="also show the findings that would change had SINK refused the stale commits it"
-        " accepted (SPEC §6; text and json formats); repeatable",
+        " accepted (SPEC §6; text, json and html formats); repeatable",
     )
     p.add_argument(
         "--otlp",
@@ -486,7 +486,7 @@ def _audit(args: argparse.Namespace) -> int:
 
     what_if = what_if_fenced(replay, args.what_if_fenced) if args.what_if_fenced else None
     if what_if is not None and args.format == "jsonl":
-        _err(f"--what-if-fenced is reported by --format text and json, not {args.format}")
+        _err("--what-if-fenced is reported by --format text, json and html, not jsonl")
     if args.format == "json":
         text = render_json(replay, partial=partial, what_if=what_if)
     elif args.format == "jsonl":

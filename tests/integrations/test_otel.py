@@ -284,3 +284,21 @@ def test_audit_otlp_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "one input" in capsys.readouterr().err
     assert main(["audit", "--otlp", str(tmp_path / "missing.jsonl")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_the_otel_example_writes_a_trace_file_the_audit_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """examples/otel_spans.py runs (file output only) and its trace file audits
+    to the rejected stale attempt it describes."""
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "otel_spans.py"
+    out = tmp_path / "traces.jsonl"
+    subprocess.run([sys.executable, str(example), "--otlp-out", str(out)], check=True, timeout=120)
+    assert main(["audit", "--format", "json", "--otlp", str(out)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert [(f["kind"], f["sink_outcome"]) for f in doc["findings"]] == [
+        ("stale_attempt", "rejected")
+    ]

@@ -1,0 +1,143 @@
+"""A plain install works (issue 9): the wheel, installed non-editable with the
+``kafka`` extra into a fresh virtualenv, run from a directory outside the
+checkout: ``--version``, ``audit`` of the packaged fixture, ``run`` until
+``/health`` is ok, ``demo live``, and the rocksdb extra's one-line hint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+from streams.kafka import TopicAdmin
+from streams.live.worker_process import free_port, is_ready
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Dependency wheels kept between runs (the first run fills it from the index;
+#: later ones install offline in seconds).
+WHEELHOUSE = (
+    Path(os.environ.get("FENCEWATCH_CACHE", Path.home() / ".cache" / "fencewatch")) / "wheelhouse"
+)
+
+
+def _pip(*args: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"pip {' '.join(args[:2])} failed:\n{proc.stderr[-3000:]}")
+
+
+def _install(tmp: Path) -> Path:
+    """Build the wheel, make a fresh venv, install wheel[kafka] non-editable; its bin dir."""
+    dist = tmp / "dist"
+    _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(ROOT))
+    (wheel,) = dist.glob("fencewatch-*.whl")
+    venv = tmp / "venv"
+    # No pip inside: this process's pip installs into it (--python), which is
+    # faster than bootstrapping one and installs the same way.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    target = ["--python", str(venv / "bin" / "python"), "install", "-q", "--no-compile"]
+    requirement = f"{wheel}[kafka]"
+    try:
+        _pip(*target, "--no-index", "--find-links", str(WHEELHOUSE), requirement)
+    except AssertionError:  # first run, or new dependencies: fill the wheelhouse
+        _pip("wheel", "-q", "-w", str(WHEELHOUSE), requirement)
+        _pip(*target, "--no-index", "--find-links", str(WHEELHOUSE), requirement)
+    return venv / "bin"
+
+
+def _env(bin_dir: Path) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("FENCEWATCH_", "PYTHON", "VIRTUAL_ENV"))
+    }
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+@pytest.mark.kafka
+def test_installed_wheel_works_from_outside_the_checkout(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """Non-editable wheel[kafka] in a fresh venv, run from a temp dir: version, audit of the
+    packaged fixture (exit 1, four findings), run until /health ok, demo live, rocksdb hint."""
+    bin_dir = _install(tmp_path)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = _env(bin_dir)
+    fencewatch = str(bin_dir / "fencewatch")
+
+    def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [fencewatch, *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    version = cli("--version")
+    assert version.returncode == 0 and version.stdout.startswith("fencewatch 0."), version
+
+    where = cli("demo", "fixture", "--path").stdout.strip()
+    assert where.startswith(str(tmp_path / "venv")), where  # the packaged copy, not the checkout
+    audit = cli("audit", "--format", "json", where)
+    assert audit.returncode == 1, audit.stderr
+    kinds = sorted(f["kind"] for f in json.loads(audit.stdout)["findings"])
+    assert len(kinds) == 4, kinds
+
+    rocks = cli("run", "--bootstrap-servers", kafka_bootstrap, "--store", "rocksdb://")
+    assert rocks.returncode == 2
+    assert rocks.stderr.splitlines() == [
+        "fencewatch run: --store rocksdb:// needs the rocksdb extra: "
+        "pip install 'fencewatch[rocksdb]'"
+    ]
+
+    _run_until_healthy(fencewatch, kafka_bootstrap, work, env)
+
+    demo = cli("demo", "live", "--bootstrap-servers", kafka_bootstrap, timeout=240)
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+
+
+def _run_until_healthy(fencewatch: str, bootstrap: str, work: Path, env: dict[str, str]) -> None:
+    tag = uuid.uuid4().hex[:10]
+    topics = [f"pkg-events-{tag}", f"pkg-findings-{tag}", f"pkg-events-{tag}.dlq", f"pkg-st-{tag}"]
+    port = free_port()
+    log = work / "run.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [fencewatch, "run", "--bootstrap-servers", bootstrap, "--events-topic", topics[0],
+             "--findings-topic", topics[1], "--status-topic", topics[3], "--app-id",
+             f"pkg-{tag}", "--metrics-port", str(port)],
+            cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        health = None
+        while not is_ready(health):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    health = json.loads(r.read())
+            except OSError:
+                health = None
+        assert (work / ".fencewatch" / "live").is_dir()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        TopicAdmin(bootstrap).delete([*topics, f"pkg-{tag}-owner-state-changelog"])

@@ -204,3 +204,53 @@ def test_sigkill_mid_stream_loses_nothing_and_resends_only_the_uncommitted(
     # not reached yet has none: all of it is "uncommitted", and was not sent).
     assert any(o >= 0 for o in committed.values())
     assert len(repeated) < sum(before.values())
+
+
+def test_cli_exec_runs_the_command_once_per_revision(
+    kafka_bootstrap: str, findings_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """`findings --exec CMD` hands each revision's JSON to CMD on stdin."""
+    topic = findings_topic()
+    out = tmp_path / "got.jsonl"
+    rc = main(
+        ["findings", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+         "--exec", f'cat >> {out}; echo >> {out}', "--format", "jsonl"]
+    )  # fmt: skip
+    assert rc == 0
+    got = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    assert [(d["finding_id"], d["revision"]) for d in got] == [
+        (f.finding_id, f.revision) for f in fixture_findings()
+    ]
+
+
+def test_sigterm_drains_and_commits_so_a_restart_repeats_nothing(
+    kafka_bootstrap: str, findings_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """A follower stopped with SIGTERM commits what it delivered: a restart sends only the rest."""
+    findings = synthetic_findings(300, revisions=1)
+    topic = findings_topic(findings, partitions=3)
+    group = f"hook-term-{os.getpid()}-{time.monotonic_ns()}"
+    with webhook_receiver() as rx:
+        cmd = [
+            sys.executable, "-m", "streams", "findings", "--bootstrap-servers", kafka_bootstrap,
+            "--topic", topic, "--follow", "--group", group, "--format", "jsonl",
+            "--webhook", rx.url, "--dead-letter", str(tmp_path / "dead.jsonl"),
+        ]  # fmt: skip
+        rx.delay_s = 0.005
+        first = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL)
+        rx.wait_for(100)
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(40) == 0
+        delivered = rx.count()
+        assert delivered < len(findings), "the stop was not mid-stream"
+        rx.delay_s = 0.0
+        second = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL)
+        try:
+            rx.wait_for(len(findings), timeout=60)
+            time.sleep(1.0)
+        finally:
+            second.terminate()
+            second.wait(20)
+        counts = rx.counts()
+    assert len(counts) == len(findings)
+    assert max(counts.values()) == 1, "a graceful stop must not cause repeats"

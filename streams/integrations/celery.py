@@ -34,11 +34,12 @@ import os
 import socket
 import threading
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 from celery import Celery, Task, signals
 
-from streams.errors import LeaseHeld
+from streams.errors import FencewatchError, LeaseHeld
 from streams.integrations.runs import OwnedRun
 from streams.sdk.reporter import OwnershipReporter
 
@@ -151,9 +152,15 @@ class FencedTask(Task):  # type: ignore[misc]  # celery ships no type hints
             with owner:
                 token = _RUN.set(OwnedRun(owner, reporter))
                 try:
-                    return super().__call__(*args, **kwargs)
+                    result = super().__call__(*args, **kwargs)
                 finally:
                     _RUN.reset(token)
-        finally:
+        except BaseException:
+            # The task's own exception (e.g. StaleOwner) is the one to keep.
             if self.fence_flush:
-                reporter.flush()
+                with suppress(FencewatchError):
+                    reporter.flush()
+            raise
+        if self.fence_flush:
+            reporter.flush()  # a delivery failure fails the task: evidence first
+        return result

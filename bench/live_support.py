@@ -185,6 +185,8 @@ def worker_env(events: str, findings: str, dlq: str, app_id: str, **extra: str) 
         "FENCEWATCH_EVENTS_TOPIC": events,
         "FENCEWATCH_FINDINGS_TOPIC": findings,
         "FENCEWATCH_DLQ_TOPIC": dlq,
+        # Run-unique like the others (the worker creates it, compacted).
+        "FENCEWATCH_STATUS_TOPIC": f"{events}.status",
         "FENCEWATCH_APP_ID": app_id,
     }
     env.update(extra)

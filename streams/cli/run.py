@@ -30,6 +30,14 @@ def register(subparsers: Any) -> None:
     a("--findings-topic", help="output topic (default ownership.findings)")
     a("--dlq-topic", help="dead-letter topic (default <events-topic>.dlq)")
     a("--status-topic", help="compacted per-workflow status topic (default ownership.status)")
+    a(
+        "--no-status",
+        dest="status",
+        action="store_const",
+        const=False,
+        default=None,
+        help="do not write the status topic (FENCEWATCH_STATUS=false)",
+    )
     a("--app-id", help="consumer group and transactional id prefix (default fencewatch-live)")
     a("--partitions", type=int, help="expected partitions of the events topic")
     a("--replication", type=int, help="replication of topics created here (default 1)")
@@ -61,6 +69,7 @@ _SETTING_ARGS = (
     "findings_topic",
     "dlq_topic",
     "status_topic",
+    "status",
     "app_id",
     "partitions",
     "replication",

@@ -6,13 +6,12 @@ extra (faust, aiokafka, confluent-kafka, prometheus-client).
 
 from __future__ import annotations
 
-from streams.live.processor import Outcome, OutRecord, Processor, SourceRecord
+from streams.live.processor import OutRecord, Processor, SourceRecord
 from streams.live.settings import LiveSettings, SettingsError, settings_from_env
 
 __all__ = [
     "LiveSettings",
     "OutRecord",
-    "Outcome",
     "Processor",
     "SettingsError",
     "SourceRecord",

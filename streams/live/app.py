@@ -22,7 +22,6 @@ import asyncio
 import logging
 import shutil
 import time
-from collections import Counter
 from typing import Any
 
 import faust
@@ -32,7 +31,7 @@ from streams.live import faust_seam
 from streams.live.fast_restore import FastMemoryStore, client_config
 from streams.live.intake import Intake, TapMessage
 from streams.live.metrics import LiveMetrics, MetricsServer
-from streams.live.processor import OutRecord, Processor
+from streams.live.processor import BatchOutcome, Processor, with_changelog
 from streams.live.settings import LiveSettings
 from streams.live.txn import TransactionalSender
 
@@ -57,7 +56,7 @@ def _app_config(settings: LiveSettings, partitions: int) -> dict[str, Any]:
         "topic_replication_factor": settings.replication,
         "broker_commit_interval": settings.commit_interval,
         # faust's defaults (60 s session) make a dead worker's partitions wait
-        # a minute; 10 s / 3 s moves them in ~10-15 s (docs/live.md).
+        # a minute; 10 s / 3 s moves them much sooner (measured in docs/live.md).
         "broker_session_timeout": settings.session_timeout,
         "broker_heartbeat_interval": settings.heartbeat_interval,
         "broker_rebalance_timeout": max(settings.session_timeout, 30.0),
@@ -76,7 +75,8 @@ def _app_config(settings: LiveSettings, partitions: int) -> dict[str, Any]:
 
 
 class LiveRuntime:
-    """What the agent calls per event, plus health and metrics upkeep."""
+    """The batch loop (intake -> processor -> transactional sender), plus
+    health and metrics upkeep."""
 
     def __init__(
         self,
@@ -121,29 +121,21 @@ class LiveRuntime:
 
     async def handle_batch(self, batch: list[TapMessage]) -> None:
         changelog = self.changelog_topic
-        outcome_box: list[Any] = []
+        outcome_box: list[BatchOutcome] = []
 
         def plan(kept: Any) -> Any:
             outcome = self.processor.process_batch(kept, self._load)
             outcome_box.append(outcome)
-            out: dict[int, list[OutRecord]] = outcome.records
-            for key, partition, state in outcome.states:
-                # The changelog record goes to the source partition, in the
-                # same transaction as the findings and the offsets.
-                out.setdefault(partition, []).append(
-                    OutRecord(changelog, key, state, (), partition)
-                )
 
             def apply_state() -> None:
                 for key, partition, state in outcome.states:
                     self._store(key, state, partition)
 
-            return out, apply_state
+            return with_changelog(outcome, changelog), apply_state
 
         acked = await self.sender.send_batch(batch, plan)
         if not acked:
             return
-        outcome = outcome_box[-1]
         self.processed += len(acked)
         positions = self.positions
         inbound: dict[Any, None] = {}
@@ -152,15 +144,7 @@ class LiveRuntime:
             inbound[m.tp] = None
         # faust's "slow processing" check must see our batches.
         faust_seam.mark_inbound(self.app, inbound, time.monotonic())
-        metrics = self.metrics
-        metrics.events.inc(len(acked))
-        if outcome.errors:
-            for field_name, n in Counter(f or "" for f, _reason in outcome.errors).items():
-                metrics.invalid.labels(field=field_name).inc(n)
-        if outcome.findings:
-            kinds = Counter((f.kind.value, f.severity.value) for f in outcome.findings)
-            for (kind, severity), n in kinds.items():
-                metrics.findings.labels(kind=kind, severity=severity).inc(n)
+        self.metrics.record_batch(len(acked), outcome_box[-1])
 
     def _store(self, key: bytes, value: bytes, partition: int) -> None:
         store = self.table.data
@@ -212,14 +196,15 @@ class LiveRuntime:
 
     def refresh_gauges(self) -> None:
         consumer = self.app.consumer
-        lags: dict[int, int] = {}
+        lags: dict[int, int | None] = {}
         for tp in consumer.assignment():
             if tp.topic != self.settings.events_topic:
                 continue
             highwater = consumer.highwater(tp)
             position = self.positions.get(tp.partition)
-            if highwater is not None and position is not None:
-                lags[tp.partition] = int(highwater) - position
+            lags[tp.partition] = (
+                None if highwater is None or position is None else int(highwater) - position
+            )
         self.metrics.set_lag(lags)
         self.metrics.keys.set(self._key_count())
         store = self.table.data
@@ -309,6 +294,7 @@ def build_app(
         detector,
         findings_topic=settings.findings_topic,
         dlq_topic=settings.dlq,
+        status_topic=settings.status_topic if settings.status else None,
         max_event_bytes=settings.max_event_bytes,
         cache_keys=settings.state_cache_keys,
     )

@@ -2,10 +2,10 @@
 faust's own recovery start after what was loaded.
 
 Why: faust 0.15.3 recovers a table one changelog record at a time through its
-consumer, conductor and recovery loop (~3,000 records/s here), and under
+consumer, conductor and recovery loop (slow: docs/live.md has the figures), and under
 exactly-once it then waits two 5 s queue time-outs before it notices that the
 changelog ends with a transaction marker. A plain librdkafka consumer reads
-the same changelog at several hundred thousand records/s.
+the same changelog many times faster.
 
 How (the hook is faust's own): ``TableManager.on_rebalance`` awaits every
 table store's ``on_rebalance`` *before* ``Recovery.on_rebalance``, and the
@@ -100,8 +100,7 @@ def load_changelog(
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
         # Prefetch generously (bounded at 64 MiB): with librdkafka's defaults
-        # the consumer waits on the fetcher and reads ~50,000 records/s here
-        # instead of ~350,000/s.
+        # the consumer waits on the fetcher (several times slower, docs/live.md).
         "queued.min.messages": 1_000_000,
         "queued.max.messages.kbytes": 65536,
     }

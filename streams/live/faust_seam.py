@@ -431,8 +431,8 @@ def _fix_fetch_wait() -> None:
     aiokafka sends one fetch per broker at a time and leaves out partitions
     whose fetched records are still buffered, so a fetch can go out holding
     only partitions without new data; the broker then keeps it up to that
-    wait while new events pile up elsewhere (a ~1 s stall every ~2 s at
-    2,000 events/s, docs/live.md). A short wait bounds the stall; the cost is
+    wait while new events pile up elsewhere (stalls measured in docs/live.md).
+    A short wait bounds the stall; the cost is
     an empty fetch round trip every ``FETCH_MAX_WAIT_MS`` on an idle topic."""
     from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 

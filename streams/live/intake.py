@@ -2,9 +2,9 @@
 
 Why: faust-streaming 0.15.3 moves every record through its per-message path
 (fetcher -> ``Service.wait_first`` per record -> conductor -> channel queue ->
-stream iterator -> event -> sensors -> agent). Measured here
-(``bench/live_faust_floor.py``), faust doing *nothing* with the records tops
-out at ~8,000 events/s on this machine: below the 20,000/s target before any
+stream iterator -> event -> sensors -> agent). Measured
+(``bench/live_faust_floor.py``, figures in docs/live.md), faust doing
+*nothing* with the records tops out below the throughput target before any
 work is done. So the fetcher's ``getmany`` (already replaced by
 :mod:`streams.live.faust_seam`) hands records of the events topic to an
 :class:`Intake` instead of yielding them to the conductor, and the live
@@ -51,6 +51,7 @@ class TapMessage:
         "key",
         "offset",
         "partition",
+        "timestamp",
         "topic",
         "tp",
         "value",
@@ -63,6 +64,7 @@ class TapMessage:
         key: bytes | None,
         value: bytes | None,
         generation_id: int,
+        timestamp: int | None = None,
     ) -> None:
         self.tp = tp
         self.topic: str = tp.topic
@@ -71,6 +73,8 @@ class TapMessage:
         self.key = key
         self.value = value
         self.generation_id = generation_id
+        #: The record's Kafka timestamp (ms): the status topic's times.
+        self.timestamp = timestamp
         self.acked = False
 
 
@@ -107,7 +111,9 @@ class Intake:
         while len(self._items) >= self.maxsize:
             self._not_full.clear()
             await self._not_full.wait()
-        self._items.append(TapMessage(tp, offset, record.key, record.value, generation_id))
+        self._items.append(
+            TapMessage(tp, offset, record.key, record.value, generation_id, record.timestamp)
+        )
         self._not_empty.set()
         read_offset[tp] = offset
 

@@ -8,13 +8,16 @@ aiohttp app on the worker's own event loop; port 0 disables it.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from prometheus_client import Counter as PromCounter
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from streams.core.records import Kind
+from streams.live.processor import BatchOutcome
 
 __all__ = ["LiveMetrics", "MetricsServer"]
 
@@ -26,16 +29,16 @@ class LiveMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.events = Counter(
+        self.events = PromCounter(
             "fencewatch_events", "Events consumed (valid or not)", registry=self.registry
         )
-        self.invalid = Counter(
+        self.invalid = PromCounter(
             "fencewatch_invalid_events",
             "Events sent to the dead-letter topic, by offending field",
             ["field"],
             registry=self.registry,
         )
-        self.findings = Counter(
+        self.findings = PromCounter(
             "fencewatch_findings",
             "Finding revisions produced, by kind and severity",
             ["kind", "severity"],
@@ -56,17 +59,64 @@ class LiveMetrics:
         )
         self.lag = Gauge(
             "fencewatch_consumer_lag",
-            "Records between the processed position and the high watermark, per partition",
+            "Records between the processed position and the high watermark, per assigned "
+            "partition (0 until both are known)",
             ["partition"],
             registry=self.registry,
         )
+        self.stale_effects = PromCounter(
+            "fencewatch_stale_effects",
+            "Distinct stale effects by sink and outcome (attempted: every stale effect; "
+            "rejected: refused by the destination; committed: committed by it)",
+            ["sink", "outcome"],
+            registry=self.registry,
+        )
+        self.status_records = PromCounter(
+            "fencewatch_status_records",
+            "Records written to the status topic",
+            registry=self.registry,
+        )
+        self.up = Gauge(
+            "fencewatch_up",
+            "1 while the worker runs and has neither crashed nor begun stopping",
+            registry=self.registry,
+        )
+        self.recovering = Gauge(
+            "fencewatch_recovering",
+            "1 while faust recovers the state table",
+            registry=self.registry,
+        )
 
-    def set_lag(self, lags: Mapping[int, int]) -> None:
+    def set_lag(self, lags: Mapping[int, int | None]) -> None:
+        """``lags``: every assigned partition -> its lag, ``None`` when not
+        known yet (exported as 0, so every assigned partition has a series)."""
         # Drop partitions no longer assigned, so a moved partition's lag does
         # not linger on the worker that lost it.
         self.lag.clear()
         for partition, value in lags.items():
-            self.lag.labels(partition=str(partition)).set(max(value, 0))
+            self.lag.labels(partition=str(partition)).set(max(value or 0, 0))
+
+    def record_batch(self, acked: int, outcome: BatchOutcome) -> None:
+        """Count a committed-to-be batch: ``acked`` records and what
+        :meth:`~streams.live.processor.Processor.process_batch` made of them."""
+        self.events.inc(acked)
+        if outcome.errors:
+            for field_name, n in Counter(f or "" for f, _reason in outcome.errors).items():
+                self.invalid.labels(field=field_name).inc(n)
+        if outcome.findings:
+            kinds = Counter((f.kind.value, f.severity.value) for f in outcome.findings)
+            for (kind, severity), n in kinds.items():
+                self.findings.labels(kind=kind, severity=severity).inc(n)
+        if outcome.stale_effects:
+            for (effect_outcome, sink), n in outcome.stale_effects.items():
+                self.stale_effects.labels(sink=sink, outcome=effect_outcome).inc(n)
+        if outcome.statuses:
+            self.status_records.inc(outcome.statuses)
+
+    def set_health(self, health: Mapping[str, Any]) -> None:
+        """The ``up``/``recovering`` gauges from the /health document."""
+        self.up.set(1 if health.get("ok") else 0)
+        self.recovering.set(1 if health.get("recovering") else 0)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
@@ -94,6 +144,7 @@ class MetricsServer:
         from aiohttp import web
 
         async def metrics_view(_request: web.Request) -> web.Response:
+            self.metrics.set_health(self.health())
             return web.Response(
                 body=self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST}
             )

@@ -1,20 +1,34 @@
-"""The live processor's logic without faust: one Kafka record in, the records
-to produce and the key's new state out.
+"""The live processor's logic without faust: a batch of Kafka records in, the
+records to produce (findings, dead letters, status) and each changed key's
+new stored value out.
 
 The faust wiring (:mod:`streams.live.app`) only moves bytes between Kafka, the
 state table and this class, so everything that decides *what* is produced is
-tested here without a broker.
+tested without a broker (:mod:`streams.live.testing` drives the batch path
+with its transaction semantics).
+
+The stored value of a key is its ``KeyState.to_bytes()``, followed, when the
+status topic is on, by a NUL byte and a small JSON object (:class:`StatusMeta`:
+the Kafka timestamps the status record carries and a digest of its last
+content, so a record is written only when the status changed). orjson never
+writes a raw NUL, so the split is unambiguous; a value without it is a bare
+state (an older changelog, or the status off).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
+import orjson
+
 from streams.core import Detector, Event, Finding, InvalidEvent, KeyState, parse_event
+from streams.core.records import Kind
+from streams.core.status import build_status, findings_of, stale_effects
 
 __all__ = [
     "HEADER_ERROR_FIELD",
@@ -26,9 +40,12 @@ __all__ = [
     "BatchOutcome",
     "Consumed",
     "OutRecord",
-    "Outcome",
     "Processor",
     "SourceRecord",
+    "StatusMeta",
+    "join_value",
+    "split_value",
+    "with_changelog",
 ]
 
 HEADER_FINDING_ID = "fencewatch-finding-id"
@@ -44,17 +61,21 @@ INTERNAL_ERROR = "internal error"
 
 Headers = tuple[tuple[str, bytes], ...]
 log = logging.getLogger(__name__)
+#: Findings about an effect: a batch that emits one may have new stale effects.
+_EFFECT_KINDS = frozenset({Kind.STALE_ATTEMPT, Kind.STALE_COMMIT})
 
 
 @dataclass(frozen=True, slots=True)
 class SourceRecord:
-    """One consumed Kafka record, as bytes."""
+    """One consumed Kafka record, as bytes; ``timestamp`` in ms (the record's
+    Kafka timestamp), ``None`` when unknown."""
 
     topic: str
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
+    timestamp: int | None = None
 
 
 class Consumed(Protocol):
@@ -71,6 +92,8 @@ class Consumed(Protocol):
     def key(self) -> bytes | None: ...
     @property
     def value(self) -> bytes | None: ...
+    @property
+    def timestamp(self) -> int | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +123,17 @@ class BatchOutcome:
     findings: tuple[Finding, ...] = ()
     #: ``(field, reason)`` of every record that went to the dead-letter topic.
     errors: tuple[tuple[str | None, str], ...] = ()
+    #: Stale effects that reached an outcome in this batch: ``(outcome, sink)``
+    #: -> how many distinct effects (``fencewatch_stale_effects_total``).
+    stale_effects: dict[tuple[str, str], int] | None = None
+    #: Status records among ``records``.
+    statuses: int = 0
 
 
 class _KeyWork:
     """One key's state while a batch is processed."""
 
-    __slots__ = ("applied", "partition", "state", "stored")
+    __slots__ = ("applied", "effects", "partition", "state", "stored", "times")
 
     def __init__(self, state: KeyState, stored: bytes | None, partition: int) -> None:
         self.state = state
@@ -114,19 +142,56 @@ class _KeyWork:
         #: The key's events of this batch the detector accepted, to rebuild
         #: the state if a later one fails half-way.
         self.applied: list[tuple[Event, int]] = []
+        #: Position -> Kafka timestamp of the key's events of this batch.
+        self.times: dict[int, int] = {}
+        #: Whether a stale-effect finding came out of this batch.
+        self.effects = False
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
-    """What one source record produced. ``state_key``/``state`` are set when
-    the key's state changed and must be written to the table (and changelog)."""
+class StatusMeta:
+    """What the status needs beyond the detector state, stored with it:
+    stale epoch -> Kafka timestamp of its latest stale event (``seen``), the
+    status's ``updated_ms`` and a digest of its last content."""
 
+    seen: dict[int, int]
+    updated_ms: int | None
+    digest: str | None
+
+    def to_bytes(self) -> bytes:
+        return orjson.dumps(
+            {"s": {str(k): v for k, v in self.seen.items()}, "u": self.updated_ms, "d": self.digest}
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> StatusMeta:
+        doc = orjson.loads(data)
+        return cls({int(k): int(v) for k, v in doc["s"].items()}, doc["u"], doc["d"])
+
+
+_NO_META = StatusMeta({}, None, None)
+_SEP = b"\x00"
+
+
+def split_value(value: bytes) -> tuple[bytes, StatusMeta | None]:
+    """A stored value -> (``KeyState`` bytes, status meta or ``None``)."""
+    state, sep, meta = value.partition(_SEP)
+    if not sep:
+        return value, None
+    try:
+        return state, StatusMeta.from_bytes(meta)
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        return state, None  # a damaged trailer costs timestamps, never the state
+
+
+def join_value(state: bytes, meta: StatusMeta | None) -> bytes:
+    return state if meta is None else state + _SEP + meta.to_bytes()
+
+
+@dataclass(frozen=True, slots=True)
+class _Dead:
     records: tuple[OutRecord, ...]
-    findings: tuple[Finding, ...] = ()
-    state_key: bytes | None = None
-    state: bytes | None = None
-    #: ``(field, reason)`` when the record went to the dead-letter topic.
-    error: tuple[str | None, str] | None = None
+    error: tuple[str | None, str]
 
 
 class Processor:
@@ -146,54 +211,34 @@ class Processor:
         *,
         findings_topic: str,
         dlq_topic: str,
+        status_topic: str | None = None,
         max_event_bytes: int = 64 * 1024,
         cache_keys: int = 10_000,
     ) -> None:
         self.detector = detector
         self.findings_topic = findings_topic
         self.dlq_topic = dlq_topic
+        #: ``None``: no status records (and no status meta in stored values).
+        self.status_topic = status_topic
         self.max_event_bytes = max_event_bytes
         self.cache_keys = cache_keys
         self._cache: OrderedDict[bytes, tuple[bytes, KeyState]] = OrderedDict()
 
-    def process(self, record: SourceRecord, load_state: Callable[[bytes], bytes | None]) -> Outcome:
-        """Never raises for bad input or a detector bug: both become one
-        dead-letter record (the latter with reason ``internal error``), and
-        the key's state is left as it was."""
-        value = record.value if record.value is not None else b""
-        try:
-            event = parse_event(value, key=record.key, max_bytes=self.max_event_bytes)
-        except InvalidEvent as exc:
-            return self._dead_letter(record, value, exc.field, exc.reason)
-        state_key = event.workflow_key.encode("utf-8")
-        try:
-            state = self._load(state_key, load_state)
-            findings = self.detector.process(state, event, record.offset)
-            blob = state.to_bytes()
-        except Exception:  # a detector bug must not stop the partition
-            log.exception(
-                "internal error processing %s[%d]@%d", record.topic, record.partition, record.offset
-            )
-            # The cached object may be half-mutated; forget it so the next
-            # event of this key decodes the stored (unchanged) state.
-            self._cache.pop(state_key, None)
-            return self._dead_letter(record, value, None, INTERNAL_ERROR)
-        self._remember(state_key, blob, state)
-        records = tuple(self._finding_record(f) for f in findings)
-        return Outcome(records, tuple(findings), state_key, blob)
-
     def process_batch(
         self, records: Sequence[Consumed], load_state: Callable[[bytes], bytes | None]
     ) -> BatchOutcome:
-        """Process ``records`` in order as :meth:`process` would one by one,
-        but encode and return each key's state once per batch (coalesced
-        state writes) instead of once per event.
+        """Process ``records`` in order (per key: validate, detector against
+        the stored state, findings), and encode each changed key's value once
+        per batch (coalesced state writes). Never raises for bad input or a
+        detector bug: both become one dead-letter record (the latter with
+        reason ``internal error``).
 
-        The outputs are the same as per-event processing's, and so is the
-        final state of every key (tested). An event the detector fails on
-        goes to the dead-letter topic and leaves its key's state as it was
-        before that event: the state is rebuilt from the stored bytes and
-        the key's earlier events of this batch."""
+        The outputs and final states are those of processing the records one
+        at a time (tested with batches of one). An event the detector fails
+        on leaves its key's state as it was before that event: the state is
+        rebuilt from the stored bytes and the key's earlier events of this
+        batch. With the status topic on, each key whose status changed gets
+        one status record, after the batch's findings of its partition."""
         out: dict[int, list[OutRecord]] = {}
         work: dict[bytes, _KeyWork] = {}
         states: list[tuple[bytes, int, bytes]] = []
@@ -208,7 +253,7 @@ class Processor:
             except InvalidEvent as exc:
                 dead = self._dead_letter(record, value, exc.field, exc.reason)
                 out.setdefault(record.partition, []).extend(dead.records)
-                errors.append((exc.field, exc.reason))
+                errors.append(dead.error)
                 continue
             key = event.workflow_key.encode("utf-8")
             w = work.get(key)
@@ -221,7 +266,10 @@ class Processor:
                 # to the first partition's changelog, as per-event writes
                 # would have left it.
                 if w.applied:
-                    states.append((key, w.partition, w.state.to_bytes()))
+                    # Its status meta as stored: the status record, if any,
+                    # comes with the key's final state.
+                    meta = None if w.stored is None else split_value(w.stored)[1]
+                    states.append((key, w.partition, join_value(w.state.to_bytes(), meta)))
                 w.partition = record.partition
             try:
                 found = detector.process(w.state, event, record.offset)
@@ -238,18 +286,72 @@ class Processor:
                 errors.append((None, INTERNAL_ERROR))
                 continue
             w.applied.append((event, record.offset))
+            ts = record.timestamp
+            if ts is not None:
+                w.times[record.offset if event.seq is None else event.seq] = ts
             if found:
                 findings.extend(found)
                 dest = out.setdefault(record.partition, [])
                 dest.extend(self._finding_record(f) for f in found)
+                if not w.effects:
+                    w.effects = any(f.kind in _EFFECT_KINDS for f in found)
+        effects: Counter[tuple[str, str]] = Counter()
+        statuses = 0
         for key, w in work.items():
             if not w.applied:
                 continue
-            blob = w.state.to_bytes()
+            blob, status = self._value(key, w, effects)
+            if status is not None:
+                out.setdefault(w.partition, []).append(status)
+                statuses += 1
             if blob != w.stored:
                 states.append((key, w.partition, blob))
             self._remember(key, blob, w.state)
-        return BatchOutcome(out, tuple(states), tuple(findings), tuple(errors))
+        return BatchOutcome(
+            out, tuple(states), tuple(findings), tuple(errors), dict(effects), statuses
+        )
+
+    def _value(
+        self, key: bytes, w: _KeyWork, effects: Counter[tuple[str, str]]
+    ) -> tuple[bytes, OutRecord | None]:
+        """The key's value to store and, if its status changed, the status
+        record; counts the stale effects new in this batch into ``effects``."""
+        state = w.state
+        blob = state.to_bytes()
+        if w.effects:
+            wkey = key.decode("utf-8")
+            before = (
+                set()
+                if w.stored is None
+                else stale_effects(wkey, KeyState.from_bytes(split_value(w.stored)[0]))
+            )
+            for outcome, sink, _epoch, _ek in stale_effects(wkey, state) - before:
+                effects[outcome, sink] += 1
+        if self.status_topic is None:
+            return blob, None
+        prev = (None if w.stored is None else split_value(w.stored)[1]) or _NO_META
+        wkey = key.decode("utf-8")
+        status = build_status(wkey, state, findings_of(state, wkey), seen_ms=prev.seen)
+        seen = prev.seen
+        times = w.times
+        if status.stale_epochs and times:
+            epochs = []
+            for se in status.stale_epochs:
+                ts = times.get(se.last_position)
+                if ts is not None and ts != se.last_seen_ms:
+                    se = replace(se, last_seen_ms=ts)
+                epochs.append(se)
+            seen = {se.epoch: se.last_seen_ms for se in epochs if se.last_seen_ms is not None}
+            status = replace(status, stale_epochs=tuple(epochs))
+        content = orjson.dumps(status.content())
+        digest = hashlib.blake2b(content, digest_size=12).hexdigest()
+        if digest == prev.digest and seen == prev.seen:
+            return join_value(blob, prev), None
+        updated = max(times.values()) if times else prev.updated_ms
+        status = replace(status, updated_ms=updated)
+        meta = StatusMeta(seen, updated, digest)
+        record = OutRecord(self.status_topic, key, status.to_json())
+        return join_value(blob, meta), record
 
     def _take(self, key: bytes, stored: bytes | None) -> KeyState:
         # The entry leaves the cache while the batch mutates it: if the batch
@@ -260,10 +362,14 @@ class Processor:
             return cached[1]
         if stored is None:
             return self.detector.new_state()
-        return KeyState.from_bytes(stored)
+        return KeyState.from_bytes(split_value(stored)[0])
 
     def _rebuild(self, stored: bytes | None, applied: Sequence[tuple[Event, int]]) -> KeyState:
-        state = self.detector.new_state() if stored is None else KeyState.from_bytes(stored)
+        state = (
+            self.detector.new_state()
+            if stored is None
+            else KeyState.from_bytes(split_value(stored)[0])
+        )
         for event, offset in applied:
             self.detector.process(state, event, offset)
         return state
@@ -271,16 +377,6 @@ class Processor:
     def forget(self) -> None:
         """Drop every cached state (after a rebalance the table is the truth)."""
         self._cache.clear()
-
-    def _load(self, key: bytes, load_state: Callable[[bytes], bytes | None]) -> KeyState:
-        stored = load_state(key)
-        cached = self._cache.get(key)
-        if cached is not None and stored is not None and cached[0] == stored:
-            self._cache.move_to_end(key)
-            return cached[1]
-        if stored is None:
-            return self.detector.new_state()
-        return KeyState.from_bytes(stored)
 
     def _remember(self, key: bytes, blob: bytes, state: KeyState) -> None:
         if self.cache_keys <= 0:
@@ -303,7 +399,7 @@ class Processor:
 
     def _dead_letter(
         self, record: Consumed, value: bytes, field: str | None, reason: str
-    ) -> Outcome:
+    ) -> _Dead:
         headers: Headers = (
             (HEADER_ERROR_FIELD, (field or "").encode("utf-8")),
             (HEADER_ERROR_REASON, reason.encode("utf-8")),
@@ -312,7 +408,17 @@ class Processor:
             (HEADER_SOURCE_OFFSET, str(record.offset).encode()),
         )
         out = OutRecord(self.dlq_topic, record.key, value, headers)
-        return Outcome((out,), error=(field, reason))
+        return _Dead((out,), (field, reason))
+
+
+def with_changelog(outcome: BatchOutcome, changelog_topic: str) -> dict[int, list[OutRecord]]:
+    """``outcome``'s records per source partition, each partition's state
+    writes appended as changelog records to the *source* partition: they go
+    in the same transaction as that partition's outputs and offsets."""
+    out = outcome.records
+    for key, partition, state in outcome.states:
+        out.setdefault(partition, []).append(OutRecord(changelog_topic, key, state, (), partition))
+    return out
 
 
 def headers_dict(headers: Sequence[tuple[str, bytes]]) -> dict[str, str]:

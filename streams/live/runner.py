@@ -41,9 +41,8 @@ def run_worker(settings: LiveSettings) -> int:
     app = prepare_app(settings)
     # Everything allocated so far (modules, faust's and aiokafka's objects)
     # lives as long as the process: out of the collector's way, a full
-    # collection scans only what the processing allocates. Measured: gen-2
-    # pauses ~100 ms -> ~65 ms at 40,000 keys, one run each (they show in the
-    # latency tail).
+    # collection scans only what the processing allocates (shorter gen-2
+    # pauses, which show in the latency tail: docs/live.md).
     gc.freeze()
     worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
     code: int = 0

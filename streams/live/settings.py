@@ -57,6 +57,8 @@ class LiveSettings:
     dlq_topic: str | None = None
     #: The compacted per-workflow status topic (SPEC §8).
     status_topic: str = DEFAULT_STATUS_TOPIC
+    #: Write the status topic (off: findings and dead letters only).
+    status: bool = True
     app_id: str = "fencewatch-live"
     #: Partitions of the state table's changelog; must equal the events
     #: topic's. ``None``: read the events topic's count from the broker.
@@ -153,6 +155,7 @@ _ENV: tuple[tuple[str, str, Any], ...] = (
     ("findings_topic", "FINDINGS_TOPIC", str),
     ("dlq_topic", "DLQ_TOPIC", str),
     ("status_topic", "STATUS_TOPIC", str),
+    ("status", "STATUS", _bool),
     ("app_id", "APP_ID", str),
     ("partitions", "PARTITIONS", int),
     ("replication", "REPLICATION", int),

@@ -1,4 +1,4 @@
-"""Send one event's outputs inside the transaction that commits its offset.
+"""Send a batch's outputs inside the transactions that commit its offsets.
 
 Why this exists (faust-streaming 0.15.3, read from its source):
 
@@ -74,7 +74,7 @@ BatchPlan = Callable[[Sequence[Any]], tuple[Mapping[int, Sequence[OutRecord]], C
 
 
 class TransactionalSender:
-    """Produce an event's outputs atomically with its offset (exactly-once),
+    """Produce a batch's outputs atomically with its offsets (exactly-once),
     or plainly before the ack (at-least-once)."""
 
     def __init__(self, app: Any, *, exactly_once: bool, wait_producer: float = 30.0) -> None:

@@ -246,6 +246,27 @@ class LiveHarness:
             r.feed(value or b"", key=key, offset=offset, source=f"{self.events}/{partition}")
         return {f.finding_id: f.to_dict() for f in r.latest_findings()}
 
+    def audit_status(self) -> dict[str, dict[str, Any]]:
+        """Per-workflow status (SPEC §8, Kafka timestamps aside) from a replay
+        of the events topic, as the audit computes it."""
+        from streams.core.replay import Replay
+        from streams.core.status import status_from_replay
+        from streams.live.replay_reader import iter_topic
+
+        r = Replay()
+        for key, value, partition, offset in iter_topic(self.bootstrap, self.events):
+            r.feed(value or b"", key=key, offset=offset, source=f"{self.events}/{partition}")
+        return {k: s.content() for k, s in status_from_replay(r.states, r.latest.values()).items()}
+
+    def live_status(self) -> dict[str, dict[str, Any]]:
+        """The status topic as compaction leaves it: latest record per key
+        (a key's records are in one partition, in offset order)."""
+        latest: dict[str, dict[str, Any]] = {}
+        for key, value, _p, _o in self.read(self.status):
+            assert key is not None and value is not None
+            latest[key.decode()] = json.loads(value)
+        return latest
+
     def live_findings(self) -> tuple[dict[str, dict[str, Any]], list[tuple[str, int]]]:
         """(latest revision per id, every (id, revision) seen) on the findings topic."""
         latest: dict[str, dict[str, Any]] = {}

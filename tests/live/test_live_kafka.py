@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -13,6 +14,19 @@ import pytest
 pytestmark = pytest.mark.kafka
 
 Live = Callable[..., Any]
+
+
+def assert_status_equals_audit(h: Any) -> None:
+    """The live status topic (latest per key) equals the replay's per-workflow
+    status, Kafka timestamps aside; every record carries its timestamps."""
+    from streams.core.status import WorkflowStatus
+
+    live = h.live_status()
+    assert all(doc["updated_ms"] is not None for doc in live.values())
+    assert all(
+        se["last_seen_ms"] is not None for doc in live.values() for se in doc["stale_epochs"]
+    )
+    assert {k: WorkflowStatus.from_dict(v).content() for k, v in live.items()} == h.audit_status()
 
 
 def assert_exactly_once_and_audit(h: Any) -> dict[str, dict[str, Any]]:
@@ -57,7 +71,16 @@ def test_reference_fixture_gives_four_findings_and_nothing_else(live: Live) -> N
     assert "fencewatch_events_total 16.0" in text
     assert 'fencewatch_findings_total{kind="conflicting_commit",severity="critical"} 1.0' in text
     assert "fencewatch_state_keys 3.0" in text
-    assert "fencewatch_consumer_lag{" in text
+    # Every assigned partition has a lag series, 0 once processed to the end.
+    for p in w.health()["partitions"]:
+        assert f'fencewatch_consumer_lag{{partition="{p}"}} 0.0' in text
+    assert "fencewatch_up 1.0" in text
+    written = re.search(r"^fencewatch_status_records_total (\S+)$", text, re.M)
+    assert written is not None and float(written.group(1)) >= 3  # one per key and batch at least
+    assert (
+        'fencewatch_stale_effects_total{outcome="committed",sink="release-bucket"} 1.0' in text
+    )
+    assert_status_equals_audit(h)
 
 
 def ev(key: str, kind: str, epoch: int, worker: str, seq: int, effect: str | None = None) -> bytes:
@@ -148,7 +171,8 @@ def test_bad_events_go_to_the_dlq_while_good_ones_flow(live: Live) -> None:
 def test_sigkill_mid_stream_and_restart_is_exactly_once(live: Live, store: str) -> None:
     """A worker killed with SIGKILL mid-stream and restarted (state restored
     from the changelog; RocksDB rebuilt) leaves each (finding id, revision)
-    exactly once for a read_committed consumer, and the audit's findings."""
+    exactly once for a read_committed consumer, the audit's findings, and a
+    status topic equal to the audit's per-workflow status."""
     h = live(partitions=3)
     events = h.scenario_events(n_keys=300, epochs=4)
     w1 = h.start("w1", store=store)
@@ -162,6 +186,7 @@ def test_sigkill_mid_stream_and_restart_is_exactly_once(live: Live, store: str) 
     h.wait_all_committed(timeout=60)
     latest = assert_exactly_once_and_audit(h)
     assert len(latest) > 100
+    assert_status_equals_audit(h)
 
 
 @pytest.mark.timeout(150)
@@ -185,6 +210,7 @@ def test_two_workers_split_partitions_and_fail_over(live: Live) -> None:
     assert set(b.health()["partitions"]) == set(range(4))
     latest = assert_exactly_once_and_audit(h)
     assert len(latest) > 50
+    assert_status_equals_audit(h)
 
 
 @pytest.mark.timeout(120)

@@ -1,4 +1,5 @@
-"""The live processor's logic without a broker: bytes in, records and state out."""
+"""The live processor's logic without a broker, one record per batch (the
+per-event case of the batch path): bytes in, records and state out."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from streams.live.processor import (
     HEADER_REVISION,
     HEADER_SEVERITY,
     INTERNAL_ERROR,
+    BatchOutcome,
+    OutRecord,
     Processor,
     SourceRecord,
     headers_dict,
@@ -31,16 +34,25 @@ def make(detector: Any = None, **kw: Any) -> Processor:
     return Processor(detector or Detector(), findings_topic="f", dlq_topic="e.dlq", **kw)
 
 
+def one(proc: Processor, record: SourceRecord, store: dict[bytes, bytes]) -> BatchOutcome:
+    """Process ``record`` as a batch of one and write its state to ``store``."""
+    out = proc.process_batch([record], store.get)
+    for key, _partition, state in out.states:
+        store[key] = state
+    return out
+
+
+def records_of(out: BatchOutcome) -> list[OutRecord]:
+    return [r for recs in out.records.values() for r in recs]
+
+
 def feed(
     proc: Processor, store: dict[bytes, bytes], values: list[bytes], start: int = 0
-) -> list[Any]:
+) -> list[BatchOutcome]:
     outcomes = []
     for offset, value in enumerate(values, start):
         key = json.loads(value)["workflow_key"].encode() if value.startswith(b"{") else b"k"
-        out = proc.process(SourceRecord("e", 0, offset, key, value), store.get)
-        if out.state_key is not None and out.state is not None:
-            store[out.state_key] = out.state
-        outcomes.append(out)
+        outcomes.append(one(proc, SourceRecord("e", 0, offset, key, value), store))
     return outcomes
 
 
@@ -49,7 +61,7 @@ def test_reference_fixture_gives_the_four_expected_findings_with_headers() -> No
     conflicting_commit on export-ledger, each record keyed and headed."""
     store: dict[bytes, bytes] = {}
     outcomes = feed(make(), store, fixture_lines())
-    records = [r for o in outcomes for r in o.records]
+    records = [r for o in outcomes for r in records_of(o)]
     assert all(r.topic == "f" and r.key == b"export-ledger" for r in records)
     latest: dict[str, dict[str, Any]] = {}
     for r in records:
@@ -73,9 +85,9 @@ def test_invalid_event_goes_to_dlq_with_original_bytes_and_reason() -> None:
     """Malformed JSON becomes one dead-letter record carrying the original
     bytes, the reason and the source position; no state is written."""
     proc = make()
-    out = proc.process(SourceRecord("e", 3, 41, b"k", b"{nope"), {}.get)
-    assert out.state_key is None and out.findings == ()
-    (rec,) = out.records
+    out = one(proc, SourceRecord("e", 3, 41, b"k", b"{nope"), {})
+    assert out.states == () and out.findings == ()
+    (rec,) = records_of(out)
     assert rec.topic == "e.dlq" and rec.value == b"{nope" and rec.key == b"k"
     h = headers_dict(rec.headers)
     assert "JSON" in h[HEADER_ERROR_REASON]
@@ -87,15 +99,15 @@ def test_invalid_event_goes_to_dlq_with_original_bytes_and_reason() -> None:
 def test_key_mismatch_names_the_field() -> None:
     """A Kafka key that differs from workflow_key is rejected naming workflow_key."""
     value = fixture_lines()[0]
-    out = make().process(SourceRecord("e", 0, 0, b"other", value), {}.get)
-    assert out.error is not None and out.error[0] == "workflow_key"
-    assert headers_dict(out.records[0].headers)[HEADER_ERROR_FIELD] == "workflow_key"
+    out = one(make(), SourceRecord("e", 0, 0, b"other", value), {})
+    assert out.errors[0][0] == "workflow_key"
+    assert headers_dict(records_of(out)[0].headers)[HEADER_ERROR_FIELD] == "workflow_key"
 
 
 def test_null_value_is_a_dead_letter_not_a_crash() -> None:
     """A tombstone (null value) is rejected like any malformed record."""
-    out = make().process(SourceRecord("e", 0, 0, b"k", None), {}.get)
-    assert out.error is not None and out.records[0].topic == "e.dlq"
+    out = one(make(), SourceRecord("e", 0, 0, b"k", None), {})
+    assert out.errors and records_of(out)[0].topic == "e.dlq"
 
 
 def test_unexpected_exception_is_dead_lettered_and_processing_goes_on() -> None:
@@ -106,11 +118,11 @@ def test_unexpected_exception_is_dead_lettered_and_processing_goes_on() -> None:
     proc = make(ExplodingDetector())
     outcomes = feed(proc, store, lines[:5])
     before = store.get(b"export-ledger")
-    bad = proc.process(SourceRecord("e", 0, 5, b"export-ledger", lines[5]), store.get)
-    assert bad.error == (None, INTERNAL_ERROR) and bad.state_key is None
+    bad = one(proc, SourceRecord("e", 0, 5, b"export-ledger", lines[5]), store)
+    assert bad.errors == ((None, INTERNAL_ERROR),) and bad.states == ()
     assert store.get(b"export-ledger") == before
     outcomes += feed(proc, store, lines[6:], start=6)
-    assert len(store) == 3 and all(o.error is None for o in outcomes)
+    assert len(store) == 3 and all(not o.errors for o in outcomes)
 
 
 def test_cached_state_is_not_used_when_the_table_holds_other_bytes() -> None:
@@ -127,7 +139,9 @@ def test_cached_state_is_not_used_when_the_table_holds_other_bytes() -> None:
     cold_store = {b"export-ledger": store[b"export-ledger"]}
     a = feed(proc, store, lines[3:], start=3)
     b = feed(cold, cold_store, lines[3:], start=3)
-    assert [r.value for o in a for r in o.records] == [r.value for o in b for r in o.records]
+    assert [r.value for o in a for r in records_of(o)] == [
+        r.value for o in b for r in records_of(o)
+    ]
 
 
 def test_state_cache_is_bounded() -> None:

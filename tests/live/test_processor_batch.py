@@ -94,16 +94,8 @@ def stream(n_keys: int, seed: int, partitions: int = 3, bad_every: int = 0) -> l
 def per_event(
     proc: Processor, records: list[SourceRecord]
 ) -> tuple[dict[int, list[OutRecord]], dict[bytes, bytes], int]:
-    store: dict[bytes, bytes] = {}
-    out: dict[int, list[OutRecord]] = {}
-    writes = 0
-    for r in records:
-        o = proc.process(r, store.get)
-        out.setdefault(r.partition, []).extend(o.records)
-        if o.state_key is not None and o.state is not None:
-            store[o.state_key] = o.state
-            writes += 1
-    return out, store, writes
+    """Batches of one: the per-event reference."""
+    return batched(proc, records, 1)
 
 
 def batched(
@@ -196,8 +188,8 @@ def test_a_key_in_two_partitions_gets_a_state_write_in_each() -> None:
     per: dict[int, bytes] = {}
     proc, store = make(), {}  # type: ignore[var-annotated]
     for r in records:
-        o = proc.process(r, store.get)
-        assert o.state is not None
-        store[b"export-ledger"] = per[r.partition] = o.state
+        o = proc.process_batch([r], store.get)
+        ((_key, _p, state),) = o.states
+        store[b"export-ledger"] = per[r.partition] = state
     o = make().process_batch(records, {}.get)
     assert [(p, s) for _k, p, s in o.states] == sorted(per.items())

@@ -1,0 +1,306 @@
+"""The per-workflow status record (SPEC §8): where one workflow key stands
+now, built from the key's detector state, its findings and the health view.
+
+Pure: no clock and no Kafka. The Kafka record timestamps the record carries
+(``last_seen_ms`` per stale epoch, ``updated_ms``) are passed in by the
+caller: the live processor knows them from the records it consumes; a replay
+of a file has none (they stay null), which is why comparisons of live and
+replayed status leave them aside (:meth:`WorkflowStatus.content`).
+
+The same code serves both sides: the live processor calls
+:func:`build_status` with :func:`findings_of` (the latest revision of each
+finding, rebuilt from the state it stores), and the audit calls
+:func:`status_from_replay` with the replay's own findings; the health of
+each finding is :func:`streams.core.health.assess` in both.
+
+Bounded like the detector: everything here is read from the evidence a key
+retains (``max_events_per_key``), so a stale epoch's ``events`` count covers
+the retained events only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from streams.core.detector import (
+    _ACQ,
+    _COM,
+    _G_ATTEMPT,
+    _G_COMMIT,
+    _REJ,
+    _REL,
+    _VER,
+    Detector,
+    KeyState,
+    _build,
+    _finding,
+)
+from streams.core.findings import Finding
+from streams.core.health import CLEARED, assess
+from streams.core.records import SEVERITY_RANK
+
+__all__ = [
+    "ATTEMPTED",
+    "COMMITTED",
+    "REJECTED",
+    "UNNAMED_SINK",
+    "FindingRef",
+    "StaleEpoch",
+    "WorkflowStatus",
+    "build_status",
+    "findings_of",
+    "stale_effects",
+    "status_from_replay",
+]
+
+#: Outcomes of a stale effect (see :func:`stale_effects`).
+ATTEMPTED = "attempted"
+REJECTED = "rejected"
+COMMITTED = "committed"
+#: The sink label of effect events that name none.
+UNNAMED_SINK = "unnamed"
+
+
+@dataclass(frozen=True, slots=True)
+class FindingRef:
+    """A finding as the status lists it."""
+
+    finding_id: str
+    kind: str
+    severity: str
+    revision: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "finding_id": self.finding_id,
+            "kind": self.kind,
+            "severity": self.severity,
+            "revision": self.revision,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StaleEpoch:
+    """A displaced epoch still producing evidence after its displacement."""
+
+    epoch: int
+    worker: str
+    events: int
+    last_position: int
+    last_seen_ms: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "worker": self.worker,
+            "events": self.events,
+            "last_position": self.last_position,
+            "last_seen_ms": self.last_seen_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowStatus:
+    """One record of the status topic (SPEC §8), key = ``workflow_key``."""
+
+    workflow_key: str
+    current_epoch: int | None
+    current_worker: str | None
+    acquired_seq: int | None
+    acquisition_implied: bool | None
+    released: bool
+    last_position: int | None
+    stale_epochs: tuple[StaleEpoch, ...]
+    open: tuple[FindingRef, ...]
+    cleared: tuple[FindingRef, ...]
+    worst_open: str | None
+    updated_ms: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workflow_key": self.workflow_key,
+            "current_epoch": self.current_epoch,
+            "current_worker": self.current_worker,
+            "acquired_seq": self.acquired_seq,
+            "acquisition_implied": self.acquisition_implied,
+            "released": self.released,
+            "last_position": self.last_position,
+            "stale_epochs": [s.to_dict() for s in self.stale_epochs],
+            "open": [f.to_dict() for f in self.open],
+            "cleared": [f.to_dict() for f in self.cleared],
+            "worst_open": self.worst_open,
+            "updated_ms": self.updated_ms,
+        }
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(self.to_dict())
+
+    def content(self) -> dict[str, Any]:
+        """:meth:`to_dict` without the Kafka timestamps: what a replay of the
+        same events gives, whatever the broker's clock said."""
+        doc = self.to_dict()
+        del doc["updated_ms"]
+        for s in doc["stale_epochs"]:
+            del s["last_seen_ms"]
+        return doc
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> WorkflowStatus:
+        """The record from its JSON form (as read back from the topic)."""
+        return cls(
+            workflow_key=doc["workflow_key"],
+            current_epoch=doc["current_epoch"],
+            current_worker=doc["current_worker"],
+            acquired_seq=doc["acquired_seq"],
+            acquisition_implied=doc["acquisition_implied"],
+            released=doc["released"],
+            last_position=doc["last_position"],
+            stale_epochs=tuple(StaleEpoch(**s) for s in doc["stale_epochs"]),
+            open=tuple(FindingRef(**f) for f in doc["open"]),
+            cleared=tuple(FindingRef(**f) for f in doc["cleared"]),
+            worst_open=doc["worst_open"],
+            updated_ms=doc["updated_ms"],
+        )
+
+
+def findings_of(state: KeyState, workflow_key: str) -> list[Finding]:
+    """The latest revision of every finding the detector has emitted for
+    this key, rebuilt from ``state`` (the live processor keeps states, not
+    findings). Equal to the findings a replay of the key's events kept
+    (tested), because the detector re-emits a finding whenever its content
+    changes."""
+    emitted = state.emitted
+    if not emitted:
+        return []
+    out: list[Finding] = []
+    for ident in Detector._all_identities(state):
+        built = _build(state, ident, workflow_key)
+        if built is None:
+            continue
+        fid, content = built
+        prev = emitted.get(fid)
+        if prev is not None:
+            out.append(_finding(fid, int(prev[0]), content))
+    return out
+
+
+def _severity_order(ref: FindingRef) -> tuple[int, str]:
+    return (-SEVERITY_RANK[ref.severity], ref.finding_id)  # type: ignore[index]
+
+
+def build_status(
+    workflow_key: str,
+    state: KeyState,
+    findings: Iterable[Finding],
+    *,
+    seen_ms: Mapping[int, int] | None = None,
+    updated_ms: int | None = None,
+) -> WorkflowStatus:
+    """The status of ``workflow_key`` from its ``state`` and its latest
+    ``findings``. ``seen_ms``: stale epoch -> Kafka timestamp of its latest
+    stale event, where known; ``updated_ms``: the timestamp of the latest
+    event that changed the record."""
+    seen = seen_ms or {}
+    events = state.events
+    current_epoch: int | None = None
+    current_worker: str | None = None
+    acquired_seq: int | None = None
+    implied: bool | None = None
+    if state.acq:
+        current_epoch = max(state.acq)
+        acq = state.acq[current_epoch]
+        current_worker = acq.worker
+        acquired_seq = acq.seq
+        implied = acq.code != _ACQ
+    last = events[-1] if events else None
+    released = (
+        last is not None
+        and last.code == _REL
+        and current_epoch is not None
+        and last.epoch == current_epoch
+    )
+    disp = state.displaced_at()
+    stale: dict[int, list[Any]] = {}  # epoch -> [worker, events, last position]
+    for ev in events:
+        if ev.code == _ACQ or ev.code == _VER:
+            continue
+        t = disp.get(ev.epoch)
+        if t is None or not ev.k > t:
+            continue
+        entry = stale.get(ev.epoch)
+        if entry is None:
+            stale[ev.epoch] = [ev.worker, 1, ev.position]
+        else:  # events are in position order: the last one seen is the latest
+            entry[0] = ev.worker
+            entry[1] += 1
+            entry[2] = ev.position
+    opened: list[FindingRef] = []
+    cleared: list[FindingRef] = []
+    for f in findings:
+        ref = FindingRef(f.finding_id, f.kind.value, f.severity.value, f.revision)
+        (cleared if assess(f, state).status == CLEARED else opened).append(ref)
+    opened.sort(key=_severity_order)
+    cleared.sort(key=_severity_order)
+    return WorkflowStatus(
+        workflow_key=workflow_key,
+        current_epoch=current_epoch,
+        current_worker=current_worker,
+        acquired_seq=acquired_seq,
+        acquisition_implied=implied,
+        released=released,
+        last_position=None if last is None else last.position,
+        stale_epochs=tuple(
+            StaleEpoch(epoch, w, n, pos, seen.get(epoch))
+            for epoch, (w, n, pos) in sorted(stale.items())
+        ),
+        open=tuple(opened),
+        cleared=tuple(cleared),
+        worst_open=opened[0].severity if opened else None,
+        updated_ms=updated_ms,
+    )
+
+
+def stale_effects(workflow_key: str, state: KeyState) -> set[tuple[str, str, int, str | None]]:
+    """The key's distinct stale effects by outcome, as ``(outcome, sink,
+    epoch, effect key)``: every effect a displaced epoch attempted, was
+    refused or committed after its displacement is ``attempted``; those with
+    a stale ``effect_rejected`` are also ``rejected``, those with a stale
+    ``effect_committed`` also ``committed``. Grows as evidence arrives
+    (within the detector's retention bound), so a caller counts what is new."""
+    out: set[tuple[str, str, int, str | None]] = set()
+    disp = state.displaced_at()
+    for (tag, epoch, ek), group in state.groups.items():
+        if tag != _G_ATTEMPT and tag != _G_COMMIT:
+            continue
+        t = disp.get(epoch) if epoch is not None else None
+        if t is None or epoch is None:
+            continue
+        for ev in group:
+            if not ev.k > t:
+                continue
+            sink = UNNAMED_SINK if ev.sink is None else ev.sink
+            out.add((ATTEMPTED, sink, epoch, ek))
+            if ev.code == _REJ:
+                out.add((REJECTED, sink, epoch, ek))
+            elif ev.code == _COM:
+                out.add((COMMITTED, sink, epoch, ek))
+    return out
+
+
+def status_from_replay(
+    states: Mapping[str, KeyState], latest: Iterable[Finding]
+) -> dict[str, WorkflowStatus]:
+    """Every key's status after a replay (``Replay.states``,
+    ``Replay.latest.values()``): what the live status topic holds, latest per
+    key, after the same events (timestamps aside)."""
+    by_key: dict[str, list[Finding]] = {}
+    for f in latest:
+        by_key.setdefault(f.workflow_key, []).append(f)
+    return {
+        key: build_status(key, state, by_key.get(key, ()))
+        for key, state in sorted(states.items())
+    }

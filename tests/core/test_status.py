@@ -1,0 +1,135 @@
+"""The per-workflow status record (SPEC §8), pure: streams/core/status.py."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.core import Detector, Event, KeyState
+from streams.core.replay import Replay
+from streams.core.status import (
+    ATTEMPTED,
+    COMMITTED,
+    REJECTED,
+    WorkflowStatus,
+    build_status,
+    findings_of,
+    stale_effects,
+    status_from_replay,
+)
+from tests.core.conftest import acq, att, com, prog, rej, rel, ver
+from tests.strategies import multi_workflow_events, with_sinks
+
+
+def run(events: list[Event]) -> tuple[KeyState, Replay]:
+    replay = Replay()
+    for i, e in enumerate(events):
+        replay.feed_event(e, i)
+    return replay.states["wf"], replay
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_findings_rebuilt_from_state_equal_the_replays_latest(data: st.DataObject) -> None:
+    """findings_of(state) gives the latest revision of every finding the detector emitted."""
+    events = data.draw(multi_workflow_events())
+    replay = Replay()
+    for i, e in enumerate(events):
+        replay.feed_event(e, i)
+    for key, state in replay.states.items():
+        rebuilt = {f.finding_id: f.to_dict() for f in findings_of(state, key)}
+        kept = {f.finding_id: f.to_dict() for f in replay.latest.values() if f.workflow_key == key}
+        assert rebuilt == kept
+
+
+def test_a_handover_with_a_stale_commit_shows_owner_stale_epoch_and_open_findings() -> None:
+    """Current epoch and acquisition, the stale epoch's count and position, open worst first."""
+    state, replay = run(
+        [acq(1, "a", 1), prog(1, "a", 2), acq(2, "b", 3), prog(1, "a", 4), com(1, "a", 5)]
+    )
+    s = build_status("wf", state, replay.latest.values(), seen_ms={1: 1234}, updated_ms=99)
+    assert (s.current_epoch, s.current_worker, s.acquired_seq) == (2, "b", 3)
+    assert s.acquisition_implied is False and s.released is False
+    assert s.last_position == 5
+    assert [x.to_dict() for x in s.stale_epochs] == [
+        {"epoch": 1, "worker": "a", "events": 2, "last_position": 5, "last_seen_ms": 1234}
+    ]
+    assert [f.kind for f in s.open] == ["stale_commit", "stale_activity"]
+    assert s.worst_open == "incident" and s.cleared == ()
+    assert s.updated_ms == 99
+
+
+def test_verification_by_the_current_owner_after_a_fenced_attempt_clears_it() -> None:
+    """A rejected stale attempt plus the current owner's verification clears it (SPEC §4)."""
+    state, replay = run(
+        [acq(1, "a", 1), acq(2, "b", 2), att(1, "a", 3), rej(1, "a", 4), ver(2, "b", 5)]
+    )
+    s = build_status("wf", state, replay.latest.values())
+    assert s.open == ()
+    assert [f.kind for f in s.cleared] == ["stale_attempt"]
+    assert s.worst_open is None
+
+
+def test_released_only_while_nothing_follows_the_release() -> None:
+    """released is true when the current epoch's release is the latest evidence."""
+    state, _ = run([acq(1, "a", 1), rel(1, "a", 2)])
+    assert build_status("wf", state, ()).released is True
+    state, _ = run([acq(1, "a", 1), rel(1, "a", 2), prog(1, "a", 3)])
+    assert build_status("wf", state, ()).released is False
+
+
+def test_an_epoch_seen_before_its_acquisition_is_implied() -> None:
+    """An epoch whose earliest evidence is not lease_acquired reads acquisition_implied."""
+    state, _ = run([prog(3, "c", 1)])
+    s = build_status("wf", state, ())
+    assert (s.current_epoch, s.acquisition_implied, s.acquired_seq) == (3, True, 1)
+
+
+def test_empty_state_has_no_owner() -> None:
+    """Before any evidence every field is null or empty."""
+    s = build_status("wf", Detector().new_state(), ())
+    assert s.current_epoch is None and s.last_position is None and s.stale_epochs == ()
+
+
+def test_json_round_trip_and_content_drop_the_timestamps() -> None:
+    """from_dict(to_dict) is the identity; content() drops updated_ms and last_seen_ms."""
+    state, replay = run([acq(1, "a", 1), acq(2, "b", 2), prog(1, "a", 3)])
+    s = build_status("wf", state, replay.latest.values(), seen_ms={1: 5}, updated_ms=7)
+    assert WorkflowStatus.from_dict(s.to_dict()) == s
+    assert "updated_ms" not in s.content()
+    assert "last_seen_ms" not in s.content()["stale_epochs"][0]
+    assert s.content() == build_status("wf", state, replay.latest.values()).content()
+
+
+def test_stale_effects_by_outcome() -> None:
+    """Every stale effect is attempted; a stale rejection adds rejected, a commit committed."""
+    events = [
+        acq(1, "a", 1),
+        att(1, "a", 2, "X", sink="db"),  # before the handover: not stale
+        acq(2, "b", 3),
+        att(1, "a", 4, "Y", sink="db"),
+        rej(1, "a", 5, "Y", sink="db"),
+        com(1, "a", 6, "Z"),
+    ]
+    state, _ = run(events)
+    assert stale_effects("wf", state) == {
+        (ATTEMPTED, "db", 1, "Y"),
+        (REJECTED, "db", 1, "Y"),
+        (ATTEMPTED, "unnamed", 1, "Z"),
+        (COMMITTED, "unnamed", 1, "Z"),
+    }
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_status_from_replay_is_independent_of_how_the_stream_is_cut(data: st.DataObject) -> None:
+    """Status from a replay equals the one rebuilt from serialized state and findings_of."""
+    events = data.draw(multi_workflow_events().flatmap(with_sinks))
+    replay = Replay()
+    for i, e in enumerate(events):
+        replay.feed_event(e, i)
+    direct = status_from_replay(replay.states, replay.latest.values())
+    for key, state in replay.states.items():
+        restored = KeyState.from_bytes(state.to_bytes())
+        live = build_status(key, restored, findings_of(restored, key))
+        assert live == direct[key]

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -60,6 +61,21 @@ def bare_consume(bs: str, topic: str, partitions: int, total: int) -> float:
     elapsed = time.monotonic() - start
     c.close()
     return total / elapsed
+
+
+def interleaved(keys: int, epochs: int) -> Iterator[tuple[bytes, bytes]]:
+    """``keys`` keys' events, round-robin over blocks of 1,000 keys."""
+    block = 1000
+    for start in range(0, keys, block):
+        iters = [key_events(k, epochs) for k in range(start, min(start + block, keys))]
+        while iters:
+            nxt = []
+            for it in iters:
+                rec = next(it, None)
+                if rec is not None:
+                    yield rec
+                    nxt.append(it)
+            iters = nxt
 
 
 def sustained(samples: list[tuple[float, int]], total: int) -> float:
@@ -129,23 +145,8 @@ def main() -> int:
     events, findings, dlq, app_id = names("bench-tput")
     create_topics(bs, [events, findings, dlq], args.partitions)
 
-    def gen():  # interleave keys: round-robin over blocks of keys
-        block = 1000
-        for start in range(0, args.keys, block):
-            iters = [
-                key_events(k, args.epochs) for k in range(start, min(start + block, args.keys))
-            ]
-            while iters:
-                nxt = []
-                for it in iters:
-                    rec = next(it, None)
-                    if rec is not None:
-                        yield rec
-                        nxt.append(it)
-                iters = nxt
-
     t0 = time.monotonic()
-    total = produce_all(producer(bs), events, gen())
+    total = produce_all(producer(bs), events, interleaved(args.keys, args.epochs))
     print(f"produced {total} events in {time.monotonic() - t0:.1f} s")
     bare = bare_consume(bs, events, args.partitions, total)
     print(f"bare confluent-kafka consume loop: {bare:,.0f} events/s")

@@ -14,33 +14,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_support import Worker, bootstrap, create_topics, names, produce_all, producer, worker_env
-from live_throughput import interleaved, sustained
+from live_support import bootstrap, create_topics, names, produce_all, producer, worker_env
+from live_throughput import interleaved, worker_rate
 from results import Figure, add_json_arg, emit
-
-
-def measure(bs: str, env: dict[str, str], total: int) -> float:
-    with tempfile.TemporaryDirectory() as tmp:
-        env = {**env, "FENCEWATCH_DATA_DIR": tmp}
-        w = Worker(bs, env, Path(tmp) / "w.log")
-        try:
-            w.wait_ready()
-            samples: list[tuple[float, int]] = []
-            while True:
-                n = int((w.health() or {}).get("processed", 0))
-                samples.append((time.monotonic(), n))
-                if n >= total:
-                    break
-                time.sleep(0.25)
-            return sustained(samples, total)
-        finally:
-            w.stop()
 
 
 def main() -> int:
@@ -67,7 +48,7 @@ def main() -> int:
                 f"{app_id}-{run}-{'on' if status else 'off'}",
                 FENCEWATCH_STATUS="true" if status else "false",
             )
-            rate = measure(bs, env, total)
+            rate = worker_rate(bs, env, total)
             rates[status].append(rate)
             print(f"status {'on ' if status else 'off'}: {rate:,.0f} events/s")
     on, off = statistics.median(rates[True]), statistics.median(rates[False])

@@ -85,6 +85,24 @@ def sustained(samples: list[tuple[float, int]], total: int) -> float:
     return (hi[1] - lo[1]) / (hi[0] - lo[0])
 
 
+def worker_rate(bs: str, env: dict[str, str], total: int) -> float:
+    """Sustained events/s of one worker (own data dir) reading ``total`` events."""
+    with tempfile.TemporaryDirectory() as tmp:
+        w = Worker(bs, {**env, "FENCEWATCH_DATA_DIR": tmp}, Path(tmp) / "w.log")
+        try:
+            w.wait_ready()
+            samples: list[tuple[float, int]] = []
+            while True:
+                n = int((w.health() or {}).get("processed", 0))
+                samples.append((time.monotonic(), n))
+                if n >= total:
+                    break
+                time.sleep(0.25)
+            return sustained(samples, total)
+        finally:
+            w.stop()
+
+
 def bare_relay(bs: str, events: str, partitions: int, total: int, interval: float) -> float:
     """Sustained events/s of the bare exactly-once relay over the events topic."""
     dst = f"{events}.relay"
@@ -166,32 +184,16 @@ def main() -> int:
     for run in range(args.repeat):
         # A fresh group each time: every run reads the whole topic.
         app = f"{app_id}-{run}"
-        with tempfile.TemporaryDirectory() as tmp:
-            extra["FENCEWATCH_DATA_DIR"] = tmp
-            env = worker_env(events, f"{findings}", dlq, app, **extra)
-            w = Worker(bs, env, Path(tmp) / "w.log")
-            try:
-                w.wait_ready()
-                samples: list[tuple[float, int]] = []
-                while True:
-                    h = w.health() or {}
-                    n = int(h.get("processed", 0))
-                    samples.append((time.monotonic(), n))
-                    if n >= total:
-                        break
-                    time.sleep(0.25)
-                rate = sustained(samples, total)
-                rates.append(rate)
-                print(
-                    f"live worker ({mode}, {args.store}, commit interval "
-                    f"{args.commit_interval} s): "
-                    f"{rate:,.0f} events/s sustained; ratio to the bare exactly-once relay "
-                    f"{rate / relay:.2f}, to the bare consume loop {rate / bare:.3f}, "
-                    f"to faust alone {rate / floor:.2f}, to the 20,000/s target "
-                    f"{rate / 20_000:.2f}"
-                )
-            finally:
-                w.stop()
+        rate = worker_rate(bs, worker_env(events, findings, dlq, app, **extra), total)
+        rates.append(rate)
+        print(
+            f"live worker ({mode}, {args.store}, commit interval "
+            f"{args.commit_interval} s): "
+            f"{rate:,.0f} events/s sustained; ratio to the bare exactly-once relay "
+            f"{rate / relay:.2f}, to the bare consume loop {rate / bare:.3f}, "
+            f"to faust alone {rate / floor:.2f}, to the 20,000/s target "
+            f"{rate / 20_000:.2f}"
+        )
     rate = statistics.median(rates)
     runs = f"median of {len(rates)} worker runs, {total:,} events, {args.partitions} partitions"
     emit(

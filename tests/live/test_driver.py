@@ -168,7 +168,8 @@ def test_dead_letters_carry_the_bytes_reason_and_position() -> None:
     assert headers["fencewatch-source-partition"] == "2"
     assert headers["fencewatch-source-offset"] == "41"
     assert d.store == {} and d.statuses() == {}
-    assert d.metric("fencewatch_invalid_events_total", field="") == 1
+    field = headers["fencewatch-error-field"]
+    assert d.metric("fencewatch_invalid_events_total", field=field) == 1
     assert d.committed == {2: 42}
 
 

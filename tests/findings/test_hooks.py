@@ -223,6 +223,7 @@ def test_cli_exec_runs_the_command_once_per_revision(
     ]
 
 
+@pytest.mark.faults
 def test_sigterm_drains_and_commits_so_a_restart_repeats_nothing(
     kafka_bootstrap: str, findings_topic: Callable[..., str], tmp_path: Path
 ) -> None:

@@ -153,13 +153,24 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def _demo(run: Any, args: argparse.Namespace) -> int:
+    from streams.cli.kafka_args import report_kafka_failure
     from streams.errors import FencewatchError
+    from streams.kafka.connection import KafkaConnection, check_reachable
+    from streams.kafka.errors import BrokerUnreachable
+    from streams.kafka.logs import configure_client_logs
 
+    configure_client_logs()
     try:
-        ok = run(_settings(args))
+        settings = _settings(args)
+        # Before any child starts: an unreachable broker is one line, not a
+        # processor's log tail.
+        check_reachable(KafkaConnection(settings.bootstrap_servers).validate())
+        ok = run(settings)
     except ValueError as exc:
         print(f"fencewatch demo: {exc}", file=sys.stderr)
         return 2
+    except BrokerUnreachable as exc:
+        return report_kafka_failure("demo", exc)
     except FencewatchError as exc:
         print(f"fencewatch demo: FAILED: {exc}", file=sys.stderr)
         return 1

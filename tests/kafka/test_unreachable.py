@@ -47,6 +47,7 @@ ENTRY_POINTS = {
     "audit --topic": ["audit", "--topic", "ownership.events"],
     "topics create": ["topics", "create"],
     "run": ["run"],
+    "demo live": ["demo", "live"],
 }
 
 
@@ -59,7 +60,7 @@ def test_refused_connection_is_one_line_naming_address_and_cause(
     proc = _fencewatch([*ENTRY_POINTS[command], "--bootstrap-servers", address], tmp_path)
     lines = proc.stderr.splitlines()
     assert proc.returncode == 2, proc.stderr
-    name = command.split(" -")[0]
+    name = {"audit --topic": "audit", "demo live": "demo"}.get(command, command)
     assert lines == [
         f"fencewatch {name}: cannot connect to broker {address}: connection refused"
     ], proc.stderr

@@ -1,5 +1,6 @@
 """`fencewatch verify` through a live worker: a person's verification clears a
-finding only together with the fence (SPEC §4), never alone."""
+finding only together with the fence (SPEC §4), never alone; the live status
+topic (`fencewatch status`) says the same as the audit's health view."""
 
 from __future__ import annotations
 
@@ -38,10 +39,26 @@ def _health(h: LiveHarness, capsys: pytest.CaptureFixture[str]) -> dict[str, str
     return {kinds[x["finding_id"]]: x["status"] for x in doc["health"]}
 
 
+def _status(h: LiveHarness, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    """kind -> open/cleared for export-ledger, from `fencewatch status` on the live topic."""
+    capsys.readouterr()
+    rc = main(
+        ["status", "--bootstrap-servers", h.bootstrap, "--topic", h.status,
+         "--workflow", "export-ledger", "--format", "json"]
+    )  # fmt: skip
+    assert rc == 0
+    (doc,) = json.loads(capsys.readouterr().out)["workflows"]
+    out = {ref["kind"]: "open" for ref in doc["open"]}
+    out.update({ref["kind"]: "cleared" for ref in doc["cleared"]})
+    return out
+
+
 def _verify(h: LiveHarness, effect: str, capsys: pytest.CaptureFixture[str]) -> None:
+    # No --epoch: verify reads the current epoch (18) from the live status topic.
     rc = main(
         ["verify", "--bootstrap-servers", h.bootstrap, "--events-topic", h.events,
-         "--workflow", "export-ledger", "--effect", effect, "--by", "alice", "--epoch", "18"]
+         "--status-topic", h.status, "--workflow", "export-ledger", "--effect", effect,
+         "--by", "alice"]
     )  # fmt: skip
     out = capsys.readouterr().out
     assert rc == 0 and "by person:alice" in out
@@ -58,6 +75,7 @@ def test_verify_clears_only_what_is_fenced_and_verified(
     h.produce(fixture_events())
     h.wait_all_committed()
     assert set(_health(h, capsys).values()) == {"open"}
+    assert _status(h, capsys) == _health(h, capsys)
 
     # The fence's receipt: the destination refuses the displaced owner (epoch 17).
     fence = {
@@ -67,6 +85,7 @@ def test_verify_clears_only_what_is_fenced_and_verified(
     h.produce([(b"export-ledger", json.dumps(fence).encode())])
     h.wait_all_committed()
     assert set(_health(h, capsys).values()) == {"open"}, "fenced but not verified: open"
+    assert _status(h, capsys) == _health(h, capsys)
 
     _verify(h, "some other effect", capsys)
     verified = json.loads(h.read(h.events)[-1].value or b"")
@@ -74,12 +93,14 @@ def test_verify_clears_only_what_is_fenced_and_verified(
     assert (verified["worker_id"], verified["epoch"]) == ("person:alice", 18)
     assert verified["attrs"]["verified_by"] == "alice"
     partly = _health(h, capsys)
+    assert _status(h, capsys) == partly  # the live status view agrees with the audit's
     # A finding without an effect key is verified by any verification (SPEC §4 health view).
     assert partly.pop("stale_activity") == "cleared"
     assert set(partly.values()) == {"open"}
 
     _verify(h, EFFECT, capsys)
     assert set(_health(h, capsys).values()) == {"cleared"}
+    assert _status(h, capsys) == _health(h, capsys)
     health = worker.health()
     assert health is not None and health["processed"] == len(fixture_events()) + 3
 

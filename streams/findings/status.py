@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from streams.core.records import SEVERITY_RANK, Severity
+from streams.core.status import WorkflowStatus
 from streams.errors import FencewatchError
 from streams.kafka.connection import KafkaConnection
 from streams.kafka.tail import TopicTail
@@ -58,12 +59,14 @@ def read_status(
                 continue
             try:
                 doc = orjson.loads(rec.value)
-            except orjson.JSONDecodeError:
-                doc = None
-            if not isinstance(doc, dict) or "workflow_key" not in doc or "open" not in doc:
+                # The typed record (streams.core.status) checks every field is there.
+                WorkflowStatus.from_dict(doc)
+            except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+                detail = f"{exc.args[0]}: is required" if isinstance(exc, KeyError) else str(exc)
                 raise StatusTopicError(
-                    f"{topic}/{rec.partition}@{rec.offset} is not a status record (SPEC §8)"
-                )
+                    f"{topic}/{rec.partition}@{rec.offset} is not a status record (SPEC §8): "
+                    f"{detail}"
+                ) from None
             if doc["workflow_key"] not in out and len(out) >= max_workflows:
                 raise StatusTopicError(f"more than {max_workflows} workflows on {topic}")
             out[doc["workflow_key"]] = doc

@@ -111,6 +111,16 @@ def _status(key: str, worst: str | None, n_open: int, epoch: int = 2) -> bytes:
     ).encode()  # fmt: skip
 
 
+def test_status_on_a_topic_of_other_records_is_one_line_exit_2(
+    kafka_bootstrap: str, findings_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`status` pointed at the findings topic names the first record and the missing field."""
+    topic = findings_topic()
+    assert main(["status", "--bootstrap-servers", kafka_bootstrap, "--topic", topic]) == 2
+    err = capsys.readouterr().err
+    assert "is not a status record" in err and "is required" in err and err.count("\n") == 1
+
+
 def test_status_prints_worst_first_last_record_per_key_wins(
     kafka_bootstrap: str, unique_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
 ) -> None:

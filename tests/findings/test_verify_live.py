@@ -76,6 +76,10 @@ def test_verify_clears_only_what_is_fenced_and_verified(
     h.wait_all_committed()
     assert set(_health(h, capsys).values()) == {"open"}
     assert _status(h, capsys) == _health(h, capsys)
+    assert main(["status", "--bootstrap-servers", h.bootstrap, "--topic", h.status]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("critical   export-ledger  epoch 18 (beta)  open 4 (")
+    assert "stale 17x" in first
 
     # The fence's receipt: the destination refuses the displaced owner (epoch 17).
     fence = {

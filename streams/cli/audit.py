@@ -27,7 +27,12 @@ from datetime import datetime
 from typing import IO, Any
 
 from streams._native import native_summary
-from streams.cli.kafka_args import add_connection_args, connection_from_args
+from streams.cli.kafka_args import (
+    add_connection_args,
+    add_kafka_config_arg,
+    connection_from_args,
+    kafka_config,
+)
 from streams.cli.progress import TOPIC_UPDATE_EVERY, AuditProgress, Interrupt, audit_progress
 from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, Detector, DetectorConfig
 from streams.core.records import SEVERITY_RANK, Severity
@@ -117,13 +122,7 @@ def register(sub: Any) -> None:
     t.add_argument("--to-offset", type=int, help="stop before this offset in every partition")
     t.add_argument("--since", help="first record at or after this time (ISO 8601 or epoch ms)")
     t.add_argument("--until", help="stop at records at or after this time")
-    t.add_argument(
-        "--kafka-config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra client setting (e.g. security.protocol=SASL_SSL); repeatable",
-    )
+    add_kafka_config_arg(t)
     p.set_defaults(handler=_main)
 
 
@@ -307,7 +306,6 @@ def _bound(offset: int | None, time_text: str | None, default: Any) -> Any:
 def _run_topic(
     replay: Replay, args: argparse.Namespace, progress: AuditProgress, interrupt: Interrupt
 ) -> None:
-    from streams.cli.findings import kafka_config
     from streams.kafka.reader import BEGINNING, END, iter_topic  # Kafka only when asked
 
     config = kafka_config(args.kafka_config)

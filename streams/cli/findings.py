@@ -24,12 +24,17 @@ from typing import Any
 
 import orjson
 
-from streams.cli.kafka_args import add_connection_args, connection_from_args
+from streams.cli.kafka_args import (
+    add_connection_args,
+    add_kafka_config_arg,
+    connection_from_args,
+    kafka_config,
+)
 from streams.core.findings import Finding
 from streams.core.records import Kind, Severity
 from streams.errors import FencewatchError
 
-__all__ = ["kafka_config", "register", "render_finding_line"]
+__all__ = ["register", "render_finding_line"]
 
 
 def register(sub: Any) -> None:
@@ -64,29 +69,12 @@ def register(sub: Any) -> None:
     h.add_argument("--max-attempts", type=int, default=5, help="tries per finding (default 5)")
     h.add_argument("--max-in-flight", type=int, default=100, help="queued deliveries (100)")
     h.add_argument("--hook-timeout", type=float, default=10.0, help="seconds per attempt (10)")
-    p.add_argument(
-        "--kafka-config",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra client setting (e.g. security.protocol=SASL_SSL); repeatable",
-    )
+    add_kafka_config_arg(p)
     p.set_defaults(handler=_main)
 
 
 def _err(msg: str) -> None:
     print(f"fencewatch findings: {msg}", file=sys.stderr)
-
-
-def kafka_config(items: list[str]) -> dict[str, str]:
-    """``KEY=VALUE`` items as a dict; ValueError naming a malformed one."""
-    config: dict[str, str] = {}
-    for item in items:
-        k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise ValueError(f"--kafka-config wants KEY=VALUE, got {item!r}")
-        config[k] = v
-    return config
 
 
 def render_finding_line(f: Finding, previous_revision: int | None = None) -> str:

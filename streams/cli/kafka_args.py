@@ -17,8 +17,10 @@ from typing import Any
 __all__ = [
     "KAFKA_FAILURE",
     "add_connection_args",
+    "add_kafka_config_arg",
     "connection_from_args",
     "connection_overrides",
+    "kafka_config",
     "report_kafka_failure",
 ]
 
@@ -67,6 +69,28 @@ def add_connection_args(
             choices=("debug", "info", "warning", "error"),
             help="debug shows the Kafka client's own log (default: quiet)",
         )
+
+
+def add_kafka_config_arg(parser: argparse.ArgumentParser | Any) -> None:
+    """``--kafka-config KEY=VALUE`` (repeatable): a raw client setting."""
+    parser.add_argument(
+        "--kafka-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra client setting (e.g. security.protocol=SASL_SSL); repeatable",
+    )
+
+
+def kafka_config(items: list[str]) -> dict[str, str]:
+    """``--kafka-config`` items as a dict; ValueError naming a malformed one."""
+    config: dict[str, str] = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise ValueError(f"--kafka-config wants KEY=VALUE, got {item!r}")
+        config[k] = v
+    return config
 
 
 def connection_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -13,7 +13,12 @@ from typing import Any
 
 import orjson
 
-from streams.cli.kafka_args import add_connection_args, connection_from_args
+from streams.cli.kafka_args import (
+    add_connection_args,
+    add_kafka_config_arg,
+    connection_from_args,
+    kafka_config,
+)
 from streams.errors import BrokerError, FencewatchError
 
 __all__ = ["register", "render_status_line"]
@@ -31,7 +36,7 @@ def register(sub: Any) -> None:
     p.add_argument("--workflow", action="append", default=[], metavar="KEY", help="repeatable")
     p.add_argument("--prefix", metavar="P", help="workflow keys starting with P")
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
-    p.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE")
+    add_kafka_config_arg(p)
     p.set_defaults(handler=_main)
 
 
@@ -59,7 +64,6 @@ def render_status_line(d: dict[str, Any]) -> str:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from streams.cli.findings import kafka_config
     from streams.findings.status import (
         DEFAULT_STATUS_TOPIC,
         read_status,

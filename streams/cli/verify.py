@@ -22,7 +22,12 @@ from typing import Any
 
 import orjson
 
-from streams.cli.kafka_args import add_connection_args, connection_from_args
+from streams.cli.kafka_args import (
+    add_connection_args,
+    add_kafka_config_arg,
+    connection_from_args,
+    kafka_config,
+)
 from streams.errors import BrokerError, FencewatchError
 
 __all__ = ["register"]
@@ -42,7 +47,7 @@ def register(sub: Any) -> None:
     p.add_argument("--events-topic", default=None, help="default ownership.events")
     p.add_argument("--status-topic", default=None, help="default ownership.status")
     p.add_argument("--note", help="free text kept in attrs.note")
-    p.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE")
+    add_kafka_config_arg(p)
     p.set_defaults(handler=_main)
 
 
@@ -63,7 +68,6 @@ def _current_epoch(conn: Any, args: argparse.Namespace) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from streams.cli.findings import kafka_config
     from streams.core.records import Event, EventType, event_to_dict
     from streams.core.validate import InvalidEvent, to_event
     from streams.kafka.clients import Producer

@@ -137,7 +137,9 @@ class WorkflowStatus:
         }
 
     def to_json(self) -> bytes:
-        return orjson.dumps(self.to_dict())
+        # orjson serializes (slotted) dataclasses in field order: the same
+        # document as to_dict(), without building it.
+        return orjson.dumps(self)
 
     def content(self) -> dict[str, Any]:
         """:meth:`to_dict` without the Kafka timestamps: what a replay of the
@@ -198,20 +200,24 @@ def build_status(
     findings: Iterable[Finding],
     *,
     seen_ms: Mapping[int, int] | None = None,
+    event_ms: Mapping[int, int] | None = None,
     updated_ms: int | None = None,
 ) -> WorkflowStatus:
     """The status of ``workflow_key`` from its ``state`` and its latest
-    ``findings``. ``seen_ms``: stale epoch -> Kafka timestamp of its latest
-    stale event, where known; ``updated_ms``: the timestamp of the latest
+    ``findings``. Kafka timestamps, where known: ``event_ms`` maps positions
+    of events to their record timestamps (a stale epoch's ``last_seen_ms``
+    is its latest stale event's, else ``seen_ms``'s: stale epoch -> the
+    timestamp known before); ``updated_ms`` is the timestamp of the latest
     event that changed the record."""
     seen = seen_ms or {}
+    times = event_ms or {}
     events = state.events
     current_epoch: int | None = None
     current_worker: str | None = None
     acquired_seq: int | None = None
     implied: bool | None = None
     if state.acq:
-        current_epoch = max(state.acq)
+        current_epoch = state.max_epoch
         acq = state.acq[current_epoch]
         current_worker = acq.worker
         acquired_seq = acq.seq
@@ -254,7 +260,7 @@ def build_status(
         released=released,
         last_position=None if last is None else last.position,
         stale_epochs=tuple(
-            StaleEpoch(epoch, w, n, pos, seen.get(epoch))
+            StaleEpoch(epoch, w, n, pos, times.get(pos, seen.get(epoch)))
             for epoch, (w, n, pos) in sorted(stale.items())
         ),
         open=tuple(opened),

@@ -92,6 +92,7 @@ class LiveRuntime:
         self.metrics = metrics
         self.settings = settings
         self.sender = TransactionalSender(app, exactly_once=settings.exactly_once)
+        self.sender.on_flushed = metrics.status_records.inc
         self.intake = Intake(frozenset({settings.events_topic}), maxsize=INTAKE_SIZE)
         self.changelog_topic: str = table.changelog_topic.get_topic_name()
         self.positions: dict[int, int] = {}
@@ -126,12 +127,22 @@ class LiveRuntime:
         def plan(kept: Any) -> Any:
             outcome = self.processor.process_batch(kept, self._load)
             outcome_box.append(outcome)
+            out = with_changelog(outcome, changelog)
+            status = outcome.status or {}
+            if not self.sender.exactly_once:  # no transaction to defer to
+                for p, recs in status.items():
+                    out.setdefault(p, []).extend(recs)
+                    self.metrics.status_records.inc(len(recs))
+                status = {}
 
             def apply_state() -> None:
                 for key, partition, state in outcome.states:
                     self._store(key, state, partition)
+                if status:
+                    # Once per key per transaction, at its commit (SPEC §8).
+                    self.sender.defer(status)
 
-            return with_changelog(outcome, changelog), apply_state
+            return out, apply_state
 
         acked = await self.sender.send_batch(batch, plan)
         if not acked:

@@ -543,18 +543,26 @@ def _fix_revoke_commit() -> None:
     _patch(Consumer, "on_partitions_revoked", target, on_partitions_revoked)
 
 
-def install_commit_gate(consumer: Any, gate: asyncio.Lock) -> None:
+def install_commit_gate(
+    consumer: Any,
+    gate: asyncio.Lock,
+    before_commit: Callable[[], Awaitable[None]] | None = None,
+) -> None:
     """fix 3. The periodic commit computes the committable offsets first and
     takes the per-partition transaction lock later, so it can commit a
     batch's outputs with the offset before it. Make ``consumer.force_commit``
     (the one entry point of every commit) hold ``gate`` from computing the
-    offsets to the end of the transaction commit. Per consumer instance."""
+    offsets to the end of the transaction commit; ``before_commit`` runs
+    first, under the gate (records that belong at the end of the
+    transactions). Per consumer instance."""
     original = consumer.force_commit
     if getattr(original, _MARK, False):
         return
 
     async def gated_force_commit(*args: Any, **kwargs: Any) -> bool:
         async with gate:
+            if before_commit is not None:
+                await before_commit()
             return bool(await original(*args, **kwargs))
 
     setattr(gated_force_commit, _MARK, True)

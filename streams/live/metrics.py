@@ -110,8 +110,6 @@ class LiveMetrics:
         if outcome.stale_effects:
             for (effect_outcome, sink), n in outcome.stale_effects.items():
                 self.stale_effects.labels(sink=sink, outcome=effect_outcome).inc(n)
-        if outcome.statuses:
-            self.status_records.inc(outcome.statuses)
 
     def set_health(self, health: Mapping[str, Any]) -> None:
         """The ``up``/``recovering`` gauges from the /health document."""

@@ -17,11 +17,10 @@ state (an older changelog, or the status off).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
@@ -126,17 +125,23 @@ class BatchOutcome:
     #: Stale effects that reached an outcome in this batch: ``(outcome, sink)``
     #: -> how many distinct effects (``fencewatch_stale_effects_total``).
     stale_effects: dict[tuple[str, str], int] | None = None
-    #: Status records among ``records``.
-    statuses: int = 0
+    #: Status records per source partition (at most one per key), kept
+    #: apart from ``records``: the sender writes them once per key per
+    #: transaction, at its commit (:mod:`streams.live.txn`).
+    status: dict[int, list[OutRecord]] | None = None
 
 
 class _KeyWork:
     """One key's state while a batch is processed."""
 
-    __slots__ = ("applied", "effects", "partition", "state", "stored", "times")
+    __slots__ = ("applied", "effects", "meta", "partition", "state", "stored", "times")
 
-    def __init__(self, state: KeyState, stored: bytes | None, partition: int) -> None:
+    def __init__(
+        self, state: KeyState, meta: StatusMeta | None, stored: bytes | None, partition: int
+    ) -> None:
         self.state = state
+        #: The status meta stored with the state (None: none stored).
+        self.meta = meta
         self.stored = stored
         self.partition = partition
         #: The key's events of this batch the detector accepted, to rebuild
@@ -152,24 +157,26 @@ class _KeyWork:
 class StatusMeta:
     """What the status needs beyond the detector state, stored with it:
     stale epoch -> Kafka timestamp of its latest stale event (``seen``), the
-    status's ``updated_ms`` and a digest of its last content."""
+    status's ``updated_ms``, and how many events the key had accepted when
+    its last status record was written (``accepted``: the status is a
+    function of the accepted evidence, so an unchanged count means an
+    unchanged status -- an exact redelivery writes nothing)."""
 
     seen: dict[int, int]
     updated_ms: int | None
-    digest: str | None
+    accepted: int
 
     def to_bytes(self) -> bytes:
-        return orjson.dumps(
-            {"s": {str(k): v for k, v in self.seen.items()}, "u": self.updated_ms, "d": self.digest}
-        )
+        seen = {str(k): v for k, v in self.seen.items()}
+        return orjson.dumps({"s": seen, "u": self.updated_ms, "n": self.accepted})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> StatusMeta:
         doc = orjson.loads(data)
-        return cls({int(k): int(v) for k, v in doc["s"].items()}, doc["u"], doc["d"])
+        return cls({int(k): int(v) for k, v in doc["s"].items()}, doc["u"], int(doc["n"]))
 
 
-_NO_META = StatusMeta({}, None, None)
+_NO_META = StatusMeta({}, None, -1)
 _SEP = b"\x00"
 
 
@@ -222,7 +229,8 @@ class Processor:
         self.status_topic = status_topic
         self.max_event_bytes = max_event_bytes
         self.cache_keys = cache_keys
-        self._cache: OrderedDict[bytes, tuple[bytes, KeyState]] = OrderedDict()
+        #: key -> (stored value, its decoded state, its status meta)
+        self._cache: OrderedDict[bytes, tuple[bytes, KeyState, StatusMeta | None]] = OrderedDict()
 
     def process_batch(
         self, records: Sequence[Consumed], load_state: Callable[[bytes], bytes | None]
@@ -238,7 +246,7 @@ class Processor:
         on leaves its key's state as it was before that event: the state is
         rebuilt from the stored bytes and the key's earlier events of this
         batch. With the status topic on, each key whose status changed gets
-        one status record, after the batch's findings of its partition."""
+        one status record (in ``status``, by source partition)."""
         out: dict[int, list[OutRecord]] = {}
         work: dict[bytes, _KeyWork] = {}
         states: list[tuple[bytes, int, bytes]] = []
@@ -259,7 +267,8 @@ class Processor:
             w = work.get(key)
             if w is None:
                 stored = load_state(key)
-                w = work[key] = _KeyWork(self._take(key, stored), stored, record.partition)
+                state, meta = self._take(key, stored)
+                w = work[key] = _KeyWork(state, meta, stored, record.partition)
             elif w.partition != record.partition:
                 # The key's events came through two partitions (a producer
                 # that does not partition by key): the state as it stood goes
@@ -268,8 +277,7 @@ class Processor:
                 if w.applied:
                     # Its status meta as stored: the status record, if any,
                     # comes with the key's final state.
-                    meta = None if w.stored is None else split_value(w.stored)[1]
-                    states.append((key, w.partition, join_value(w.state.to_bytes(), meta)))
+                    states.append((key, w.partition, join_value(w.state.to_bytes(), w.meta)))
                 w.partition = record.partition
             try:
                 found = detector.process(w.state, event, record.offset)
@@ -296,19 +304,18 @@ class Processor:
                 if not w.effects:
                     w.effects = any(f.kind in _EFFECT_KINDS for f in found)
         effects: Counter[tuple[str, str]] = Counter()
-        statuses = 0
+        status_out: dict[int, list[OutRecord]] = {}
         for key, w in work.items():
             if not w.applied:
                 continue
             blob, status = self._value(key, w, effects)
             if status is not None:
-                out.setdefault(w.partition, []).append(status)
-                statuses += 1
+                status_out.setdefault(w.partition, []).append(status)
             if blob != w.stored:
                 states.append((key, w.partition, blob))
-            self._remember(key, blob, w.state)
+            self._remember(key, blob, w.state, w.meta)
         return BatchOutcome(
-            out, tuple(states), tuple(findings), tuple(errors), dict(effects), statuses
+            out, tuple(states), tuple(findings), tuple(errors), dict(effects), status_out
         )
 
     def _value(
@@ -328,41 +335,43 @@ class Processor:
             for outcome, sink, _epoch, _ek in stale_effects(wkey, state) - before:
                 effects[outcome, sink] += 1
         if self.status_topic is None:
+            w.meta = None
             return blob, None
-        prev = (None if w.stored is None else split_value(w.stored)[1]) or _NO_META
+        prev = w.meta or _NO_META
+        accepted = state.n_events - state.n_redeliveries
+        if accepted == prev.accepted:
+            return join_value(blob, w.meta), None
         wkey = key.decode("utf-8")
-        status = build_status(wkey, state, findings_of(state, wkey), seen_ms=prev.seen)
-        seen = prev.seen
         times = w.times
-        if status.stale_epochs and times:
-            epochs = []
-            for se in status.stale_epochs:
-                ts = times.get(se.last_position)
-                if ts is not None and ts != se.last_seen_ms:
-                    se = replace(se, last_seen_ms=ts)
-                epochs.append(se)
-            seen = {se.epoch: se.last_seen_ms for se in epochs if se.last_seen_ms is not None}
-            status = replace(status, stale_epochs=tuple(epochs))
-        content = orjson.dumps(status.content())
-        digest = hashlib.blake2b(content, digest_size=12).hexdigest()
-        if digest == prev.digest and seen == prev.seen:
-            return join_value(blob, prev), None
         updated = max(times.values()) if times else prev.updated_ms
-        status = replace(status, updated_ms=updated)
-        meta = StatusMeta(seen, updated, digest)
+        status = build_status(
+            wkey,
+            state,
+            findings_of(state, wkey),
+            seen_ms=prev.seen,
+            event_ms=times,
+            updated_ms=updated,
+        )
+        seen = (
+            {se.epoch: se.last_seen_ms for se in status.stale_epochs if se.last_seen_ms is not None}
+            if status.stale_epochs
+            else prev.seen
+        )
+        meta = w.meta = StatusMeta(seen, updated, accepted)
         record = OutRecord(self.status_topic, key, status.to_json())
         return join_value(blob, meta), record
 
-    def _take(self, key: bytes, stored: bytes | None) -> KeyState:
+    def _take(self, key: bytes, stored: bytes | None) -> tuple[KeyState, StatusMeta | None]:
         # The entry leaves the cache while the batch mutates it: if the batch
         # is abandoned half-way, no mutated object can be mistaken for the
         # stored bytes it was decoded from. _remember puts it back.
         cached = self._cache.pop(key, None)
         if cached is not None and stored is not None and cached[0] == stored:
-            return cached[1]
+            return cached[1], cached[2]
         if stored is None:
-            return self.detector.new_state()
-        return KeyState.from_bytes(split_value(stored)[0])
+            return self.detector.new_state(), None
+        state, meta = split_value(stored)
+        return KeyState.from_bytes(state), meta
 
     def _rebuild(self, stored: bytes | None, applied: Sequence[tuple[Event, int]]) -> KeyState:
         state = (
@@ -378,10 +387,12 @@ class Processor:
         """Drop every cached state (after a rebalance the table is the truth)."""
         self._cache.clear()
 
-    def _remember(self, key: bytes, blob: bytes, state: KeyState) -> None:
+    def _remember(
+        self, key: bytes, blob: bytes, state: KeyState, meta: StatusMeta | None
+    ) -> None:
         if self.cache_keys <= 0:
             return
-        self._cache[key] = (blob, state)
+        self._cache[key] = (blob, state, meta)
         self._cache.move_to_end(key)
         while len(self._cache) > self.cache_keys:
             self._cache.popitem(last=False)

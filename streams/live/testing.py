@@ -8,10 +8,12 @@ metrics of :meth:`LiveMetrics.record_batch`. What the driver stands in for
 is the transactional sender and faust's commit (:mod:`streams.live.txn`),
 with their semantics:
 
-* a batch's output records (findings, dead letters, status records,
-  changelog records) join the open transaction, its state writes go to the
-  store, its offsets are acked; :meth:`BatchDriver.commit` commits the open
-  transaction (outputs and offsets together, as faust's commit does);
+* a batch's output records (findings, dead letters, changelog records)
+  join the open transaction, its state writes go to the store, its offsets
+  are acked; its status records wait for the commit, latest per key (the
+  sender writes them once per key per transaction, at its commit);
+  :meth:`BatchDriver.commit` commits the open transaction (outputs, status
+  records and offsets together, as faust's commit does);
 * a send that fails part-way (``fail_at``) poisons the open transaction, so
   the worker crashes; the driver does what the restart does: the open
   transaction's outputs are never visible, the store is rebuilt from the
@@ -94,6 +96,7 @@ class BatchDriver:
         self.commits: list[Committed] = []
         self.restarts = 0
         self._open: list[OutRecord] = []
+        self._deferred: dict[int, dict[bytes | None, OutRecord]] = {}
         self._acked: dict[int, int] = {}
         self._next: dict[int, int] = {}  # partition -> next offset record() assigns
 
@@ -148,7 +151,8 @@ class BatchDriver:
         acked offset are redeliveries and dropped, as the intake does); then
         commit unless ``commit=False``. ``fail_at=N``: the send of the N-th
         output record (0-based, in send order) fails: :class:`BatchAborted`.
-        Returns the batch's output records (changelog included)."""
+        Returns the batch's output records (changelog included; status
+        records come at the commit)."""
         seen = {**self.committed, **self._acked}
         kept = [r for r in records if r.offset >= seen.get(r.partition, 0)]
         if not kept:
@@ -164,6 +168,10 @@ class BatchDriver:
         self._open.extend(sent)
         for key, _partition, value in outcome.states:
             self.store[key] = value
+        for p, recs in (outcome.status or {}).items():
+            pending = self._deferred.setdefault(p, {})
+            for r in recs:
+                pending[r.key] = r
         for m in kept:
             self._acked[m.partition] = max(self._acked.get(m.partition, 0), m.offset + 1)
         self.metrics.record_batch(len(kept), outcome)
@@ -173,6 +181,10 @@ class BatchDriver:
 
     def commit(self) -> Committed:
         """Commit the open transaction: its outputs become visible with the offsets."""
+        for p in sorted(self._deferred):
+            self._open.extend(self._deferred[p].values())
+            self.metrics.status_records.inc(len(self._deferred[p]))
+        self._deferred = {}
         done = Committed(tuple(self._open), dict(self._acked))
         self.outputs.extend(self._open)
         self.committed.update(self._acked)
@@ -183,6 +195,7 @@ class BatchDriver:
 
     def _restart(self) -> None:
         self._open = []
+        self._deferred = {}
         self._acked = {}
         self.store = {}
         for r in self.outputs:

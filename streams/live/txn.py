@@ -84,14 +84,56 @@ class TransactionalSender:
         self.gate = asyncio.Lock()
         self._gated = False
         self._tids: dict[tuple[str, int], str] = {}
+        self._topic: str | None = None
+        #: Records written once per key per transaction, at the commit:
+        #: transactional id -> key -> the latest record (the status topic).
+        self._deferred: dict[str, dict[bytes | None, OutRecord]] = {}
+        #: Called with the number of deferred records each commit wrote.
+        self.on_flushed: Callable[[int], None] | None = None
 
     def install_commit_gate(self) -> None:
         """Make the consumer's commit take :attr:`gate` (idempotent; see
         :func:`streams.live.faust_seam.install_commit_gate`)."""
         if self._gated or not self.exactly_once:
             return
-        faust_seam.install_commit_gate(self.app.consumer, self.gate)
+        faust_seam.install_commit_gate(self.app.consumer, self.gate, self.flush_deferred)
         self._gated = True
+
+    def defer(self, records: Mapping[int, Sequence[OutRecord]]) -> None:
+        """Write ``records`` (by source partition of the batch being sent) at
+        the end of that partition's open transaction, at most one per key:
+        a later record of the same key replaces an earlier one. Called under
+        the gate, after the batch's sends succeeded. At-least-once: sent now
+        (see :meth:`_send_batch_plain`)."""
+        topic = self._topic
+        if topic is None:
+            return
+        for p, recs in records.items():
+            pending = self._deferred.setdefault(self.transactional_id(topic, p), {})
+            for r in recs:
+                pending[r.key] = r
+
+    async def flush_deferred(self) -> None:
+        """Append the deferred records to their transactions (under the gate,
+        before faust's commit computes and commits the offsets)."""
+        if not self._deferred:
+            return
+        deferred, self._deferred = self._deferred, {}
+        producer = self.app.producer
+        written = 0
+        for tid, by_key in deferred.items():
+            async with faust_seam.transaction_lock(producer, tid):
+                txp = faust_seam.transaction_producer(producer, tid)
+                if txp is None:  # fenced or stopped: its transaction is gone too
+                    continue
+                try:
+                    await self._send_all(txp, list(by_key.values()))
+                except BaseException as exc:
+                    faust_seam.poison(txp, exc)
+                    raise
+                written += len(by_key)
+        if self.on_flushed is not None and written:
+            self.on_flushed(written)
 
     def transactional_id(self, topic: str, partition: int) -> str:
         # The same id faust's TransactionManager.commit uses for the offsets
@@ -103,7 +145,10 @@ class TransactionalSender:
         return tid
 
     def on_rebalance(self) -> None:
+        # The commit on revocation has flushed what belonged to committed
+        # transactions; anything left belonged to ones that are gone.
         self._tids.clear()
+        self._deferred.clear()
 
     async def send_batch(self, messages: Sequence[Any], plan: BatchPlan) -> list[Any]:
         """Process and commit-proof a batch of consumed records (each a
@@ -120,7 +165,7 @@ class TransactionalSender:
         if not self.exactly_once:
             return await self._send_batch_plain(messages, plan)
         self.install_commit_gate()
-        topic = messages[0].topic
+        topic = self._topic = messages[0].topic
         tids: dict[int, str] = {}
         for p in sorted({m.partition for m in messages}):
             tid = await self._wait_for_transaction(topic, p)

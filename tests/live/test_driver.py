@@ -115,16 +115,18 @@ def test_random_batches_with_aborts_give_the_replays_findings_and_status(seed: i
     assert content(d.statuses()) == replay_status([v for _k, v in events])
 
 
-def test_one_status_record_per_changed_key_per_batch_and_none_for_a_redelivery() -> None:
-    """Three events of a key in a batch give one status record; an exact redelivery none."""
+def test_one_status_record_per_changed_key_per_transaction_and_none_for_a_redelivery() -> None:
+    """Events of a key over two batches of one transaction give one status record (the
+    latest); an exact redelivery none."""
     d = BatchDriver()
     first = [ev("a", "lease_acquired", 1, "w", 1), ev("a", "progress", 1, "w", 2)]
-    out = d.pipe([d.record(v) for v in [*first, ev("a", "progress", 1, "w", 3)]])
-    assert [r.topic for r in out].count("ownership.status") == 1
-    out = d.pipe([d.record(first[1])])  # same seq, type, epoch: dropped by the detector
-    assert [r.topic for r in out].count("ownership.status") == 0
-    assert d.metric("fencewatch_status_records_total") == 1
-    assert len(d.topic("ownership.status")) == 1
+    d.pipe([d.record(v) for v in first], commit=False)
+    d.pipe([d.record(ev("a", "progress", 1, "w", 3)), d.record(ev("b", "progress", 1, "x", 1))])
+    assert [r.key for r in d.topic("ownership.status")] == [b"a", b"b"]
+    assert d.statuses()["a"]["last_position"] == 3
+    d.pipe([d.record(first[1])])  # same seq, type, epoch: dropped by the detector
+    assert len(d.topic("ownership.status")) == 2
+    assert d.metric("fencewatch_status_records_total") == 2
 
 
 def test_status_times_are_kafka_timestamps_and_survive_later_batches_and_a_restart() -> None:

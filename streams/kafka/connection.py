@@ -151,6 +151,8 @@ class KafkaConnection:
         bounded connect time, librdkafka's log routed to Python logging, then
         ``extra`` and ``settings`` (dots written as underscores are fine:
         ``librdkafka(group_id="g")`` sets ``group.id``)."""
+        from streams.kafka.errors import watch_credentials
+
         timeout_ms = int(self.connect_timeout * 1000)
         conf: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap_servers,
@@ -159,6 +161,8 @@ class KafkaConnection:
             # A broker that never answers fails the connection attempt in this
             # time instead of librdkafka's 30 s default.
             "socket.connection.setup.timeout.ms": max(1000, timeout_ms),
+            # Refused credentials are reported only here (streams.kafka.errors).
+            "error_cb": watch_credentials(self.bootstrap_servers),
         }
         optional = {
             "sasl.mechanism": self.sasl_mechanism,

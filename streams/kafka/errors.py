@@ -22,6 +22,7 @@ and consume failures as bare ``KafkaError`` values; aiokafka raises
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
@@ -36,7 +37,9 @@ __all__ = [
     "from_kafka_error",
     "is_fenced",
     "no_answer",
+    "refused_credentials",
     "translate",
+    "watch_credentials",
 ]
 
 
@@ -146,6 +149,43 @@ def is_fenced(exc: BaseException) -> bool:
     return isinstance(translate(exc, ""), ProducerFenced)
 
 
+# librdkafka reports refused credentials (SASL) or a failed TLS handshake
+# only through its error callback, served by poll(), and its log; the call
+# that needed the broker just times out as _TRANSPORT. The callback notes the
+# refusal here, per bootstrap string (a few entries per process), so the
+# failure can be reported as what it is.
+_REFUSED: dict[str, str] = {}
+_MAX_REFUSED = 64
+
+
+def watch_credentials(bootstrap: str) -> Callable[[Any], None]:
+    """A librdkafka ``error_cb`` for a new client of ``bootstrap`` (forgets an
+    earlier refusal: the settings may have changed)."""
+    _REFUSED.pop(bootstrap, None)
+
+    def on_error(err: Any) -> None:
+        if str(err.name()) in _AUTHENTICATION:
+            if len(_REFUSED) >= _MAX_REFUSED:
+                _REFUSED.clear()
+            # librdkafka's text names the mechanism and state, never the password.
+            _REFUSED[bootstrap] = str(err.str())
+
+    return on_error
+
+
+def refused_credentials(bootstrap: str) -> AuthenticationFailed | None:
+    """The refusal noted for ``bootstrap`` since its last client was made, if
+    any (call the client's ``poll(0)`` first: it serves the error callback)."""
+    reason = _REFUSED.get(bootstrap)
+    if reason is None:
+        return None
+    return AuthenticationFailed(
+        f"broker {bootstrap} refused the connection: {reason} (check the SASL user, "
+        f"FENCEWATCH_SASL_PASSWORD, the mechanism and the CA)",
+        code="_AUTHENTICATION",
+    )
+
+
 def no_answer(bootstrap: str, timeout_s: float, err: BrokerError) -> BrokerError:
     """A first metadata request that failed although the TCP connection was
     accepted: say which brokers did not answer in time (a TLS/SASL mismatch or
@@ -153,6 +193,9 @@ def no_answer(bootstrap: str, timeout_s: float, err: BrokerError) -> BrokerError
     Other errors (an authentication failure...) pass unchanged."""
     if not isinstance(err, BrokerUnreachable):
         return err
+    refused = refused_credentials(bootstrap)
+    if refused is not None:
+        return refused
     return BrokerUnreachable(
         f"no answer from broker {bootstrap} within {timeout_s:g} s (it accepts TCP "
         f"connections; check the security settings and the broker's advertised "

@@ -114,6 +114,7 @@ class TopicTail:
             meta = c.list_topics(topic, timeout=self._conn.connect_timeout)
         except KafkaException as exc:
             failure = translate(exc, f"topic {topic}")
+            c.poll(0)  # serves the error callback, where refused credentials show
             raise no_answer(
                 self._conn.bootstrap_servers, self._conn.connect_timeout, failure
             ) from None

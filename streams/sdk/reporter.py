@@ -37,6 +37,7 @@ from streams.errors import BrokerError, StoreError
 from streams.fences.lease import Lease, LeaseStore, Stamp, check_lease_args
 from streams.fences.sink import EffectSink, Receipt
 from streams.kafka.clients import Producer
+from streams.kafka.connection import KafkaConnection
 from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
 from streams.sdk.hooks import observers
 
@@ -51,10 +52,13 @@ _MAX_KEPT_ERRORS = 20
 
 @dataclass(frozen=True, slots=True)
 class ReporterSettings:
-    """Where and as whom to report. ``extra`` is passed to the Kafka producer
-    (it cannot turn idempotence or ``acks=all`` off)."""
+    """Where and as whom to report. ``bootstrap_servers`` is ``HOST:PORT[,...]``
+    or a :class:`~streams.kafka.connection.KafkaConnection` (with credentials:
+    ``connection_from_env(os.environ)`` reads the same ``FENCEWATCH_*``
+    variables as the CLI). ``extra`` is passed to the Kafka producer (it
+    cannot turn idempotence or ``acks=all`` off)."""
 
-    bootstrap_servers: str
+    bootstrap_servers: str | KafkaConnection
     worker_id: str
     topic: str = DEFAULT_TOPIC
     run_id: str | None = None

@@ -25,6 +25,7 @@ from streams.fences.lease import EventPublisher, check_lease_args
 from streams.fences.lease_sql import SqlLeaseStore
 from streams.fences.outbox.table import Outbox, StagedEffect, lease_problem
 from streams.kafka.clients import TransactionalProducer
+from streams.kafka.connection import KafkaConnection
 from streams.kafka.errors import ProducerFenced
 
 __all__ = [
@@ -51,10 +52,12 @@ def transactional_id_for(workflow_key: str, prefix: str = "fencewatch-outbox-") 
 
 @dataclass(frozen=True, slots=True)
 class OutboxSettings:
-    """How the producer reaches Kafka. ``batch_size`` bounds the rows (and so
-    the messages) in one Kafka transaction."""
+    """How the producer reaches Kafka: ``bootstrap_servers`` is
+    ``HOST:PORT[,...]`` or a :class:`~streams.kafka.connection.KafkaConnection`
+    (credentials: ``connection_from_env(os.environ)``). ``batch_size`` bounds
+    the rows (and so the messages) in one Kafka transaction."""
 
-    bootstrap_servers: str
+    bootstrap_servers: str | KafkaConnection
     topic: str
     transactional_id_prefix: str = "fencewatch-outbox-"
     transaction_timeout_ms: int = 60_000

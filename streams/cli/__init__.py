@@ -50,3 +50,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        from streams.extras import extra_for
+
+        extra = extra_for(exc)
+        if extra is None:  # not an optional dependency: a bug, keep its traceback
+            raise
+        # `pip install fencewatch` has no Kafka client: say which extra, once.
+        print(
+            f"fencewatch {args.command}: needs the {extra} extra:"
+            f" pip install 'fencewatch[{extra}]' (no module named {exc.name!r})",
+            file=sys.stderr,
+        )
+        return 2

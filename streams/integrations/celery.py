@@ -37,11 +37,13 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
-from celery import Celery, Task, signals
-
 from streams.errors import FencewatchError, LeaseHeld
+from streams.extras import needs_extra
 from streams.integrations.runs import OwnedRun
 from streams.sdk.reporter import OwnershipReporter
+
+with needs_extra("celery"):
+    from celery import Celery, Task, signals
 
 __all__ = ["FencedTask", "ReporterFactory", "configure", "reporter_for", "visibility_timeout"]
 

@@ -34,10 +34,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from langchain_core.runnables import RunnableConfig
-
+from streams.extras import needs_extra
 from streams.integrations.runs import OwnedRun
 from streams.sdk.reporter import OwnershipReporter
+
+with needs_extra("langgraph"):
+    from langchain_core.runnables import RunnableConfig
 
 __all__ = ["CONFIG_KEY", "GraphOwner", "fenced", "owned_run", "workflow_key_for"]
 

@@ -30,14 +30,11 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import orjson
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from streams.core.records import Event
 from streams.core.validate import InvalidEvent
 from streams.errors import FencewatchError
+from streams.extras import needs_extra
 from streams.fences.lease import EventPublisher
 from streams.integrations.otlp import (
     ATTR_EFFECT_KEY,
@@ -52,6 +49,12 @@ from streams.integrations.otlp import (
     span_event,
 )
 from streams.sdk.hooks import add_observer, remove_observer
+
+with needs_extra("otel"):
+    from opentelemetry import trace
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 __all__ = [
     "DEFAULT_MAX_QUEUE",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any, Literal
 
 from streams.errors import StoreError, StoreUnavailable
@@ -24,8 +25,10 @@ _NOW_EXPR = "((julianday('now') - 2440587.5) * 86400.0)"
 _NOW_SQL = "SELECT " + _NOW_EXPR
 
 
-def _translate(exc: sqlite3.Error) -> StoreError:
-    text = str(exc)
+def _translate(exc: sqlite3.Error, path: str | None = None) -> StoreError:
+    # Opening names the file: "unable to open database file" alone does not
+    # say which one.
+    text = f"{path}: {exc}" if path else str(exc)
     if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
         # The write lock stayed taken past the busy timeout: too slow.
         return StoreUnavailable(f"sqlite unavailable: {text}")
@@ -78,6 +81,14 @@ class SqliteDatabase:
         self._conns: PerThread[sqlite3.Connection] = PerThread(self._open, lambda c: False)
 
     def _open(self) -> sqlite3.Connection:
+        if self.path != ":memory:" and not self.path.startswith("file:"):
+            # `sqlite:///.run/agent.db` from a directory without .run/ (the
+            # docs' example in a fresh checkout): make the parents, as `run`
+            # does for its state, instead of "unable to open database file".
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"sqlite {self.path}: cannot create its directory: {exc}") from exc
         try:
             # isolation_level=None: we issue BEGIN IMMEDIATE/COMMIT ourselves.
             conn = sqlite3.connect(
@@ -92,7 +103,7 @@ class SqliteDatabase:
             # power loss can drop the last commits.
             conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
-            raise _translate(exc) from exc
+            raise _translate(exc, self.path) from exc
         return conn
 
     @contextmanager

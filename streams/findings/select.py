@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from streams.core.errors import FencewatchError
 from streams.core.findings import Finding
 from streams.core.records import SEVERITY_RANK, Kind, Severity
 
@@ -25,7 +26,7 @@ __all__ = [
 DEFAULT_MAX_TRACKED = 100_000
 
 
-class NotAFinding(ValueError):
+class NotAFinding(FencewatchError, ValueError):
     """A record of the findings topic that does not decode as a finding."""
 
 

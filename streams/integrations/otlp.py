@@ -33,6 +33,7 @@ from typing import IO, Any
 
 import orjson
 
+from streams.core.errors import FencewatchError
 from streams.core.records import Event
 from streams.core.replay import Replay
 from streams.core.validate import InvalidEvent, to_event
@@ -86,7 +87,7 @@ _FIELDS = {
 }
 
 
-class InvalidSpan(ValueError):
+class InvalidSpan(FencewatchError, ValueError):
     """A span (or an OTLP line) that cannot be evidence; ``attribute`` names
     the culprit when one attribute is at fault."""
 

@@ -36,6 +36,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from streams.core.errors import FencewatchError
+
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "ENV_PREFIX",
@@ -81,7 +83,7 @@ def split_servers(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-class SettingsError(ValueError):
+class SettingsError(FencewatchError, ValueError):
     """A connection setting is missing or out of range; the message names it."""
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pickle
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +61,36 @@ def test_corrupt_state_is_a_state_error() -> None:
         KeyState.from_bytes(b"not json")
     with pytest.raises(FencewatchError, match="state version"):
         KeyState.from_bytes(b'{"v": 99}')
+
+
+_ROOT = Path(__file__).resolve().parents[2]
+_BUILTIN_ERRORS = {"Exception", "ValueError", "RuntimeError", "KeyError", "TypeError", "OSError"}
+
+
+def test_every_public_error_class_in_the_project_is_a_fencewatch_error() -> None:
+    """Each public exception class defined under streams/ or fencewatch/ derives (directly or
+    through another project error) from FencewatchError; private control-flow signals
+    (leading underscore, never raised to a caller) are exempt."""
+    bases: dict[str, list[str]] = {}
+    where: dict[str, str] = {}
+    for path in [*(_ROOT / "streams").rglob("*.py"), *(_ROOT / "fencewatch").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                names = [b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in node.bases]
+                bases[node.name] = [n.rsplit(".", 1)[-1] for n in names]
+                where[node.name] = str(path.relative_to(_ROOT))
+
+    def is_error(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        if name in _BUILTIN_ERRORS or name == "FencewatchError":
+            return True
+        return name not in seen and any(is_error(b, seen | {name}) for b in bases.get(name, []))
+
+    def is_ours(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        if name == "FencewatchError":
+            return True
+        return name not in seen and any(is_ours(b, seen | {name}) for b in bases.get(name, []))
+
+    errors = [n for n in bases if n != "FencewatchError" and is_error(n)]
+    assert {"InvalidEvent", "BrokerError", "StateError"} <= set(errors)
+    strays = [f"{where[n]}: {n}" for n in errors if not n.startswith("_") and not is_ours(n)]
+    assert strays == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from streams.core.errors import FencewatchError
 from streams.core.records import MAX_INT63
 from streams.fences.lease_sql import SqlLeaseStore
 from streams.fences.outbox.producer import EFFECT_KEY_HEADER, EPOCH_HEADER, IDEMPOTENCY_HEADER
@@ -18,7 +19,7 @@ from streams.fences.sink import FencedSink, Receipt, check_effect_args
 __all__ = ["EffectApplier", "EffectMessage", "InvalidEffectMessage", "parse_effect_message"]
 
 
-class InvalidEffectMessage(ValueError):
+class InvalidEffectMessage(FencewatchError, ValueError):
     """An effects-topic message without valid fencewatch headers."""
 
 

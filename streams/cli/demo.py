@@ -124,6 +124,8 @@ def register(subparsers: Any) -> None:
 
 
 def _worker_args(p: argparse.ArgumentParser) -> None:
+    from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
+
     a = p.add_argument
     a(
         "--bootstrap-servers",
@@ -131,7 +133,7 @@ def _worker_args(p: argparse.ArgumentParser) -> None:
         dest="bootstrap_servers",
         default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
     )
-    a("--topic", default="ownership.events")
+    a("--topic", default=DEFAULT_EVENTS_TOPIC)
     a("--db", default=".run/agent.db", help="SQLite file (or postgresql:// DSN)")
     a("--key", default="tenant/export/2026-07-26")
     a("--worker", required=True)

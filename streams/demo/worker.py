@@ -27,6 +27,7 @@ import orjson
 from streams.errors import LeaseHeld
 from streams.fences import FencedSink, Lease, SqlLeaseStore, UnfencedSink, open_database
 from streams.fences.sink import EffectSink
+from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
 from streams.sdk import OwnershipReporter, ReporterSettings
 
 __all__ = [
@@ -60,7 +61,7 @@ class WorkerPlan:
     workflow_key: str
     worker_id: str
     effect_key: str
-    topic: str = "ownership.events"
+    topic: str = DEFAULT_EVENTS_TOPIC
     steps: int = 1
     step_seconds: float = 0.2
     tool_seconds: float = 0.0

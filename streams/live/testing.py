@@ -34,6 +34,12 @@ import orjson
 
 from streams.core import Detector, DetectorConfig, KeyState
 from streams.errors import FencewatchError
+from streams.kafka.topics import (
+    DEFAULT_EVENTS_TOPIC,
+    DEFAULT_FINDINGS_TOPIC,
+    DEFAULT_STATUS_TOPIC,
+    dlq_topic_for,
+)
 from streams.live.metrics import LiveMetrics
 from streams.live.processor import (
     OutRecord,
@@ -68,10 +74,10 @@ class BatchDriver:
     def __init__(
         self,
         *,
-        events_topic: str = "ownership.events",
-        findings_topic: str = "ownership.findings",
-        dlq_topic: str = "ownership.events.dlq",
-        status_topic: str | None = "ownership.status",
+        events_topic: str = DEFAULT_EVENTS_TOPIC,
+        findings_topic: str = DEFAULT_FINDINGS_TOPIC,
+        dlq_topic: str = dlq_topic_for(DEFAULT_EVENTS_TOPIC),
+        status_topic: str | None = DEFAULT_STATUS_TOPIC,
         max_events_per_key: int = 1024,
         cache_keys: int = 10_000,
         detector: Detector | None = None,

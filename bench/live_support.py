@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import threading
 import time
@@ -222,6 +223,10 @@ class BareRelay:
         self.thread = threading.Thread(target=self.run)
 
     def run(self) -> None:
+        self.relay(self.stop)
+
+    def relay(self, stop: Any) -> None:
+        """The relay loop until ``stop`` (a threading or multiprocessing Event) is set."""
         from confluent_kafka import TopicPartition
 
         p, c = self.p, self.c
@@ -230,7 +235,7 @@ class BareRelay:
         positions: dict[tuple[str, int], int] = {}
         pending = 0
         last = time.monotonic()
-        while not self.stop.is_set():
+        while not stop.is_set():
             for m in c.consume(500, 0.005):
                 if m.error() is None:
                     p.produce(self.dst, m.value(), key=m.key(), partition=m.partition())
@@ -248,3 +253,28 @@ class BareRelay:
                 last = time.monotonic()
         p.abort_transaction(30)
         c.close()
+
+
+def _relay_main(bs: str, src: str, dst: str, partitions: int, interval: float, stop: Any) -> None:
+    BareRelay(bs, src, dst, partitions, interval).relay(stop)
+
+
+class RelayProcess:
+    """:class:`BareRelay` in a process of its own, as the worker is: in the
+    benchmark's process it would share the interpreter (and its lock) with the
+    load generator and the reader whose timings it is compared with."""
+
+    def __init__(self, bs: str, src: str, dst: str, partitions: int, interval: float) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._stop = ctx.Event()
+        self.proc = ctx.Process(
+            target=_relay_main, args=(bs, src, dst, partitions, interval, self._stop)
+        )
+        self.proc.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.proc.join(60)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()

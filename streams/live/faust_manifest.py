@@ -114,6 +114,12 @@ DIGESTS: dict[str, str] = {
     "aiokafka.producer.transaction_manager:TransactionManager.is_in_transaction": (
         "29bec6ded8baf597a1194eb6286112012b472c52455b706d1c62751332454297"
     ),
+    "faust.worker:Worker.on_setup_root_logger": (
+        "0d468284fb5c8880059b6d0c1e27128c1409bc3357dfe95fa4eed5885e0ccafa"
+    ),
+    "faust.worker:Worker._setup_spinner_handler": (
+        "18cb28ef5b3de2127fac784ae258415ebba037159d97beaed3cb10e1c499c949"
+    ),
     "aiokafka.consumer.consumer:AIOKafkaConsumer.start": (
         "2f1ba70443327538800d348e61042cdedd5a5e6306f40ebe1a06dddba7494c45"
     ),

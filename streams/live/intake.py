@@ -95,6 +95,28 @@ class Intake:
     def __len__(self) -> int:
         return len(self._items)
 
+    def offer(self, consumer: Any, tp: Any, record: Any, generation_id: int) -> bool:
+        """:meth:`accept` without awaiting, for the common case: ``False``
+        (nothing done) when the record needs a gap noted or the intake is
+        full, and the caller must ``await accept(...)`` instead. Saves a
+        coroutine per record on the fetcher's path."""
+        offset: int = record.offset
+        read_offset = faust_seam.read_offsets(consumer)
+        r_offset = read_offset.get(tp)
+        if r_offset is not None:
+            if offset < r_offset:
+                return True  # already taken (faust drops these too)
+            if r_offset and offset - r_offset > 1:
+                return False
+        if len(self._items) >= self.maxsize:
+            return False
+        self._items.append(
+            TapMessage(tp, offset, record.key, record.value, generation_id, record.timestamp)
+        )
+        self._not_empty.set()
+        read_offset[tp] = offset
+        return True
+
     async def accept(self, consumer: Any, tp: Any, record: Any, generation_id: int) -> None:
         """Take ``record`` (an aiokafka ConsumerRecord of ``tp``) from faust's
         fetcher, with the read-offset and gap bookkeeping of faust's

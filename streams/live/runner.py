@@ -9,7 +9,7 @@ from typing import Any
 
 from streams.errors import FencewatchError
 from streams.live.app import build_app
-from streams.live.faust_seam import crash_reason
+from streams.live.faust_seam import crash_reason, quiet_worker
 from streams.live.settings import LiveSettings, prepare_local_state
 from streams.live.topics import ensure_topics
 
@@ -45,6 +45,7 @@ def run_worker(settings: LiveSettings) -> int:
     # pauses, which show in the latency tail: docs/live.md).
     gc.freeze()
     worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
+    quiet_worker(worker)
     code: int = 0
     try:
         worker.execute_from_commandline()

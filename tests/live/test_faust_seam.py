@@ -160,11 +160,17 @@ def test_getmany_patched_seeks_a_paused_partition_back_to_its_first_skipped_reco
 
 
 def test_getmany_patched_hands_the_intake_topics_records_to_the_intake() -> None:
-    """Records of the intake's topics go to its accept(), in order, and are not yielded."""
+    """Records of the intake's topics go to its offer() or, when refused, accept(), in order."""
     taken: list[tuple[TP, int, int]] = []
 
     class Intake:
         topics = frozenset({"events"})
+
+        def offer(self, consumer: Any, tp: TP, record: Any, generation: int) -> bool:
+            if record.offset % 2:
+                return False  # e.g. full: the fetcher must await accept()
+            taken.append((tp, record.offset, generation))
+            return True
 
         async def accept(self, consumer: Any, tp: TP, record: Any, generation: int) -> None:
             taken.append((tp, record.offset, generation))
@@ -465,3 +471,30 @@ def test_revoke_patched_commits_the_acked_offsets_first() -> None:
         "commit acked=[7]",
         "commit acked=[]",
     ]
+
+
+# -- the worker's log level --------------------------------------------------------
+
+
+def _root_level_after_setup(quiet: bool) -> int:
+    import logging
+
+    import faust
+
+    app = faust.App("seam-log-test", broker="kafka://127.0.0.1:1", autodiscover=False)
+    worker = faust.Worker(app, loglevel="WARNING", quiet=True)
+    if quiet:
+        faust_seam.quiet_worker(worker)
+    root = logging.Logger("seam-root")  # stands in for the root logger
+    root.setLevel(logging.WARNING)
+    root.addHandler(logging.NullHandler())
+    worker.on_setup_root_logger(root, logging.WARNING)
+    return root.level
+
+
+def test_faust_sets_the_root_logger_to_debug_at_warning_and_quiet_worker_keeps_warning() -> None:
+    """At warning level faust sets the root logger to DEBUG; quiet_worker keeps WARNING."""
+    import logging
+
+    assert _root_level_after_setup(quiet=False) == logging.DEBUG
+    assert _root_level_after_setup(quiet=True) == logging.WARNING

@@ -33,6 +33,7 @@ from streams.cli.kafka_args import (
 from streams.core.findings import Finding
 from streams.core.records import Kind, Severity
 from streams.errors import FencewatchError
+from streams.kafka.topics import DEFAULT_FINDINGS_TOPIC
 
 __all__ = ["register", "render_finding_line"]
 
@@ -44,7 +45,9 @@ def register(sub: Any) -> None:
         description="Read ownership findings: the latest revision of each, or follow new ones.",
     )
     add_connection_args(p)
-    p.add_argument("--topic", default=None, help="findings topic (default ownership.findings)")
+    p.add_argument(
+        "--topic", default=None, help=f"findings topic (default {DEFAULT_FINDINGS_TOPIC})"
+    )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--since", metavar="TIME", help="start at this time (ISO 8601 or epoch ms)")
     where.add_argument("--new", action="store_true", help="only findings produced from now on")

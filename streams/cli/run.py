@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from streams.cli.kafka_args import add_connection_args, connection_overrides, report_kafka_failure
+from streams.kafka.topics import DEFAULT_EVENTS_TOPIC, DEFAULT_FINDINGS_TOPIC, DEFAULT_STATUS_TOPIC
 from streams.live.settings import DEFAULT_DATA_DIR
 
 __all__ = ["register"]
@@ -26,10 +27,13 @@ def register(subparsers: Any) -> None:
     )
     add_connection_args(p, log_level=False)
     a = p.add_argument
-    a("--events-topic", help="input topic (default ownership.events)")
-    a("--findings-topic", help="output topic (default ownership.findings)")
+    a("--events-topic", help=f"input topic (default {DEFAULT_EVENTS_TOPIC})")
+    a("--findings-topic", help=f"output topic (default {DEFAULT_FINDINGS_TOPIC})")
     a("--dlq-topic", help="dead-letter topic (default <events-topic>.dlq)")
-    a("--status-topic", help="compacted per-workflow status topic (default ownership.status)")
+    a(
+        "--status-topic",
+        help=f"compacted per-workflow status topic (default {DEFAULT_STATUS_TOPIC})",
+    )
     a(
         "--no-status",
         dest="status",

@@ -20,6 +20,7 @@ from streams.cli.kafka_args import (
     kafka_config,
 )
 from streams.errors import BrokerError, FencewatchError
+from streams.kafka.topics import DEFAULT_STATUS_TOPIC
 
 __all__ = ["register", "render_status_line"]
 
@@ -31,7 +32,7 @@ def register(sub: Any) -> None:
         description="Where every workflow stands now (SPEC §8), read from the status topic.",
     )
     add_connection_args(p)
-    p.add_argument("--topic", default=None, help="status topic (default ownership.status)")
+    p.add_argument("--topic", default=None, help=f"status topic (default {DEFAULT_STATUS_TOPIC})")
     p.add_argument("--open", action="store_true", help="only workflows with open findings")
     p.add_argument("--workflow", action="append", default=[], metavar="KEY", help="repeatable")
     p.add_argument("--prefix", metavar="P", help="workflow keys starting with P")

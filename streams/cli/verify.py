@@ -29,6 +29,7 @@ from streams.cli.kafka_args import (
     kafka_config,
 )
 from streams.errors import BrokerError, FencewatchError
+from streams.kafka.topics import DEFAULT_EVENTS_TOPIC, DEFAULT_STATUS_TOPIC
 
 __all__ = ["register"]
 
@@ -44,8 +45,8 @@ def register(sub: Any) -> None:
     p.add_argument("--effect", required=True, metavar="EFFECT_KEY")
     p.add_argument("--by", required=True, metavar="NAME", help="who verified it")
     p.add_argument("--epoch", type=int, help="the current epoch (default: from the status topic)")
-    p.add_argument("--events-topic", default=None, help="default ownership.events")
-    p.add_argument("--status-topic", default=None, help="default ownership.status")
+    p.add_argument("--events-topic", default=None, help=f"default {DEFAULT_EVENTS_TOPIC}")
+    p.add_argument("--status-topic", default=None, help=f"default {DEFAULT_STATUS_TOPIC}")
     p.add_argument("--note", help="free text kept in attrs.note")
     add_kafka_config_arg(p)
     p.set_defaults(handler=_main)

@@ -48,6 +48,7 @@ from streams.integrations.otlp import (
     encode_span,
     span_event,
 )
+from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
 from streams.sdk.hooks import add_observer, remove_observer
 
 with needs_extra("otel"):
@@ -186,7 +187,7 @@ class OwnershipSpanProcessor(SpanProcessor):
         cls,
         bootstrap_servers: str,
         *,
-        topic: str = "ownership.events",
+        topic: str = DEFAULT_EVENTS_TOPIC,
         worker_id: str = "otel-span-processor",
         max_queue: int = DEFAULT_MAX_QUEUE,
         extra: Mapping[str, str] | None = None,

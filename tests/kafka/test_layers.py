@@ -47,3 +47,46 @@ def test_the_layer_check_sees_a_client_import(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from confluent_kafka import Producer\n    import faust as fa\n")
     assert _imported_roots(probe) == {"confluent_kafka", "faust"}
+
+
+def test_topic_names_are_written_in_one_place() -> None:
+    """No module outside streams/kafka/topics.py writes an ownership.* topic name in code."""
+    root = STREAMS.parent
+    offenders = []
+    for path in [*STREAMS.rglob("*.py"), *(root / "fencewatch").rglob("*.py")]:
+        if path == STREAMS / "kafka" / "topics.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        offenders += [
+            f"{path.relative_to(root)}:{node.lineno}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and "ownership." in node.value
+        ]
+    assert offenders == []
+
+
+def test_otel_integration_imports_without_the_kafka_extra() -> None:
+    """streams.integrations.otel imports with no Kafka client installed (lazy extras)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for m in ('confluent_kafka', 'aiokafka', 'faust', 'mode'): sys.modules[m] = None\n"
+        "import streams.integrations.otel\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=STREAMS.parent, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -157,16 +157,19 @@ def _settings(args: argparse.Namespace) -> Any:
 def _demo(run: Any, args: argparse.Namespace) -> int:
     from streams.cli.kafka_args import report_kafka_failure
     from streams.errors import FencewatchError
-    from streams.kafka.connection import KafkaConnection, check_reachable
+    from streams.kafka.admin import TopicAdmin
+    from streams.kafka.connection import KafkaConnection
     from streams.kafka.errors import BrokerUnreachable
     from streams.kafka.logs import configure_client_logs
 
     configure_client_logs()
     try:
         settings = _settings(args)
-        # Before any child starts: an unreachable broker is one line, not a
-        # processor's log tail.
-        check_reachable(KafkaConnection(settings.bootstrap_servers).validate())
+        # Before any child starts: an unreachable broker, or one that accepts
+        # TCP and never answers, is one line within the connect timeout, not
+        # a processor's log tail after two timeouts (the admin client probes
+        # TCP, then asks for metadata).
+        TopicAdmin(KafkaConnection(settings.bootstrap_servers).validate())
         ok = run(settings)
     except ValueError as exc:
         print(f"fencewatch demo: {exc}", file=sys.stderr)

@@ -99,3 +99,14 @@ def test_debug_log_level_shows_the_client_log(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "streams.kafka.librdkafka" in proc.stderr, proc.stderr[-2000:]
     assert len(proc.stderr.splitlines()) > 1
+
+
+def test_silent_broker_is_one_line_for_demo_live(silent_port: int, tmp_path: Path) -> None:
+    """demo live on a broker that accepts TCP and never answers: exit 2, one line, no child log."""
+    address = f"127.0.0.1:{silent_port}"
+    proc = _fencewatch(["demo", "live", "--bootstrap-servers", address], tmp_path)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and lines[0].startswith(
+        f"fencewatch demo: no answer from broker {address} within 10 s"
+    ), lines

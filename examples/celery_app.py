@@ -14,20 +14,32 @@
     fencewatch audit --topic ownership.events --bootstrap-servers $KAFKA_BOOTSTRAP
                            # stale_attempt, epoch 1 (alpha@...), sink outcome: rejected
 
+The other classic case, alive but slow: the first worker is still running
+when the broker redelivers, but busy in a call that never releases the GIL
+(a C extension, a catastrophic regex), so not even the lease keeper's thread
+can renew. Give that worker FENCEWATCH_BUSY_S=8 (it holds the GIL that long
+before its work; no SIGSTOP): the second worker takes the lease at epoch 2
+while the first one runs, and when the first one comes out of its call its
+owner already knows the lease is lost: its publish is refused, not attempted,
+and reported (`effect_rejected`, reason `lease_lost`).
+
 `export_report` runs under `FencedTask`: the lease of its workflow key (the
 task id, so the redelivered copy competes for the same key) for as long as
-the broker's visibility timeout, renewed while it runs; its effect goes
-through the fenced sink `ledger` (a SQLite file shared by the workers). The
-task prints its steps as JSON lines (tests/integrations/test_celery.py reads
-them). Settings come from the environment: FENCEWATCH_REDIS_URL,
+the broker's visibility timeout, renewed while it runs; its effects go
+through the owner to the fenced sinks `ledger` (irreversible: the task's
+default `fence_risk`) and `search-index` (deferrable: committed once the lease
+store answers again if it is away), in a SQLite file shared by the workers.
+The task prints its steps as JSON lines (tests/integrations/test_celery.py
+reads them). Settings come from the environment: FENCEWATCH_REDIS_URL,
 KAFKA_BOOTSTRAP, FENCEWATCH_TOPIC (ownership.events), FENCEWATCH_FENCES_DB,
-FENCEWATCH_VISIBILITY_S (3).
+FENCEWATCH_VISIBILITY_S (3), FENCEWATCH_BUSY_S (0, per worker).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from functools import cache
 from typing import Any
@@ -40,6 +52,7 @@ from streams.integrations.celery import FencedTask, configure
 from streams.sdk import OwnershipReporter, ReporterSettings
 
 VISIBILITY_S = float(os.environ.get("FENCEWATCH_VISIBILITY_S", "3"))
+BUSY_S = float(os.environ.get("FENCEWATCH_BUSY_S", "0"))
 
 app = Celery(
     "celery_app", broker=os.environ.get("FENCEWATCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -61,10 +74,10 @@ app.conf.update(
 
 
 @cache
-def stores() -> tuple[SqlLeaseStore, FencedSink]:
-    """The lease store and the destination, one SQLite file (per process)."""
+def stores() -> tuple[SqlLeaseStore, FencedSink, FencedSink]:
+    """The lease store and the destinations, one SQLite file (per process)."""
     db = open_database(f"sqlite:///{os.environ['FENCEWATCH_FENCES_DB']}")
-    return SqlLeaseStore(db), FencedSink(db, name="ledger")
+    return SqlLeaseStore(db), FencedSink(db, name="ledger"), FencedSink(db, name="search-index")
 
 
 def make_reporter(worker_id: str) -> OwnershipReporter:
@@ -74,6 +87,21 @@ def make_reporter(worker_id: str) -> OwnershipReporter:
         topic=os.environ.get("FENCEWATCH_TOPIC", "ownership.events"),
     )
     return OwnershipReporter(settings, leases=stores()[0])
+
+
+def hold_the_gil(seconds: float) -> None:
+    """Busy for ``seconds`` without letting any other thread of this process
+    run, like a long call into a C extension that never releases the GIL.
+    Emulated in Python with a switch interval longer than the work: the
+    interpreter then never asks this thread to hand the GIL over."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(seconds + 60)
+    try:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+    finally:
+        sys.setswitchinterval(old)
 
 
 configure(app, make_reporter)
@@ -95,12 +123,19 @@ def export_report(self: FencedTask, day: str, work_seconds: float) -> str:
     worker = run.worker_id
     run.checkpoint(step="render")
     say("working", worker=worker, epoch=run.epoch, task_id=self.request.id, key=run.key)
+    if BUSY_S:
+        hold_the_gil(BUSY_S)  # alive and running, but the keeper cannot renew
+        say("busy_done", worker=worker, epoch=run.epoch, lost=run.lost.is_set())
     time.sleep(work_seconds)  # rendering: where a worker may stall
+    _, ledger, search = stores()
     body = json.dumps({"day": day, "by": worker}).encode()
     try:
-        receipt = run.effect(stores()[1], f"publish report {day}", body)
+        out = run.effect(ledger, f"publish report {day}", body)  # irreversible
     except StaleOwner as exc:
-        say("stale", worker=worker, epoch=run.epoch, current_epoch=exc.current_epoch)
+        say("stale", worker=worker, epoch=run.epoch, current_epoch=exc.current_epoch,
+            reason=exc.reason)
         raise
-    say("effect", worker=worker, epoch=run.epoch, status=receipt.status)
-    return receipt.status
+    say("effect", worker=worker, epoch=run.epoch, status=out.status)
+    # An index may wait for the lease store: committed later if it is away.
+    run.effect(search, f"index report {day}", day.encode(), risk="deferrable")
+    return out.status

@@ -4,23 +4,31 @@
 
     KAFKA_BOOTSTRAP=127.0.0.1:9092 python examples/langgraph_worker.py \
         --fences .run/fences.db --checkpoints .run/graph.db --thread report-2026-07-26 \
-        --worker alpha [--ttl 2] [--tool-seconds 3] [--wait 30] [--topic ownership.events]
+        --worker alpha [--ttl 2] [--tool-seconds 3] [--send-seconds 3] [--wait 30]
+        [--topic ownership.events]
 
 The graph: `gather` (counts the day's rows) → `publish` (renders the report —
-a slow tool call — then publishes it through the fenced sink `ledger`). The
-thread is the workflow key (`langgraph/<thread>`), owned for `--ttl` seconds
-and renewed while the graph runs; the SQLite checkpointer lets another worker
-resume the thread where it stopped.
+a slow tool call — then publishes it through the fenced sink `ledger`, behind
+a slow network: `--send-seconds` pass between the owner's checks and the
+write) → `index` (a deferrable effect: it may commit later if the lease store
+is away). The thread is the workflow key (`langgraph/<thread>`), owned for
+`--ttl` seconds and renewed while the graph runs; the SQLite checkpointer
+lets another worker resume the thread where it stopped.
 
 The split brain, by hand (tests/integrations/test_langgraph.py runs it):
 
-    python examples/langgraph_worker.py ... --worker alpha --tool-seconds 5 &
-    sleep 2; kill -STOP $!      # alpha freezes inside `publish`, its lease runs out
-    python examples/langgraph_worker.py ... --worker beta --tool-seconds 0
+    python examples/langgraph_worker.py ... --worker alpha --send-seconds 5 &
+    sleep 2; kill -STOP $!      # alpha freezes while sending `publish`, after the
+                                # owner's checks passed; its lease runs out
+    python examples/langgraph_worker.py ... --worker beta
                                 # beta resumes the thread at `publish`, commits (epoch 2)
-    kill -CONT %1; wait         # alpha wakes, its publish is REFUSED by the fence
+    kill -CONT %1; wait         # alpha wakes, the ledger's compare-and-set REFUSES it
     fencewatch audit --topic ownership.events --bootstrap-servers $KAFKA_BOOTSTRAP
                                 # stale_attempt, epoch 1 (alpha), sink outcome: rejected
+
+(With `--tool-seconds 5` instead, alpha freezes before the effect; when it
+wakes its owner already knows the lease is lost: nothing is attempted, the
+refusal is reported as `effect_rejected`, reason `lease_lost`.)
 
 Each step is printed as a JSON line. Exit status: 0 when the graph finished
 (the report is published), 3 when this worker was stale and the fence refused
@@ -42,7 +50,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
 from streams.errors import FencewatchError, StaleOwner
-from streams.fences import FencedSink, SqlLeaseStore, open_database
+from streams.fences import Database, FencedSink, Receipt, SqlLeaseStore, open_database
 from streams.integrations.langgraph import GraphOwner, fenced
 from streams.integrations.runs import OwnedRun
 from streams.sdk import OwnershipReporter, ReporterSettings
@@ -59,27 +67,54 @@ def say(worker: str, step: str, **data: Any) -> None:
     print(json.dumps({"worker": worker, "step": step, **data}), flush=True)
 
 
-def build(ledger: FencedSink, worker: str, tool_seconds: float) -> StateGraph:
+class SlowNetwork:
+    """A destination behind a slow network: ``seconds`` pass between the
+    call and the write, after the owner's checks (a worker may stall there:
+    only the destination's compare-and-set can still refuse it)."""
+
+    def __init__(self, sink: FencedSink, worker: str, seconds: float) -> None:
+        self.sink, self.worker, self.seconds = sink, worker, seconds
+        self.name = sink.name
+        self.max_payload_bytes = sink.max_payload_bytes
+
+    def apply(self, key: str, epoch: int, effect_key: str, payload: bytes, **kw: Any) -> Receipt:
+        say(self.worker, "sending", effect_key=effect_key, epoch=epoch, seconds=self.seconds)
+        time.sleep(self.seconds)
+        return self.sink.apply(key, epoch, effect_key, payload, **kw)
+
+
+def build(db: Database, worker: str, tool_seconds: float, send_seconds: float) -> StateGraph:
+    ledger = SlowNetwork(FencedSink(db, name="ledger"), worker, send_seconds)
+    search = FencedSink(db, name="search-index")
+
     @fenced
     def gather(state: Report, run: OwnedRun) -> Report:
         say(worker, "node", node="gather", epoch=run.epoch)
         return {"rows": 7 * len(state["day"]), "log": [f"gather@{run.epoch}"]}
 
-    @fenced
+    @fenced  # irreversible (the default): a publication fails closed
     def publish(state: Report, run: OwnedRun) -> Report:
         say(worker, "tool_call", node="publish", epoch=run.epoch, seconds=tool_seconds)
         time.sleep(tool_seconds)  # rendering the report: where a worker may stall
         body = json.dumps({"day": state["day"], "rows": state["rows"], "by": worker}).encode()
-        receipt = run.effect(ledger, f"publish report {state['day']}", body)
-        say(worker, "effect", status=receipt.status, epoch=run.epoch)
+        out = run.effect(ledger, f"publish report {state['day']}", body)
+        say(worker, "effect", status=out.status, epoch=run.epoch)
         return {"published_by": worker, "log": [f"publish@{run.epoch}"]}
+
+    @fenced(risk="deferrable")  # an index can be committed once the store is back
+    def index(state: Report, run: OwnedRun) -> Report:
+        out = run.effect(search, f"index report {state['day']}", state["day"].encode())
+        say(worker, "effect", node="index", status=out.status, epoch=run.epoch)
+        return {"log": [f"index@{run.epoch}"]}
 
     g = StateGraph(Report)
     g.add_node("gather", gather)
     g.add_node("publish", publish)
+    g.add_node("index", index)
     g.add_edge(START, "gather")
     g.add_edge("gather", "publish")
-    g.add_edge("publish", END)
+    g.add_edge("publish", "index")
+    g.add_edge("index", END)
     return g
 
 
@@ -93,6 +128,7 @@ def main() -> int:
     ap.add_argument("--worker", required=True)
     ap.add_argument("--ttl", type=float, default=2.0)
     ap.add_argument("--tool-seconds", type=float, default=0.0)
+    ap.add_argument("--send-seconds", type=float, default=0.0)
     ap.add_argument("--wait", type=float, default=30.0, help="wait this long for a held thread")
     args = ap.parse_args()
     if not args.bootstrap_servers:
@@ -103,11 +139,10 @@ def main() -> int:
     conn = sqlite3.connect(args.checkpoints, check_same_thread=False, timeout=30)
     try:
         leases = SqlLeaseStore(db)
-        ledger = FencedSink(db, name="ledger")
         settings = ReporterSettings(args.bootstrap_servers, args.worker, topic=args.topic)
         # Leaving the reporter's block flushes the evidence: say the outcome after it.
         with OwnershipReporter(settings, leases=leases) as reporter:
-            graph = build(ledger, args.worker, args.tool_seconds).compile(
+            graph = build(db, args.worker, args.tool_seconds, args.send_seconds).compile(
                 checkpointer=SqliteSaver(conn)
             )
             owner = GraphOwner(reporter, ttl=args.ttl, wait_s=args.wait)

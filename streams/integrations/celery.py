@@ -15,11 +15,20 @@ running it. :class:`FencedTask` gives every run of a task an owner epoch:
   the background while the task runs; a live, slow task therefore keeps its
   lease, and the duplicate waits ``fence_wait_s`` for it and then retries
   later (``self.retry``) instead of running twice;
-* a worker that stalls past its lease (GC pause, frozen VM, starved CPU)
+* a worker that stalls past its lease (GC pause, frozen VM, starved CPU, a
+  long call that never releases the GIL so even the keeper cannot renew)
   loses it to the redelivered copy; its effects, applied through
-  ``self.owned.effect(sink, ...)``, are refused by the fence, reported
-  (``effect_rejected``), and the task fails with
-  :class:`~streams.errors.StaleOwner`.
+  ``self.owned.effect(sink, ...)`` (the owner's ``effect``), are refused —
+  by the owner when it already knows its lease is lost, else by the
+  destination's compare-and-set — reported (``effect_rejected``), and the
+  task fails with :class:`~streams.errors.StaleOwner`;
+* when the lease store does not answer, the effect's risk decides
+  (``fence_risk`` on the task, default ``irreversible``; ``risk=`` per
+  effect): an irreversible effect fails the task with
+  :class:`~streams.errors.EffectRefused` (nothing attempted: add it to
+  ``autoretry_for`` to run the task again later), a deferrable one is queued
+  and committed when the store is back, before the task returns (up to
+  ``fence_drain_s``), only if the epoch is still current.
 
 Evidence is flushed to Kafka before the task returns, so the broker message
 is acknowledged only after its evidence is. Configure the reporter once per
@@ -39,7 +48,8 @@ from typing import Any
 
 from streams.errors import FencewatchError, LeaseHeld
 from streams.extras import needs_extra
-from streams.integrations.runs import OwnedRun
+from streams.integrations.runs import DEFAULT_RISK, OwnedRun, check_risk
+from streams.sdk.owner import Risk
 from streams.sdk.reporter import OwnershipReporter
 
 with needs_extra("celery"):
@@ -107,7 +117,10 @@ class FencedTask(Task):  # type: ignore[misc]  # celery ships no type hints
 
     In the task body, ``self.owned`` is the :class:`OwnedRun`: its
     ``checkpoint(...)`` reports progress, ``effect(sink, effect_key, payload)``
-    applies through the fence. Use with ``bind=True`` and ``acks_late=True``.
+    applies through the owner and the fence, ``lost`` is set the moment the
+    lease is lost and ``check()`` raises StaleOwner then (for long loops).
+    Use with ``bind=True`` and ``acks_late=True``; the ``fence_*`` attributes
+    can be given to ``@app.task(...)`` like any task option.
     """
 
     #: Lease TTL in seconds; None: the broker's visibility timeout (else 60).
@@ -119,6 +132,10 @@ class FencedTask(Task):  # type: ignore[misc]  # celery ships no type hints
     fence_key_prefix: str = "celery/"
     #: Wait for the evidence to be acknowledged by Kafka before returning.
     fence_flush: bool = True
+    #: Default risk of the task's effects: "irreversible" or "deferrable".
+    fence_risk: Risk = DEFAULT_RISK
+    #: How long the end of the task waits for deferred effects; None: the TTL.
+    fence_drain_s: float | None = None
 
     def workflow_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The unit that must have one effect owner; default: this task run."""
@@ -142,8 +159,10 @@ class FencedTask(Task):  # type: ignore[misc]  # celery ships no type hints
         ttl = self._ttl()
         wait = ttl if self.fence_wait_s is None else self.fence_wait_s
         key = self.workflow_key(args, kwargs)
+        risk = check_risk(self.fence_risk)
+        drain = ttl if self.fence_drain_s is None else self.fence_drain_s
         try:
-            owner = reporter.own(key, ttl=ttl, wait_s=wait)
+            owner = reporter.own(key, ttl=ttl, wait_s=wait, drain_timeout_s=drain)
         except LeaseHeld as exc:
             # Another delivery of this work is alive and renewing its lease:
             # do not run it twice now; come back (if that run dies, this one
@@ -152,11 +171,14 @@ class FencedTask(Task):  # type: ignore[misc]  # celery ships no type hints
             raise self.retry(exc=exc, countdown=countdown) from None
         try:
             with owner:
-                token = _RUN.set(OwnedRun(owner, reporter))
+                run = OwnedRun(owner, risk=risk)
+                token = _RUN.set(run)
                 try:
                     result = super().__call__(*args, **kwargs)
                 finally:
                     _RUN.reset(token)
+            # Leaving the block drained the deferred effects (or raised).
+            run.settle()
         except BaseException:
             # The task's own exception (e.g. StaleOwner) is the one to keep.
             if self.fence_flush:

@@ -6,7 +6,9 @@ Three pieces (needs the ``otel`` extra, ``opentelemetry-sdk``):
   publishes also land on the *current span*, as the attributes
   ``fencewatch.workflow_key``, ``fencewatch.owner_epoch``,
   ``fencewatch.worker_id`` (and ``fencewatch.effect_key`` for effects) plus a
-  span event ``fencewatch.<type>`` carrying the authoritative ``seq``: any
+  span event ``fencewatch.<type>`` carrying the authoritative ``seq`` (and,
+  for effects through ``owner.effect``, ``fencewatch.risk`` and, for a
+  refusal, ``fencewatch.receipt`` / ``fencewatch.reason``): any
   tracing backend can then filter by owner epoch. It never sets
   ``fencewatch.event`` (the SDK already publishes the event; the span
   processor below must not publish it twice).
@@ -73,6 +75,8 @@ DEFAULT_MAX_QUEUE = 10_000
 #: Spans the forwarding thread takes off the queue at a time.
 _MAX_BATCH = 512
 _STOP = object()
+#: Event attrs copied onto the span event (``fencewatch.<name>``) when present.
+_DETAIL_ATTRS = ("risk", "receipt", "reason")
 
 
 # -- (a) the identity on the current span ---------------------------------
@@ -95,6 +99,12 @@ def annotate_span(event: Event) -> None:
     detail: dict[str, str | int] = {ATTR_EPOCH: event.epoch}
     if event.seq is not None:
         detail["fencewatch.seq"] = event.seq
+    if event.attrs:
+        # The owner's policy on the span: the effect's risk and why it was refused.
+        for name in _DETAIL_ATTRS:
+            value = event.attrs.get(name)
+            if isinstance(value, str):
+                detail[f"fencewatch.{name}"] = value
     span.add_event(f"fencewatch.{event.type.value}", detail)
 
 

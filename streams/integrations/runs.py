@@ -1,41 +1,97 @@
 """What every runtime adapter hands to user code: one owned run of a workflow.
 
-An :class:`OwnedRun` pairs the :class:`~streams.sdk.owner.Owner` of the
-workflow key (the lease the SDK keeps renewed) with its reporter, and offers
-the two calls that make evidence: :meth:`OwnedRun.checkpoint` (``progress``)
-and :meth:`OwnedRun.effect` (``effect_attempted`` → the destination's
-compare-and-set → ``effect_committed``/``effect_rejected``).
+An :class:`OwnedRun` wraps the :class:`~streams.sdk.owner.Owner` of the
+workflow key (the lease the SDK renews in the background) and offers the
+calls that make evidence: :meth:`OwnedRun.checkpoint` (``progress``) and
+:meth:`OwnedRun.effect`, which goes through :meth:`Owner.effect
+<streams.sdk.owner.Owner.effect>` and so through the owner's risk policy:
 
-Effects are not pre-checked against ``owner.lost``: the destination's fence
-is the authority (a pause can fall between any client-side check and the
-write, which is exactly the case it exists for), and the attempt of a worker
-that missed its lease loss is the evidence an operator needs. A rejection
-raises :class:`~streams.errors.StaleOwner`, so the runtime stops the stale
-run (LangGraph aborts the graph, Celery fails the task).
+* a lost owner (displaced, or not renewed within its TTL: ``owner.lost``)
+  attempts nothing; the refusal is reported (``effect_rejected``,
+  ``reason: lease_lost``) and :class:`~streams.errors.StaleOwner` raised;
+* a current owner stamps, reports ``effect_attempted``, and the destination's
+  compare-and-set decides (a pause can fall between any client-side check and
+  the write: that is the case the fence exists for); a refusal is reported and
+  raises StaleOwner, so the runtime stops the stale run (LangGraph aborts the
+  graph, Celery fails the task);
+* when the lease store cannot be reached, the effect's ``risk`` decides:
+  ``irreversible`` (the default) fails closed with
+  :class:`~streams.errors.EffectRefused`; ``deferrable`` is queued and
+  committed once the store answers, only if the epoch is still current. The
+  runtime's step goes on; :meth:`OwnedRun.settle` (called by the adapters when
+  the owner is closed) raises StaleOwner if a deferred effect was refused as
+  stale in the meantime.
+
+The default risk is set per run (a LangGraph node: ``@fenced(risk=...)``; a
+Celery task: ``fence_risk``) and per effect (``risk=``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
 from typing import TYPE_CHECKING, Any
 
 from streams.errors import LeaseLost, StaleOwner
 from streams.fences.sink import EffectSink, Receipt
+from streams.sdk.owner import RISKS, EffectOutcome, Risk
 
 if TYPE_CHECKING:
     from streams.fences.outbox import Outbox
     from streams.sdk.owner import Owner
-    from streams.sdk.reporter import OwnershipReporter
 
-__all__ = ["OutboxSink", "OwnedRun"]
+__all__ = ["DEFAULT_RISK", "OutboxSink", "OwnedRun", "check_risk"]
+
+#: An effect whose author said nothing is treated as the dangerous class.
+DEFAULT_RISK: Risk = "irreversible"
 
 
-@dataclass(frozen=True, slots=True)
+def check_risk(risk: object) -> Risk:
+    """``risk`` if it is one of :data:`~streams.sdk.owner.RISKS`, else ValueError."""
+    for known in RISKS:
+        if risk == known:
+            return known
+    raise ValueError(f"risk must be one of {', '.join(RISKS)}, got {risk!r}")
+
+
+class _Deferred:
+    """The deferred outcomes of one run, shared by its per-node views;
+    bounded like the owner's queue (``max_deferred``): only the waiting ones
+    and the ones that ended badly are kept."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.lock = threading.Lock()
+        self.outcomes: list[EffectOutcome] = []
+
+    def add(self, outcome: EffectOutcome) -> None:
+        with self.lock:
+            if len(self.outcomes) >= self.bound:
+                # Forget those that committed; the owner refuses past its own bound.
+                self.outcomes = [o for o in self.outcomes if not (o.done() and o.accepted)]
+            self.outcomes.append(outcome)
+
+
 class OwnedRun:
-    """One worker's run of one workflow key, under its owner epoch."""
+    """One worker's run of one workflow key, under its owner epoch.
 
-    owner: Owner
-    reporter: OwnershipReporter
+    ``risk`` is the default risk of this run's effects. :meth:`with_risk`
+    returns a view with another default that shares the owner (how a
+    LangGraph node gets its own)."""
+
+    __slots__ = ("_deferred", "owner", "risk")
+
+    def __init__(
+        self, owner: Owner, *, risk: Risk = DEFAULT_RISK, _deferred: _Deferred | None = None
+    ) -> None:
+        self.owner = owner
+        self.risk = check_risk(risk)
+        self._deferred = _deferred if _deferred is not None else _Deferred(owner.max_deferred)
+
+    def with_risk(self, risk: Risk | None) -> OwnedRun:
+        """This run with ``risk`` as the default (itself when None or the same)."""
+        if risk is None or risk == self.risk:
+            return self
+        return OwnedRun(self.owner, risk=risk, _deferred=self._deferred)
 
     @property
     def key(self) -> str:
@@ -49,20 +105,24 @@ class OwnedRun:
     def worker_id(self) -> str:
         return self.owner.worker_id
 
-    def stop_if_lost(self, where: str) -> None:
+    @property
+    def lost(self) -> threading.Event:
+        """Set the moment the lease is lost (``owner.lost``): wait on it, or
+        poll it in a long loop."""
+        return self.owner.lost
+
+    def check(self, where: str = "") -> None:
         """Raise StaleOwner if the lease is lost (displaced, or not renewed in
-        time: see ``Owner.check``). For the start of a step, never instead of
-        the fence."""
+        time: ``owner.check()``). For the start of a step or a loop turn; the
+        fence still decides every effect."""
         try:
             self.owner.check()
         except LeaseLost as exc:
-            raise StaleOwner(
-                self.key, self.epoch, exc.current_epoch, f"{exc.reason} ({where})"
-            ) from None
+            raise _stale(exc, where) from None
 
     def checkpoint(self, **attrs: Any) -> bool:
         """Report ``progress``; False when a higher epoch was acquired (this
-        worker has been displaced: stop before doing more)."""
+        worker has been displaced: stop before doing more; ``check()`` raises)."""
         return self.owner.progress(attrs or None)
 
     def effect(
@@ -71,23 +131,61 @@ class OwnedRun:
         effect_key: str,
         payload: bytes,
         *,
+        risk: Risk | None = None,
         idempotency_key: str | None = None,
-    ) -> Receipt:
-        """Apply one effect through the fence, with evidence. Returns the
-        receipt (``committed`` or ``duplicate``); raises StaleOwner when the
-        destination refused it (the ``effect_rejected`` event is published
-        first)."""
-        receipt = self.reporter.apply_effect(
-            sink, self.key, self.epoch, effect_key, payload, idempotency_key=idempotency_key
-        )
-        if receipt.status == "rejected":
-            raise StaleOwner(
-                self.key,
-                self.epoch,
-                receipt.current_epoch,
-                f"{sink.name} refused {effect_key!r} ({receipt.reason})",
+    ) -> EffectOutcome:
+        """Apply one effect through the owner (stamp, ``effect_attempted``, the
+        sink's compare-and-set, the receipt's event) at ``risk`` (default: the
+        run's). Returns the outcome: ``committed`` or ``duplicate``, or
+        ``deferred`` for a deferrable effect waiting for the lease store.
+
+        Raises StaleOwner when the lease is lost or the destination refused
+        the effect as stale (the ``effect_rejected`` event is published
+        first), EffectRefused when an irreversible effect is refused because
+        the lease store does not answer, StoreUnavailable when it was
+        attempted but the destination did not answer (outcome unknown)."""
+        try:
+            outcome = self.owner.effect(
+                sink,
+                effect_key,
+                payload,
+                risk=self.risk if risk is None else check_risk(risk),
+                idempotency_key=idempotency_key,
             )
-        return receipt
+        except LeaseLost as exc:
+            raise _stale(exc, f"{effect_key!r} not attempted") from None
+        if outcome.status == "rejected":
+            raise _refused(self, sink.name, outcome)
+        if outcome.status == "deferred":
+            self._deferred.add(outcome)
+        return outcome
+
+    def settle(self) -> None:
+        """After the owner closed (its deferred effects drained): raise
+        StaleOwner if a deferred effect was refused as stale, or the error a
+        deferred effect failed with. A no-op when nothing was deferred."""
+        with self._deferred.lock:
+            outcomes, self._deferred.outcomes = self._deferred.outcomes, []
+        for outcome in outcomes:
+            if outcome.status == "rejected":
+                raise _refused(self, "the destination", outcome)
+            if outcome.status == "failed" and outcome.error is not None:
+                raise outcome.error
+
+
+def _stale(exc: LeaseLost, where: str) -> StaleOwner:
+    detail = f"lease lost: {exc.reason}" + (f" ({where})" if where else "")
+    return StaleOwner(exc.key, exc.epoch, exc.current_epoch, detail)
+
+
+def _refused(run: OwnedRun, sink_name: str, outcome: EffectOutcome) -> StaleOwner:
+    receipt = outcome.receipt
+    reason = receipt.reason if receipt is not None else None
+    current = receipt.current_epoch if receipt is not None else None
+    name = receipt.sink if receipt is not None and receipt.sink else sink_name
+    return StaleOwner(
+        run.key, run.epoch, current, f"{name} refused {outcome.effect_key!r} ({reason})"
+    )
 
 
 class OutboxSink:

@@ -230,7 +230,9 @@ class Owner:
         """Apply one effect under this lease, with evidence (``effect_attempted``
         then ``effect_committed`` / ``effect_rejected``).
 
-        Raises LeaseLost when the lease is already lost, EffectRefused when the
+        Raises LeaseLost when the lease is already lost (after publishing
+        ``effect_rejected`` with ``attrs.reason = "lease_lost"``: nothing was
+        attempted), EffectRefused when the
         effect is refused without an attempt (see the module docs), and
         StoreUnavailable when an ``irreversible`` effect was attempted but the
         destination did not answer (the outcome is unknown; only the attempt
@@ -243,7 +245,15 @@ class Owner:
         # Refuse what the sink would refuse now, not from the keeper later.
         cap = getattr(sink, "max_payload_bytes", DEFAULT_MAX_PAYLOAD_BYTES)
         check_effect_args(self.key, self.epoch, effect_key, payload, cap, idempotency_key)
-        self.check()
+        try:
+            self.check()
+        except LeaseLost as exc:
+            # The worker missed its loss until now: the refused effect is the
+            # evidence of a stale worker acting, so it is reported (then raised).
+            current = self._report_lost(sink.name, effect_key, risk)
+            if current is not None and current > exc.current_epoch:
+                raise LeaseLost(self.key, self.epoch, current, exc.reason) from None
+            raise
         outcome = EffectOutcome(effect_key, risk)
         item = _Pending(sink, effect_key, bytes(payload), idempotency_key, outcome)
         if risk == "deferrable":
@@ -337,6 +347,36 @@ class Owner:
             self._mark_unhealthy(exc)
             rep.effect_result(receipt, sink=sink_name, unstamped="store_unavailable")
         item.outcome._resolve(receipt.status, receipt)
+
+    def _report_lost(self, sink_name: str, effect_key: str, risk: Risk) -> int | None:
+        """Publish ``effect_rejected`` (``lease_lost``, not attempted) for an
+        effect a lost owner was asked for; stamped when the store answers (the
+        stamp also tells the epoch that displaced this one, returned), else
+        without a seq. Evidence only: a failure here never hides the loss."""
+        attrs: dict[str, Any] = {
+            "risk": risk,
+            "receipt": "not_attempted",
+            "reason": "lease_lost",
+            "detail": (self.lost_reason or "lost")[:500],
+        }
+        stamp: Stamp | None = None
+        with suppress(StoreError):
+            stamp = self.store.stamp(self.key, self.epoch)
+        if stamp is not None:
+            attrs["current_epoch"] = stamp.current_epoch
+        # Kafka away too: the refusal stands, the worker still gets it.
+        with suppress(BrokerError):
+            self.reporter.emit(
+                EventType.EFFECT_REJECTED,
+                self.key,
+                self.epoch,
+                effect_key=effect_key,
+                sink=sink_name,
+                attrs=attrs,
+                stamp=stamp,
+                unstamped=None if stamp is not None else "store_unavailable",
+            )
+        return stamp.current_epoch if stamp is not None else None
 
     def _risk_attrs(self, item: _Pending) -> dict[str, Any]:
         attrs: dict[str, Any] = {"risk": item.outcome.risk}

@@ -28,9 +28,14 @@ def children() -> Iterator[Children]:
         yield group
 
 
-def wait_step(group: Children, worker: str, step: str, timeout: float) -> dict[str, Any]:
-    """Read the children's lines until the child named ``worker`` prints
-    ``{"step": step}``; fail on timeout or when it closes its output first."""
+def steps_until(
+    group: Children, worker: str, step: str, timeout: float
+) -> list[tuple[str, dict[str, Any]]]:
+    """Read the children's JSON-line steps, in arrival order, until the child
+    named ``worker`` prints ``{"step": step}``; returns them all as (child,
+    step) pairs, that one last. Fails on timeout or when ``worker`` closes
+    its output first."""
+    seen: list[tuple[str, dict[str, Any]]] = []
     deadline = time.monotonic() + timeout
     while True:
         left = deadline - time.monotonic()
@@ -48,8 +53,17 @@ def wait_step(group: Children, worker: str, step: str, timeout: float) -> dict[s
             doc = json.loads(raw)
         except ValueError:
             continue  # a library's log line
-        if name == worker and isinstance(doc, dict) and doc.get("step") == step:
-            return doc
+        if not isinstance(doc, dict) or "step" not in doc:
+            continue
+        seen.append((name, doc))
+        if name == worker and doc["step"] == step:
+            return seen
+
+
+def wait_step(group: Children, worker: str, step: str, timeout: float) -> dict[str, Any]:
+    """The step ``worker`` prints next as ``{"step": step}`` (others' lines
+    before it are dropped); fails as :func:`steps_until`."""
+    return steps_until(group, worker, step, timeout)[-1][1]
 
 
 def pause_between_transactions(child: Child, *databases: Path, tries: int = 100) -> None:

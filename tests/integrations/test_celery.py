@@ -1,6 +1,7 @@
 """Celery's acks_late duplicate with real Redis and real worker processes:
-the stalled worker's copy is redelivered, taken over at a new epoch, and the
-fence refuses the stale worker's effect."""
+the message of a stalled (SIGSTOP) or a live but busy worker is redelivered
+to a second worker, taken over at a new epoch, and the stale worker's effect
+is refused and reported."""
 
 from __future__ import annotations
 
@@ -10,15 +11,50 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from celery import Celery
 
 from streams.demo.processes import Child, Children
 from streams.fences import FencedSink, open_database
 
-from .conftest import pause_between_transactions, replay_topic, wait_step
+from .conftest import pause_between_transactions, replay_topic, steps_until, wait_step
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 DAY = "2026-07-26"
+
+
+def _env(redis_url: str, bootstrap: str, topic: str, tmp: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLES), os.environ.get("PYTHONPATH", "")]),
+        "FENCEWATCH_REDIS_URL": redis_url,
+        "KAFKA_BOOTSTRAP": bootstrap,
+        "FENCEWATCH_TOPIC": topic,
+        "FENCEWATCH_FENCES_DB": str(tmp / "fences.db"),
+        "FENCEWATCH_VISIBILITY_S": "3",
+    }
+
+
+def _ledger_rows(tmp: Path, key: str) -> list[tuple[str, int]]:
+    db = open_database(f"sqlite:///{tmp / 'fences.db'}")
+    try:
+        return [(r.effect_key, r.epoch) for r in FencedSink(db, name="ledger").effects(key)]
+    finally:
+        db.close()
+
+
+def _findings(bootstrap: str, topic: str) -> set[tuple[str, int | None, str | None, str | None]]:
+    replay = replay_topic(bootstrap, topic)
+    assert replay.invalid_count == 0
+    return {
+        (
+            f.kind.value,
+            f.stale_epoch,
+            f.stale_worker.split("@")[0] if f.stale_worker else None,
+            f.sink_outcome,
+        )
+        for f in replay.latest_findings()
+    }
 
 
 def _worker(children: Children, tmp: Path, name: str, env: dict[str, str]) -> Child:
@@ -47,15 +83,7 @@ def test_redelivered_task_takes_over_and_the_stalled_workers_effect_is_fenced(
     publishes; alpha wakes, the fence refuses its publish, the task fails with
     StaleOwner, and the detector reports alpha's stale_attempt, sink rejected."""
     topic = unique_topic()
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(EXAMPLES), os.environ.get("PYTHONPATH", "")]),
-        "FENCEWATCH_REDIS_URL": redis_url,
-        "KAFKA_BOOTSTRAP": kafka_bootstrap,
-        "FENCEWATCH_TOPIC": topic,
-        "FENCEWATCH_FENCES_DB": str(tmp_path / "fences.db"),
-        "FENCEWATCH_VISIBILITY_S": "3",
-    }
+    env = _env(redis_url, kafka_bootstrap, topic, tmp_path)
     alpha = _worker(children, tmp_path, "alpha", env)
     client = Celery("client", broker=redis_url)
     # 2 s of work: shorter than the visibility timeout, so only a stall makes
@@ -74,25 +102,75 @@ def test_redelivered_task_takes_over_and_the_stalled_workers_effect_is_fenced(
     alpha.resume()
     stale = wait_step(children, "alpha", "stale", 30)
     assert stale["epoch"] == 1 and stale["current_epoch"] == 2
+    # alpha's owner knew on waking that its lease was lost: nothing attempted.
+    assert "lease lost" in stale["reason"]
     # The task's evidence is flushed before it ends.
     assert wait_step(children, "alpha", "task_done", 30)["state"] == "FAILURE"
     client.close()
 
-    db = open_database(f"sqlite:///{tmp_path / 'fences.db'}")
-    try:
-        rows = FencedSink(db, name="ledger").effects(first["key"])
-    finally:
-        db.close()
-    assert [(r.effect_key, r.epoch) for r in rows] == [(f"publish report {DAY}", 2)]
-
-    replay = replay_topic(kafka_bootstrap, topic)
-    assert replay.invalid_count == 0
-    found = {
-        (f.kind.value, f.stale_epoch, f.stale_worker.split("@")[0], f.sink_outcome)
-        for f in replay.latest_findings()
-    }
+    assert _ledger_rows(tmp_path, first["key"]) == [(f"publish report {DAY}", 2)]
+    found = _findings(kafka_bootstrap, topic)
     assert ("stale_attempt", 1, "alpha", "rejected") in found
     assert not any(kind == "stale_commit" for kind, *_ in found)
+
+
+@pytest.mark.faults
+def test_a_live_busy_worker_loses_its_task_to_the_redelivery_and_its_effect_is_refused(
+    redis_url: str,  # first: torn down after the workers
+    children: Children,
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    unique_topic: Callable[..., str],
+) -> None:
+    """Alive but slow, real workers: alpha runs an acks_late task and is busy
+    for 12 s in a call that holds the GIL (no SIGSTOP: it keeps running, but
+    its lease keeper cannot renew); after the 3 s visibility timeout Redis
+    redelivers the message to beta while alpha still runs; beta takes the
+    lease at epoch 2 and commits; alpha comes out of its call, its owner
+    refuses the publish (nothing attempted, effect_rejected lease_lost), the
+    task fails with StaleOwner; the ledger holds only epoch 2's row and the
+    detector reports alpha's stale_attempt, sink rejected."""
+    from streams.core.records import EventType
+    from streams.core.validate import parse_event
+    from streams.kafka.reader import iter_topic
+
+    topic = unique_topic()
+    env = _env(redis_url, kafka_bootstrap, topic, tmp_path)
+    alpha = _worker(children, tmp_path, "alpha", {**env, "FENCEWATCH_BUSY_S": "12"})
+    client = Celery("client", broker=redis_url)
+    task_id = client.send_task("celery_app.export_report", args=[DAY, 1], queue="exports").id
+    first = wait_step(children, "alpha", "working", 90)
+    assert first["epoch"] == 1 and first["task_id"] == task_id
+
+    _worker(children, tmp_path, "beta", env)
+    seen = steps_until(children, "beta", "effect", 90)
+    assert seen[-1][1]["status"] == "committed" and seen[-1][1]["epoch"] == 2
+    second = next(doc for name, doc in seen if name == "beta" and doc["step"] == "working")
+    assert (second["task_id"], second["epoch"]) == (task_id, 2)
+    # The redelivery reached beta while alpha was still inside its task: alpha
+    # has not come out of its busy call, and its process was never stopped.
+    assert not any(name == "alpha" for name, _ in seen), seen
+    assert alpha.proc.poll() is None
+
+    rest = steps_until(children, "alpha", "stale", 60)
+    assert [doc["step"] for name, doc in rest if name == "alpha"] == ["busy_done", "stale"]
+    stale = rest[-1][1]
+    assert stale["epoch"] == 1 and stale["current_epoch"] == 2
+    assert "lease lost" in stale["reason"]
+    assert wait_step(children, "alpha", "task_done", 30)["state"] == "FAILURE"
+    client.close()
+
+    assert _ledger_rows(tmp_path, first["key"]) == [(f"publish report {DAY}", 2)]
+    found = _findings(kafka_bootstrap, topic)
+    assert ("stale_attempt", 1, "alpha", "rejected") in found
+    assert not any(kind == "stale_commit" for kind, *_ in found)
+    # The evidence of alpha's refused publish: stamped after epoch 2, not attempted.
+    events = [parse_event(v, key=k) for k, v, _p, _o in iter_topic(kafka_bootstrap, topic) if v]
+    alpha_effects = [e for e in events if e.epoch == 1 and e.effect_key is not None]
+    assert [(e.type, (e.attrs or {}).get("reason")) for e in alpha_effects] == [
+        (EventType.EFFECT_REJECTED, "lease_lost")
+    ]
+    assert alpha_effects[0].seq is not None and alpha_effects[0].sink == "ledger"
 
 
 def test_a_copy_that_finds_the_lease_held_retries_instead_of_running(

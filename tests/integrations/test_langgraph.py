@@ -1,6 +1,6 @@
 """LangGraph under an owner epoch: two real worker processes on one thread
 (real langgraph, real SQLite checkpointer, real broker), the first frozen
-with SIGSTOP past its lease inside its effect node."""
+with SIGSTOP past its lease inside its effect, after its owner's checks."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ THREAD = "report-2026-07-26"
 TTL = 1.5
 
 
-def _worker(children: Children, tmp: Path, name: str, topic: str, bootstrap: str, tool: float):
+def _worker(children: Children, tmp: Path, name: str, topic: str, bootstrap: str, send: float):
     argv = [
         sys.executable,
         str(EXAMPLE),
@@ -40,8 +40,8 @@ def _worker(children: Children, tmp: Path, name: str, topic: str, bootstrap: str
         name,
         "--ttl",
         str(TTL),
-        "--tool-seconds",
-        str(tool),
+        "--send-seconds",
+        str(send),
     ]
     return children.start(
         name, argv, log_path=tmp / f"{name}.log", lines=children.lines, death_signal=signal.SIGKILL
@@ -51,23 +51,27 @@ def _worker(children: Children, tmp: Path, name: str, topic: str, bootstrap: str
 def test_stale_graph_worker_is_fenced_and_the_findings_show_the_rejected_attempt(
     children: Children, tmp_path: Path, kafka_bootstrap: str, unique_topic: Callable[..., str]
 ) -> None:
-    """alpha is frozen inside `publish` past its lease; beta resumes the thread
-    from the checkpoint and publishes at epoch 2; alpha wakes, the fence refuses
-    its publish (exit 3), and the detector reports stale_attempt, sink rejected."""
+    """alpha is frozen past its lease while sending `publish` (its owner's
+    checks and stamp already passed); beta resumes the thread from the
+    checkpoint and publishes at epoch 2, then runs the deferrable `index`;
+    alpha wakes, the ledger's compare-and-set refuses its publish (exit 3),
+    and the detector reports stale_attempt, sink rejected."""
     topic = unique_topic()
-    alpha = _worker(children, tmp_path, "alpha", topic, kafka_bootstrap, tool=4)
-    wait_step(children, "alpha", "tool_call", 60)
+    alpha = _worker(children, tmp_path, "alpha", topic, kafka_bootstrap, send=4)
+    assert wait_step(children, "alpha", "sending", 60)["epoch"] == 1
     pause_between_transactions(alpha, tmp_path / "fences.db", tmp_path / "graph.db")
-    beta = _worker(children, tmp_path, "beta", topic, kafka_bootstrap, tool=0)
+    beta = _worker(children, tmp_path, "beta", topic, kafka_bootstrap, send=0)
     done = wait_step(children, "beta", "done", 60)
     assert beta.wait(30) == 0, beta.tail()
     assert done["published_by"] == "beta"
     # beta did not redo `gather`: it resumed alpha's thread from its checkpoint.
-    assert done["log"] == ["gather@1", "publish@2"]
+    assert done["log"] == ["gather@1", "publish@2", "index@2"]
     alpha.resume()
     stale = wait_step(children, "alpha", "stale", 60)
     assert alpha.wait(30) == 3, alpha.tail()
-    assert stale["current_epoch"] == 2 and "stale_epoch" in stale["reason"]
+    # Refused by the destination itself, not by alpha's owner.
+    assert stale["current_epoch"] == 2 and "ledger refused" in stale["reason"]
+    assert "stale_epoch" in stale["reason"]
 
     db = open_database(f"sqlite:///{tmp_path / 'fences.db'}")
     try:

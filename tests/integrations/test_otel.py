@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from streams.cli import main
 from streams.core.records import Event
+from streams.errors import LeaseLost
 from streams.fences import FencedSink, SqlLeaseStore, open_database
 from streams.integrations import otel
 from streams.integrations.otel import OtlpJsonFileExporter, OwnershipSpanProcessor
@@ -71,36 +72,52 @@ def memory_tracer() -> Iterator[tuple[Any, InMemorySpanExporter]]:
 def test_sdk_puts_the_ownership_identity_on_the_current_span(
     memory_tracer: Any, kafka_bootstrap: str, unique_topic: Callable[..., str], tmp_path: Path
 ) -> None:
-    """With instrument(), every reported event sets workflow key, owner epoch,
-    worker id (and effect key) on the current span, plus a span event with seq."""
+    """With instrument(), every event an owner reports sets workflow key, owner
+    epoch, worker id (and effect key) on the current span, plus a span event
+    with seq and the effect's risk; a lost owner's refused effect shows as
+    effect_rejected with reason lease_lost."""
     tracer, exporter = memory_tracer
     db = open_database(f"sqlite:///{tmp_path / 'f.db'}")
     leases, sink = SqlLeaseStore(db), FencedSink(db, name="ledger")
     topic = unique_topic()
     with OwnershipReporter(
         ReporterSettings(kafka_bootstrap, "alpha", topic=topic), leases=leases
-    ) as r:
-        lease = leases.acquire(KEY, "alpha", ttl=30)
+    ) as r, r.own(KEY, ttl=30) as owner:
         with tracer.start_as_current_span("checkpoint"):
-            r.progress(KEY, lease.epoch)
+            owner.progress()
         with tracer.start_as_current_span("publish"):
-            r.apply_effect(sink, KEY, lease.epoch, "release-index", b"x")
-        r.progress(KEY, lease.epoch)  # no current span: nothing to annotate, no error
+            owner.effect(sink, "release-index", b"x", risk="irreversible")
+        r.progress(KEY, owner.epoch)  # no current span: nothing to annotate, no error
+        # beta takes over (alpha's lease let go under it); a checkpoint tells alpha.
+        leases.release(KEY, owner.epoch, "alpha")
+        leases.acquire(KEY, "beta", ttl=30)
+        assert owner.progress() is False and owner.lost.is_set()
+        with tracer.start_as_current_span("late"), pytest.raises(LeaseLost):
+            owner.effect(sink, "late-index", b"y", risk="deferrable")
     db.close()
     spans = {s.name: s for s in exporter.get_finished_spans()}
     assert dict(spans["checkpoint"].attributes or {}) == {
         "fencewatch.workflow_key": KEY,
-        "fencewatch.owner_epoch": lease.epoch,
+        "fencewatch.owner_epoch": owner.epoch,
         "fencewatch.worker_id": "alpha",
     }
     pub = spans["publish"]
     assert (pub.attributes or {})["fencewatch.effect_key"] == "release-index"
-    assert (pub.attributes or {})["fencewatch.owner_epoch"] == lease.epoch
+    assert (pub.attributes or {})["fencewatch.owner_epoch"] == owner.epoch
     assert "fencewatch.event" not in (pub.attributes or {})  # the SDK already published it
     names = [e.name for e in pub.events]
     assert names == ["fencewatch.effect_attempted", "fencewatch.effect_committed"]
+    assert (pub.events[0].attributes or {})["fencewatch.risk"] == "irreversible"
     seqs = [e.attributes["fencewatch.seq"] for e in pub.events]  # type: ignore[index]
     assert seqs == sorted(seqs) and len(set(seqs)) == 2
+    (refused,) = spans["late"].events
+    assert refused.name == "fencewatch.effect_rejected"
+    assert {k: v for k, v in (refused.attributes or {}).items() if k != "fencewatch.seq"} == {
+        "fencewatch.owner_epoch": owner.epoch,
+        "fencewatch.risk": "deferrable",
+        "fencewatch.receipt": "not_attempted",
+        "fencewatch.reason": "lease_lost",
+    }
 
 
 def test_span_processor_forwards_evidence_spans_to_kafka_and_the_detector_sees_the_split_brain(

@@ -46,7 +46,8 @@ def assert_exactly_once_and_audit(h: Any) -> dict[str, dict[str, Any]]:
 @pytest.mark.timeout(90)
 def test_reference_fixture_gives_four_findings_and_nothing_else(live: Live) -> None:
     """The SPEC §5 fixture through the broker yields exactly the audit's four
-    findings on export-ledger, with headers, nothing in the DLQ, and metrics."""
+    findings on export-ledger (each with confidence), with headers, nothing in
+    the DLQ, and metrics."""
     h = live(partitions=3)
     w = h.start()
     w.wait_ready()
@@ -60,6 +61,8 @@ def test_reference_fixture_gives_four_findings_and_nothing_else(live: Live) -> N
         ("stale_commit", 8),
     ]
     assert {d["workflow_key"] for d in latest.values()} == {"export-ledger"}
+    # SPEC §4 confidence on every live finding (all evidence stamped: high).
+    assert {d["confidence"] for d in latest.values()} == {"high"}
     for key, value, headers in h.read_with_headers(h.findings):
         doc = json.loads(value)
         assert key == b"export-ledger"

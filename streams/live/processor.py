@@ -102,7 +102,7 @@ class OutRecord(msgspec.Struct, frozen=True, gc=False):
     A frozen msgspec Struct, not a frozen dataclass, for the reason
     :class:`~streams.core.findings.Finding` is one: two or three are built
     per event, and a frozen dataclass's ``__init__`` (``object.__setattr__``
-    per field) took ~0.9 us of the ~1 us each cost (docs/performance.md)."""
+    per field) was most of each one's cost (figures in docs/performance.md)."""
 
     topic: str
     key: bytes | None

@@ -69,7 +69,7 @@ class LiveSettings:
     exactly_once: bool = True
     #: Seconds between transaction commits. A finding is visible to
     #: read_committed consumers only when its transaction commits, so this
-    #: bounds alerting latency (0.1 s: p99 223-248 ms at 2,000 events/s,
+    #: bounds alerting latency (the measured p99 at 0.1 s is in
     #: docs/live.md); lower means more transactions on the brokers (each
     #: commit is a few round trips per partition), with no throughput cost
     #: measured between 0.05 and 0.2 s.

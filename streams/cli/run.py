@@ -92,7 +92,7 @@ _SETTING_ARGS = (
 
 def _run(args: argparse.Namespace) -> int:
     from streams.errors import FencewatchError
-    from streams.kafka.connection import check_reachable
+    from streams.kafka.admin import TopicAdmin
     from streams.kafka.logs import configure_client_logs
     from streams.live.runner import run_worker
     from streams.live.settings import SettingsError, prepare_local_state, settings_from_env
@@ -110,8 +110,10 @@ def _run(args: argparse.Namespace) -> int:
     )
     configure_client_logs(settings.log_level)
     try:
-        # An unreachable broker is the one line this command prints.
-        check_reachable(settings.kafka)
+        # An unreachable broker, or one that accepts TCP and never answers,
+        # is the one line this command prints (the admin client probes TCP,
+        # then asks for metadata, within the connect timeout).
+        TopicAdmin(settings.kafka)
         print(f"fencewatch run: local state in {state}", file=sys.stderr)
         return run_worker(settings)
     except FencewatchError as exc:

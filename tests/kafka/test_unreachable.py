@@ -67,7 +67,7 @@ def test_refused_connection_is_one_line_naming_address_and_cause(
     assert proc.stdout == ""
 
 
-@pytest.mark.parametrize("command", ["audit --topic", "topics create"])
+@pytest.mark.parametrize("command", ["audit --topic", "run", "topics create"])
 def test_silent_broker_fails_within_the_connect_timeout(
     command: str, silent_port: int, tmp_path: Path
 ) -> None:

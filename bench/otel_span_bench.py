@@ -10,6 +10,9 @@ In one process and one run, against the real broker (``KAFKA_BOOTSTRAP``):
   during the timed loop (it competes for the GIL, which is part of the cost);
   the queue is sized so nothing is dropped, and drops are reported.
   The same for plain spans (no ``fencewatch.event``: only the attribute check).
+  Each measurement with the processor is drained (untimed) before the next
+  one, so none pays for forwarding another's spans; what an evidence
+  measurement left queued at its end is reported.
 * **events per second forwarded**: a burst of finished evidence spans handed
   to ``on_end`` (recorded beforehand, so span creation is not in the figure),
   timed until the reporter's flush confirms every event, against the same
@@ -30,6 +33,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -62,6 +66,38 @@ def _spans(provider: TracerProvider, n: int, evidence: bool) -> float:
     return time.perf_counter() - t0
 
 
+Measure = Callable[[TracerProvider, int, bool], float]
+
+
+def timed_rounds(
+    bare: TracerProvider,
+    with_proc: TracerProvider,
+    proc: OwnershipSpanProcessor,
+    n: int,
+    rounds: int,
+    measure: Measure = _spans,
+) -> tuple[dict[tuple[str, bool], list[float]], list[int]]:
+    """Seconds per measurement of ``n`` spans, by (provider, evidence), and the
+    spans still queued when each evidence measurement with the processor ended.
+
+    Every measurement with the processor is drained (untimed) before the next
+    one starts: no measurement pays for forwarding another one's spans (the
+    bare plain spans used to run while the forwarder drained the evidence
+    spans just before them). The bare/processor order alternates by round."""
+    times: dict[tuple[str, bool], list[float]] = {}
+    backlog: list[int] = []
+    pair = (("bare", bare), ("proc", with_proc))
+    for r in range(rounds):
+        for evidence in (True, False):
+            for name, provider in pair if r % 2 == 0 else pair[::-1]:
+                times.setdefault((name, evidence), []).append(measure(provider, n, evidence))
+                if name == "proc":
+                    if evidence:
+                        backlog.append(proc.stats().queued)
+                    proc.force_flush(60_000)
+    return times, backlog
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spans", type=int, default=5000)
@@ -85,12 +121,7 @@ def main() -> int:
         _spans(with_proc, n // 10, True)
         proc.force_flush(60_000)
 
-        times: dict[tuple[str, bool], list[float]] = {}
-        for _ in range(args.rounds):
-            for evidence in (True, False):
-                for name, provider in (("bare", bare), ("proc", with_proc)):
-                    times.setdefault((name, evidence), []).append(_spans(provider, n, evidence))
-                proc.force_flush(60_000)  # untimed: drain between rounds
+        times, backlog = timed_rounds(bare, with_proc, proc, n, args.rounds)
 
         # Forwarding rate: a burst, until Kafka acknowledged every event.
         rates_fw, rates_direct = [], []
@@ -132,6 +163,9 @@ def main() -> int:
             f"median of {args.rounds} rounds of {n:,} spans; overhead "
             f"{proc_us - bare_us:+.2f} us/span; dropped {stats.dropped}, failed {stats.failed}"
         )
+        if evidence:
+            # Forwarded after the timed loop (drained untimed before the next one).
+            note += f"; still queued at the loop's end: median {statistics.median(backlog):,.0f}"
         print(f"{label}: {bare_us:.2f} us/span bare, {proc_us:.2f} with the processor ({note})")
         figures.append(
             Figure(

@@ -217,6 +217,13 @@ def _nanos(value: Any) -> int | None:
     return None
 
 
+def _hex_id(value: Any) -> str | None:
+    """A trace or span id in one spelling: OTLP/JSON ids are case-insensitive
+    hex (the spec's own example is upper case, the collector and the Python
+    SDK write lower case), and the default event id is built from them."""
+    return value.lower() if isinstance(value, str) and value else None
+
+
 def read_otlp_line(line: bytes) -> list[OtlpSpan | InvalidSpan]:
     """The spans of one OTLP/JSON ``TracesData`` line (``resourceSpans`` →
     ``scopeSpans`` → ``spans``), in file order. A span whose attributes cannot
@@ -241,14 +248,14 @@ def read_otlp_line(line: bytes) -> list[OtlpSpan | InvalidSpan]:
                     continue
                 raw_name = sp.get("name")
                 name = raw_name if isinstance(raw_name, str) else "?"
-                span_id = sp.get("spanId") if isinstance(sp.get("spanId"), str) else None
+                span_id = _hex_id(sp.get("spanId"))
                 try:
                     attrs = _attributes(sp.get("attributes"))
                 except InvalidSpan as exc:
                     where = f"span {name!r}" + (f" ({span_id})" if span_id else "")
                     out.append(InvalidSpan(None, f"{where}: {exc.reason}"))
                     continue
-                trace_id = sp.get("traceId") if isinstance(sp.get("traceId"), str) else None
+                trace_id = _hex_id(sp.get("traceId"))
                 out.append(
                     OtlpSpan(name, trace_id, span_id, _nanos(sp.get("endTimeUnixNano")), attrs)
                 )

@@ -319,3 +319,26 @@ def test_the_otel_example_writes_a_trace_file_the_audit_flags(
     assert [(f["kind"], f["sink_outcome"]) for f in doc["findings"]] == [
         ("stale_attempt", "rejected")
     ]
+
+
+def test_audit_otlp_ids_are_case_insensitive_hex(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same spans exported once with upper-case ids (as in the OTLP/JSON
+    spec's example) and once with lower-case ids (the collector, the SDK) are
+    one set of events: the second copy is dropped as redelivered, even without
+    fencewatch.seq."""
+    line = json.loads(json.dumps(COLLECTOR_LINE))
+    (first, *_) = line["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    line["resourceSpans"][0]["scopeSpans"][0]["spans"] = [first]
+    upper = json.loads(json.dumps(line))
+    span = upper["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["traceId"], span["spanId"] = span["traceId"].upper(), span["spanId"].upper()
+    assert span["traceId"] != first["traceId"]
+    (tmp_path / "lower.jsonl").write_text(json.dumps(line) + "\n")
+    (tmp_path / "upper.jsonl").write_text(json.dumps(upper) + "\n")
+    argv = ["audit", "--format", "json"]
+    argv += ["--otlp", str(tmp_path / "upper.jsonl"), "--otlp", str(tmp_path / "lower.jsonl")]
+    assert main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert (summary["events"], summary["redeliveries_dropped"], summary["invalid"]) == (2, 1, 0)

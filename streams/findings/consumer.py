@@ -177,6 +177,8 @@ class FindingsConsumer:
         self.settings = settings
         self.stats = ConsumerStats()
         self._tracker = RevisionTracker(settings.max_tracked)
+        #: Bounded reads: finding id -> a newer revision the filter refused.
+        self._superseded: dict[str, int] = {}
         self._positions = _Positions()
         self._acks: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
         self._committed: dict[int, int] = {}
@@ -239,6 +241,13 @@ class FindingsConsumer:
             return None
         if not self.settings.filter.accepts(finding):
             st.filtered += 1
+            if not self.settings.follow:
+                # A newer revision outside the filter (a duplicate_commit that
+                # escalated to conflicting_commit, under --kind) supersedes
+                # the one delivered: latest() must not show that older one.
+                prev = self._tracker.previous(finding.finding_id)
+                if prev is not None and finding.revision > prev:
+                    self._superseded[finding.finding_id] = finding.revision
             return None
         new, previous = self._tracker.offer(finding.finding_id, finding.revision)
         st.forgotten = self._tracker.forgotten
@@ -309,9 +318,11 @@ class FindingsConsumer:
                 yield d
 
     def latest(self, *, max_findings: int = DEFAULT_MAX_FINDINGS) -> list[Finding]:
-        """A bounded read's latest revision of each finding, in arrival order
-        of each finding's first record. Raises :class:`TooManyFindings` past
-        ``max_findings`` distinct ids (rather than forget some)."""
+        """A bounded read's latest revision of each finding that the filter
+        accepts (the filter applies to the latest revision: a finding whose
+        newer revision changed kind out of ``kinds`` is left out), in arrival
+        order of each finding's first record. Raises :class:`TooManyFindings`
+        past ``max_findings`` distinct ids (rather than forget some)."""
         if self.settings.follow:
             raise ValueError("latest() needs a bounded read (follow=False)")
         held: dict[str, Finding] = {}
@@ -325,7 +336,8 @@ class FindingsConsumer:
             # Past the tracker's bound an older revision may come through again.
             if cur is None or d.finding.revision > cur.revision:
                 held[d.finding.finding_id] = d.finding
-        return list(held.values())
+        gone = self._superseded
+        return [f for f in held.values() if f.revision > gone.get(f.finding_id, 0)]
 
     # -- lifecycle ------------------------------------------------------------
 

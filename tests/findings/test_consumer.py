@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
 import pytest
 
+from streams.cli import main
+from streams.core.findings import Finding
 from streams.core.records import Kind, Severity
+from streams.core.replay import Replay
 from streams.findings import (
     ONLY_NEW,
     Delivery,
@@ -131,3 +135,47 @@ def test_since_starts_at_the_first_record_at_or_after_the_time(
     produce_findings(kafka_bootstrap, topic, [late])
     with FindingsConsumer(FindingsSettings(kafka_bootstrap, topic, start=Since(cut))) as c:
         assert [f.finding_id for f in c.latest()] == [late.finding_id]
+
+
+def _escalation_findings() -> list[Finding]:
+    """Every revision emitted for a duplicate commit (same owner) that a stale
+    commit of the same effect turns into a conflicting commit (one id)."""
+    events = [
+        ("lease_acquired", 1, "a", None), ("effect_committed", 1, "a", "charge-1"),
+        ("effect_committed", 1, "a", "charge-1"), ("lease_acquired", 2, "b", None),
+        ("effect_committed", 2, "b", "charge-1"), ("effect_committed", 1, "a", "charge-1"),
+    ]  # fmt: skip
+    r = Replay()
+    out: list[Finding] = []
+    for seq, (kind, epoch, worker, effect) in enumerate(events, start=1):
+        doc = {"type": kind, "workflow_key": "pay", "epoch": epoch, "worker_id": worker, "seq": seq}
+        if effect is not None:
+            doc |= {"effect_key": effect, "sink": "bank"}
+        out.extend(r.feed(json.dumps(doc).encode(), offset=seq, source="t"))
+    return out
+
+
+def test_a_kind_filter_applies_to_the_latest_revision_of_a_bounded_read(
+    kafka_bootstrap: str, findings_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A duplicate_commit escalated to conflicting_commit is not under --kind duplicate_commit."""
+    findings = _escalation_findings()
+    latest = {f.finding_id: f for f in findings}  # revisions arrive in order
+    escalated = [fid for fid, f in latest.items() if f.kind is Kind.CONFLICTING_COMMIT]
+    # The premise: one id was a duplicate_commit at an earlier revision.
+    assert any(f.kind is Kind.DUPLICATE_COMMIT and f.finding_id in escalated for f in findings)
+    topic = findings_topic(findings, partitions=1)
+
+    def read(kind: Kind) -> list[tuple[str, int]]:
+        flt = FindingFilter(kinds=frozenset({kind}))
+        with FindingsConsumer(FindingsSettings(kafka_bootstrap, topic, filter=flt)) as c:
+            return [(f.finding_id, f.revision) for f in c.latest()]
+
+    def expected(kind: Kind) -> list[tuple[str, int]]:
+        return [(fid, f.revision) for fid, f in latest.items() if f.kind is kind]
+
+    for kind in (Kind.DUPLICATE_COMMIT, Kind.CONFLICTING_COMMIT, Kind.STALE_COMMIT):
+        assert read(kind) == expected(kind), kind
+    args = ["findings", "--bootstrap-servers", kafka_bootstrap, "--topic", topic]
+    assert main([*args, "--kind", "duplicate_commit", "--format", "jsonl"]) == 0
+    assert capsys.readouterr().out == ""

@@ -356,23 +356,42 @@ def _run_topic(
     if stop:
         report()
     if n and replay.invalid_count == replay.records and not interrupt.requested:
-        _not_a_findings_topic(args, first, n)
+        _not_an_events_topic(args, conn.bootstrap_servers, first, n)
 
 
-def _not_a_findings_topic(args: argparse.Namespace, first: bytes | None, n: int) -> None:
-    """Records and no valid event, the first one a finding: someone pointed
-    the audit at the findings topic; say which command reads it."""
+def _not_an_events_topic(
+    args: argparse.Namespace, bootstrap: str, first: bytes | None, n: int
+) -> None:
+    """Records and no valid event, the first one a finding or a status
+    record: someone pointed the audit at fencewatch's own output; say what
+    the topic holds and which command reads it."""
     from streams.findings.select import NotAFinding, decode_finding
 
     try:
         decode_finding(first)
+        holds, command = "findings", "findings"
     except NotAFinding:
-        return
+        if not _is_status_record(first):
+            return
+        holds, command = "per-workflow status records (SPEC §8)", "status"
     raise _Unreadable(
-        f"topic {args.topic}: no valid event in {n} record{'s' if n != 1 else ''}, "
-        f"they are findings: this is a findings topic: use fencewatch findings "
-        f"--bootstrap-servers {args.bootstrap_servers} --topic {args.topic}"
+        f"topic {args.topic} holds {holds}, not events ({n} record{'s' if n != 1 else ''}, "
+        f"no valid event): read it with fencewatch {command} --bootstrap-servers {bootstrap} "
+        f"--topic {args.topic}"
     )
+
+
+def _is_status_record(value: bytes | None) -> bool:
+    import orjson
+
+    from streams.core.status import WorkflowStatus
+
+    try:
+        doc = orjson.loads(value or b"")
+        WorkflowStatus.from_dict(doc)
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError):
+        return False
+    return True
 
 
 def _run_otlp(replay: Replay, args: argparse.Namespace) -> None:

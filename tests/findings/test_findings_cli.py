@@ -154,12 +154,35 @@ def test_status_prints_worst_first_last_record_per_key_wins(
 def test_audit_of_a_findings_topic_points_to_fencewatch_findings(
     kafka_bootstrap: str, findings_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`audit --topic` on findings: exit 2, one line saying it is a findings topic."""
+    """`audit --topic` on findings: exit 2, one line saying it holds findings, not events."""
     topic = findings_topic()
     rc = main(["audit", "--topic", topic, "--bootstrap-servers", kafka_bootstrap])
     err = capsys.readouterr().err
     assert rc == 2
-    assert "this is a findings topic: use fencewatch findings" in err
+    assert f"topic {topic} holds findings, not events" in err
+    assert f"fencewatch findings --bootstrap-servers {kafka_bootstrap} --topic {topic}" in err
+    assert err.count("\n") == 1
+
+
+def test_audit_of_a_status_topic_points_to_fencewatch_status(
+    kafka_bootstrap: str,
+    unique_topic: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`audit --topic` on status records: exit 2, one line naming fencewatch status and the
+    broker, also when the address comes from FENCEWATCH_BOOTSTRAP_SERVERS."""
+    from confluent_kafka import Producer
+
+    topic = unique_topic(1, prefix="status", config={"cleanup.policy": "compact"})
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    p.produce(topic, _status("wf/s", "critical", 1), key=b"wf/s")
+    assert p.flush(30) == 0
+    monkeypatch.setenv("FENCEWATCH_BOOTSTRAP_SERVERS", kafka_bootstrap)
+    assert main(["audit", "--topic", topic]) == 2
+    err = capsys.readouterr().err
+    assert f"topic {topic} holds per-workflow status records (SPEC §8), not events" in err
+    assert f"fencewatch status --bootstrap-servers {kafka_bootstrap} --topic {topic}" in err
     assert err.count("\n") == 1
 
 

@@ -258,6 +258,27 @@ class LiveHarness:
             r.feed(value or b"", key=key, offset=offset, source=f"{self.events}/{partition}")
         return {k: s.content() for k, s in status_from_replay(r.states, r.latest.values()).items()}
 
+    def cli_audit_health(self) -> dict[str, dict[str, list[str]]]:
+        """Per workflow, the finding ids open and cleared in the health view
+        of ``fencewatch audit --topic EVENTS --format json`` (the CLI itself)."""
+        import contextlib
+        import io
+
+        from streams.cli import main
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            rc = main(
+                ["audit", "--topic", self.events, "--bootstrap-servers", self.bootstrap,
+                 "--format", "json", "--fail-on", "never"]
+            )  # fmt: skip
+        assert rc == 0, rc
+        health: dict[str, dict[str, list[str]]] = {}
+        for h in json.loads(out.getvalue())["health"]:
+            by = health.setdefault(h["workflow_key"], {"open": [], "cleared": []})
+            by[h["status"]].append(h["finding_id"])
+        return {k: {s: sorted(ids) for s, ids in v.items()} for k, v in health.items()}
+
     def live_status(self) -> dict[str, dict[str, Any]]:
         """The status topic as compaction leaves it: latest record per key
         (a key's records are in one partition, in offset order)."""

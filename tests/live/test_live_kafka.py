@@ -27,6 +27,13 @@ def assert_status_equals_audit(h: Any) -> None:
         se["last_seen_ms"] is not None for doc in live.values() for se in doc["stale_epochs"]
     )
     assert {k: WorkflowStatus.from_dict(v).content() for k, v in live.items()} == h.audit_status()
+    # ... and its open/cleared lists are the health `fencewatch audit --topic` prints.
+    live_health = {
+        k: {s: sorted(f["finding_id"] for f in doc[s]) for s in ("open", "cleared")}
+        for k, doc in live.items()
+        if doc["open"] or doc["cleared"]
+    }
+    assert live_health == h.cli_audit_health()
 
 
 def assert_exactly_once_and_audit(h: Any) -> dict[str, dict[str, Any]]:

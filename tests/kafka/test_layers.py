@@ -1,41 +1,155 @@
-"""The layer table: only the Kafka layer and the faust seam import a Kafka client."""
+"""The layer table: what each package may import, and that only the Kafka layer
+and the faust seam import a Kafka client (as tests/core/test_purity.py does for
+the core alone)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-STREAMS = Path(__file__).resolve().parents[2] / "streams"
+ROOT = Path(__file__).resolve().parents[2]
+STREAMS = ROOT / "streams"
 
 CLIENT_LIBRARIES = {"confluent_kafka", "aiokafka", "kafka", "faust", "mode"}
-# Which packages under streams/ may import a Kafka client library.
+# Which packages may import a Kafka client library: the Kafka layer and the
+# faust seam (streams/live, whose reaches into faust internals sit in
+# faust_seam.py: tests/live/test_faust_seam.py).
 ALLOWED = {"kafka", "live"}
+
+# The layer table: every package under streams/ (a top-level module as
+# ``<name>``, the root package as ``<streams>``) and the public ``fencewatch``
+# package, with the project packages it may import. A package missing here
+# fails the test below, so a new one is placed in the table deliberately.
+_BASE = {"core", "<errors>"}
+LAYERS: dict[str, set[str]] = {
+    "core": set(),
+    "<streams>": set(),
+    "<_native>": set(),
+    "<fixtures>": set(),
+    "<schemas>": set(),
+    "<errors>": {"core"},
+    "<extras>": {"core"},
+    "kafka": _BASE,
+    "report": {"core"},
+    "fences": _BASE | {"kafka"},
+    "findings": _BASE | {"kafka"},
+    "live": _BASE | {"kafka"},
+    "sdk": _BASE | {"kafka", "fences"},
+    "integrations": _BASE | {"<extras>", "kafka", "fences", "sdk"},
+    "demo": _BASE | {"<fixtures>", "kafka", "fences", "live", "report", "sdk"},
+    "cli": _BASE
+    | {"<streams>", "<_native>", "<extras>", "<fixtures>", "<schemas>"}
+    | {"kafka", "fences", "findings", "live", "report", "sdk", "demo", "integrations"},
+    "<__main__>": {"cli"},
+    "fencewatch": _BASE | {"<streams>", "<extras>", "kafka", "fences", "findings", "sdk"},
+}
+
+
+def _sources() -> list[Path]:
+    return sorted([*STREAMS.rglob("*.py"), *(ROOT / "fencewatch").rglob("*.py")])
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any depth (functions, TYPE_CHECKING too)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            if node.module == "streams":  # ``from streams import errors``: a module each
+                names.update(f"streams.{a.name}" for a in node.names)
+    return names
 
 
 def _imported_roots(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    roots: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots.update(a.name.split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
+    return {name.split(".")[0] for name in _imports(path)}
 
 
-def _package(path: Path) -> str:
-    rel = path.relative_to(STREAMS)
-    return rel.parts[0] if len(rel.parts) > 1 else f"<{rel.name}>"
+def _package(path: Path, root: Path = ROOT) -> str:
+    if path.is_relative_to(root / "fencewatch"):
+        return "fencewatch"
+    rel = path.relative_to(root / "streams")
+    if len(rel.parts) > 1:
+        return rel.parts[0]
+    return "<streams>" if rel.name == "__init__.py" else f"<{rel.stem}>"
+
+
+def _unit(module: str, root: Path = ROOT) -> str | None:
+    """The layer-table entry a ``streams...``/``fencewatch...`` module belongs to."""
+    parts = module.split(".")
+    if parts[0] == "fencewatch":
+        return "fencewatch"
+    if parts[0] != "streams":
+        return None
+    if len(parts) == 1:
+        return "<streams>"
+    if (root / "streams" / parts[1]).is_dir():
+        return parts[1]
+    if (root / "streams" / f"{parts[1]}.py").is_file():
+        return f"<{parts[1]}>"
+    return None  # ``from streams import __version__``: a name, not a module
+
+
+def _layer_violations(
+    files: list[Path], layers: dict[str, set[str]], root: Path = ROOT
+) -> list[str]:
+    out = []
+    for path in files:
+        own = _package(path, root)
+        where = path.relative_to(root)
+        if own not in layers:
+            out.append(f"{where}: package {own!r} is not in the layer table")
+            continue
+        for name in sorted(_imports(path)):
+            unit = _unit(name, root)
+            if unit is not None and unit != own and unit not in layers[own]:
+                out.append(f"{where}: {own} imports {name} ({unit})")
+    return out
+
+
+def test_every_package_imports_only_what_the_layer_table_allows() -> None:
+    """Each package under streams/ and fencewatch/ is in the table and imports only the
+    project packages its row lists; the table names no package that is gone and has no circle."""
+    files = _sources()
+    present = {_package(p) for p in files}
+    # The walk really covers every package (a moved tree would make this pass vacuously).
+    assert {"cli", "core", "demo", "fences", "kafka", "live", "fencewatch"} <= present
+    assert _layer_violations(files, LAYERS) == []
+    assert set(LAYERS) == present
+
+    def reaches(start: str, target: str, seen: frozenset[str] = frozenset()) -> bool:
+        return any(
+            d == target or (d not in seen and reaches(d, target, seen | {d})) for d in LAYERS[start]
+        )
+
+    assert [name for name in LAYERS if reaches(name, name)] == []
+
+
+def test_the_layer_table_check_fails_on_an_upward_import(tmp_path: Path) -> None:
+    """A function-level import of the SDK (above it) in a kafka-layer module is reported,
+    and so is a package the table does not know."""
+    for package in ("kafka", "sdk"):
+        (tmp_path / "streams" / package).mkdir(parents=True)
+    probe = tmp_path / "streams" / "kafka" / "probe.py"
+    probe.write_text("def f():\n    from streams.sdk.owner import Owner\n")
+    assert _layer_violations([probe], LAYERS, tmp_path) == [
+        "streams/kafka/probe.py: kafka imports streams.sdk.owner (sdk)"
+    ]
+    assert _layer_violations([probe], {}, tmp_path) == [
+        "streams/kafka/probe.py: package 'kafka' is not in the layer table"
+    ]
 
 
 def test_only_the_kafka_layer_and_the_faust_seam_import_kafka_clients() -> None:
-    """Outside streams/kafka and streams/live no module imports a Kafka client or faust."""
-    files = sorted(STREAMS.rglob("*.py"))
+    """Outside streams/kafka and streams/live no module (fencewatch/ included) imports a
+    Kafka client or faust."""
+    files = _sources()
     packages = {_package(p) for p in files}
-    # The walk really covers every package (a moved tree would make this pass vacuously).
     assert {"cli", "core", "demo", "fences", "kafka", "live", "report", "sdk"} <= packages
     offenders = [
-        f"{p.relative_to(STREAMS.parent)}: {sorted(_imported_roots(p) & CLIENT_LIBRARIES)}"
+        f"{p.relative_to(ROOT)}: {sorted(_imported_roots(p) & CLIENT_LIBRARIES)}"
         for p in files
         if _package(p) not in ALLOWED and _imported_roots(p) & CLIENT_LIBRARIES
     ]

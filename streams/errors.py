@@ -67,11 +67,19 @@ class EffectRefused(FencewatchError):
     destination. ``reason`` is ``store_unavailable`` (an ``irreversible``
     effect whose epoch the lease store could not confirm) or
     ``deferred_queue_full`` (a ``deferrable`` effect past the owner's bound);
-    ``detail`` names the underlying cause. ``evidence_error`` is set when the
-    refusal's evidence could not be handed to Kafka either."""
+    ``detail`` names the underlying cause. ``evidence_error`` is the error
+    that kept the refusal's evidence from Kafka too, if any."""
 
     def __init__(
-        self, key: str, epoch: int, effect_key: str, risk: str, reason: str, detail: str
+        self,
+        key: str,
+        epoch: int,
+        effect_key: str,
+        risk: str,
+        reason: str,
+        detail: str,
+        *,
+        evidence_error: FencewatchError | None = None,
     ) -> None:
         super().__init__(
             f"{risk} effect {effect_key!r} of {key!r} at epoch {epoch} was not attempted:"
@@ -83,7 +91,7 @@ class EffectRefused(FencewatchError):
         self.risk = risk
         self.reason = reason
         self.detail = detail
-        self.evidence_error: FencewatchError | None = None
+        self.evidence_error = evidence_error
 
 
 class LeaseHeld(FencewatchError):

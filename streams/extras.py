@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from streams.core.errors import FencewatchError
+
 __all__ = ["MissingExtra", "extra_for", "needs_extra"]
 
 # Top-level module -> the extra (pyproject.toml) that installs it.
@@ -34,7 +36,7 @@ _EXTRA_OF_MODULE: dict[str, str] = {
 }
 
 
-class MissingExtra(ModuleNotFoundError):
+class MissingExtra(FencewatchError, ModuleNotFoundError):
     """An optional dependency is not installed; the message names the extra.
 
     A ``ModuleNotFoundError`` still, so code that already tolerates a missing
@@ -47,6 +49,10 @@ class MissingExtra(ModuleNotFoundError):
             name=module,
         )
         self.extra = extra
+
+    def __reduce__(self) -> tuple[type[MissingExtra], tuple[str, str | None]]:
+        # Exceptions pickle their ``args``; this one's constructor takes two.
+        return (type(self), (self.extra, self.name))
 
 
 def extra_for(exc: ModuleNotFoundError) -> str | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from streams.fences.connect import open_database
 from streams.fences.db import Database, Tx
-from streams.fences.lease import EventPublisher, Lease, LeaseStore, Stamp
+from streams.fences.lease import EventPublisher, Lease, LeaseStore, LeaseUnpublished, Stamp
 from streams.fences.lease_sql import SqlLeaseStore
 from streams.fences.sink import AppliedEffect, EffectSink, FencedSink, Receipt, UnfencedSink
 from streams.fences.staged import DisplacedRow, Promotion, StagedSink
@@ -29,6 +29,7 @@ __all__ = [
     "FencedSink",
     "Lease",
     "LeaseStore",
+    "LeaseUnpublished",
     "Promotion",
     "Receipt",
     "SqlLeaseStore",

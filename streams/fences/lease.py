@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from streams.core.records import Event
+from streams.errors import BrokerError
 
 __all__ = [
     "MAX_KEY_CHARS",
@@ -21,6 +22,7 @@ __all__ = [
     "EventPublisher",
     "Lease",
     "LeaseStore",
+    "LeaseUnpublished",
     "Stamp",
     "check_lease_args",
 ]
@@ -51,9 +53,21 @@ class Stamp:
     current_epoch: int
 
 
+class LeaseUnpublished(BrokerError):
+    """The lease was granted but its ``lease_acquired`` event could not be
+    published: the lease (``lease``) is still held, so the caller can publish
+    the evidence again or release it. Message, ``code`` and ``retriable`` are
+    the publisher's :class:`~streams.errors.BrokerError` (``__cause__``)."""
+
+    def __init__(self, lease: Lease, cause: BrokerError) -> None:
+        super().__init__(str(cause), code=cause.code, retriable=cause.retriable)
+        self.lease = lease
+
+
 class EventPublisher(Protocol):
     """Where the lease store sends its ``lease_acquired`` events (the SDK's
-    :class:`~streams.sdk.OwnershipReporter` implements it)."""
+    :class:`~streams.sdk.OwnershipReporter` implements it). A failure to hand
+    an event on is a :class:`~streams.errors.BrokerError`."""
 
     def publish(self, event: Event) -> None: ...
 

@@ -13,9 +13,9 @@ import uuid
 from typing import Any
 
 from streams.core.records import MAX_INT63, Event, EventType
-from streams.errors import LeaseHeld, LeaseLost
+from streams.errors import BrokerError, LeaseHeld, LeaseLost
 from streams.fences.db import Database, Tx, check_prefix
-from streams.fences.lease import EventPublisher, Lease, Stamp, check_lease_args
+from streams.fences.lease import EventPublisher, Lease, LeaseUnpublished, Stamp, check_lease_args
 from streams.fences.schema import ensure_schema
 
 __all__ = ["SqlLeaseStore", "lock_lease_row"]
@@ -58,8 +58,10 @@ class SqlLeaseStore:
 
     ``publisher``, when given, receives a ``lease_acquired`` event after each
     acquisition commits (its ``seq`` is the acquisition's store revision). If
-    publishing raises, the lease is still held: the error propagates with the
-    lease attached as ``exc.lease`` so the caller can retry the evidence.
+    publishing fails, the lease is still held: the publisher's
+    :class:`~streams.errors.BrokerError` is raised as
+    :class:`~streams.fences.lease.LeaseUnpublished`, which carries the lease,
+    so the caller can retry the evidence.
     """
 
     def __init__(
@@ -99,9 +101,8 @@ class SqlLeaseStore:
             )
             try:
                 self.publisher.publish(event)
-            except Exception as exc:
-                exc.lease = lease  # type: ignore[attr-defined]
-                raise
+            except BrokerError as exc:
+                raise LeaseUnpublished(lease, exc) from exc
         return lease
 
     def renew(self, key: str, epoch: int, worker_id: str, ttl: float) -> Lease:

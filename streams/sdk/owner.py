@@ -387,9 +387,7 @@ class Owner:
     def _refuse(self, item: _Pending, reason: str, cause: StoreError | None) -> None:
         """Fail closed: publish why (no seq: the store did not answer) and raise."""
         detail = str(cause) if cause is not None else "the lease store did not answer"
-        error = EffectRefused(
-            self.key, self.epoch, item.effect_key, item.outcome.risk, reason, detail
-        )
+        evidence_error: BrokerError | None = None
         try:
             self.reporter.emit(
                 EventType.EFFECT_REJECTED,
@@ -407,7 +405,16 @@ class Owner:
             )
         except BrokerError as exc:
             # Kafka is away too: the refusal stands; the worker still gets it.
-            error.evidence_error = exc
+            evidence_error = exc
+        error = EffectRefused(
+            self.key,
+            self.epoch,
+            item.effect_key,
+            item.outcome.risk,
+            reason,
+            detail,
+            evidence_error=evidence_error,
+        )
         item.outcome._fail("failed", error)
         raise error from cause
 

@@ -3,11 +3,13 @@ which `pip install 'fencewatch[...]'` to run, in one line, without a traceback."
 
 from __future__ import annotations
 
+import pickle
 import sys
 
 import pytest
 
 from streams.cli import main
+from streams.errors import FencewatchError
 from streams.extras import MissingExtra, extra_for, needs_extra
 
 KAFKA_MODULES = ("confluent_kafka", "faust", "aiokafka")
@@ -63,12 +65,20 @@ def test_run_without_the_kafka_extra_names_the_pip_install(
 
 def test_needs_extra_names_the_extra_and_stays_a_module_not_found_error() -> None:
     """needs_extra turns a missing optional module into MissingExtra (a
-    ModuleNotFoundError) naming the extra; an unknown module passes unchanged."""
+    ModuleNotFoundError and a FencewatchError) naming the extra; an unknown module
+    passes unchanged."""
     expected = r"pip install 'fencewatch\[otel\]'"
     with pytest.raises(MissingExtra, match=expected) as caught, needs_extra("otel"):
         raise ModuleNotFoundError("No module named 'opentelemetry'", name="opentelemetry")
     assert isinstance(caught.value, ModuleNotFoundError)
+    assert isinstance(caught.value, FencewatchError)
     assert extra_for(caught.value) == "otel"
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert (str(again), again.extra, again.name) == (
+        str(caught.value),
+        "otel",
+        "opentelemetry",
+    )
     with pytest.raises(ModuleNotFoundError) as plain, needs_extra("otel"):
         raise ModuleNotFoundError("No module named 'not_ours'", name="not_ours")
     assert not isinstance(plain.value, MissingExtra)

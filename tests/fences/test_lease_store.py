@@ -13,8 +13,8 @@ import uuid
 import pytest
 
 from streams.core.records import Event, EventType
-from streams.errors import LeaseHeld, LeaseLost
-from streams.fences import SqlLeaseStore
+from streams.errors import BrokerError, LeaseHeld, LeaseLost
+from streams.fences import LeaseUnpublished, SqlLeaseStore
 from streams.fences.db import Database
 
 from .conftest import Backend, FrozenClock
@@ -180,6 +180,30 @@ def test_acquisition_publishes_lease_acquired_with_the_store_seq(backend: Backen
         lease.seq,
     )
     assert event.event_id
+
+
+def test_a_failed_publish_raises_lease_unpublished_carrying_the_held_lease(
+    backend: Backend,
+) -> None:
+    """A publisher's BrokerError leaves the lease held and is raised as LeaseUnpublished (a
+    BrokerError with the same message, code and retriable) whose ``lease`` is that lease."""
+    cause = BrokerError("delivery failed: broker down", code="_TRANSPORT", retriable=True)
+
+    class Down:
+        def publish(self, event: Event) -> None:
+            raise cause
+
+    store = SqlLeaseStore(backend.connect(), prefix=backend.prefix, publisher=Down())
+    key = _key()
+    with pytest.raises(LeaseUnpublished) as info:
+        store.acquire(key, "alpha", ttl=30)
+    err = info.value
+    assert isinstance(err, BrokerError) and err.__cause__ is cause
+    assert (str(err), err.code, err.retriable) == (str(cause), cause.code, cause.retriable)
+    assert (err.lease.key, err.lease.worker_id) == (key, "alpha")
+    with pytest.raises(LeaseHeld):
+        store.acquire(key, "beta", ttl=30)
+    assert store.stamp(key, err.lease.epoch).current
 
 
 def test_invalid_arguments_are_refused_before_the_store(backend: Backend) -> None:

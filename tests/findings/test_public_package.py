@@ -44,6 +44,40 @@ def test_public_names_are_the_implementation_objects() -> None:
     assert issubclass(fencewatch.BrokerError, fencewatch.FencewatchError)
 
 
+def test_every_public_error_class_is_importable_from_fencewatch() -> None:
+    """Each public FencewatchError subclass of the error modules, the Kafka layer, the
+    fences, the findings consumer and the extras is exported by ``fencewatch``."""
+    import inspect
+
+    import fencewatch
+    import streams.errors
+    import streams.extras
+    import streams.fences
+    import streams.fences.outbox
+    import streams.findings
+    import streams.kafka
+
+    modules = (
+        streams.errors,
+        streams.extras,
+        streams.fences,
+        streams.fences.outbox,
+        streams.findings,
+        streams.kafka,
+    )
+    errors = {
+        obj
+        for module in modules
+        for name in module.__all__
+        if inspect.isclass(obj := getattr(module, name))
+        and issubclass(obj, fencewatch.FencewatchError)
+    }
+    assert {streams.errors.InvalidEvent, streams.kafka.BrokerUnreachable} <= errors
+    missing = sorted(e.__name__ for e in errors if getattr(fencewatch, e.__name__, None) is not e)
+    assert missing == []
+    assert {e.__name__ for e in errors} <= set(fencewatch.__all__)
+
+
 def test_wheel_config_ships_both_packages() -> None:
     """pyproject's wheel target lists ``fencewatch`` next to ``streams``."""
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -583,7 +583,7 @@ def quiet_worker(worker: Any) -> None:
     spinner handler and sets the *root* logger to DEBUG (the spinner turns on
     every record), and leaves it so after start-up: every debug call of
     aiokafka, faust and mode then builds a log record and runs the handlers
-    for nothing (~3 % of the worker's time at 2,000 events/s, profiled).
+    for nothing (its cost: docs/live.md, "The faust seam").
     Without a spinner faust only sets the handler's level. Call before
     ``execute_from_commandline``."""
     worker.spinner = None

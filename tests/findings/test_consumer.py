@@ -179,3 +179,38 @@ def test_a_kind_filter_applies_to_the_latest_revision_of_a_bounded_read(
     args = ["findings", "--bootstrap-servers", kafka_bootstrap, "--topic", topic]
     assert main([*args, "--kind", "duplicate_commit", "--format", "jsonl"]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_a_bounded_read_ends_at_the_end_offsets_captured_at_start(
+    kafka_bootstrap: str, findings_topic: Callable[..., str]
+) -> None:
+    """Findings produced after the read started, or left in an open transaction, are not read;
+    an aborted transaction's never are; the read still ends."""
+    from confluent_kafka import Producer
+
+    before, after, aborted, pending = (
+        synthetic_findings(20, revisions=1)[i * 5 : (i + 1) * 5] for i in range(4)
+    )
+    topic = findings_topic(before, partitions=2)
+
+    def txn_producer(tid: str) -> Producer:
+        p = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": tid})
+        p.init_transactions(30)
+        p.begin_transaction()
+        for f in aborted if tid.endswith("a") else pending:
+            p.produce(topic, f.to_json(), key=f.workflow_key.encode())
+        p.flush(30)
+        return p
+
+    ab = txn_producer(f"{topic}-a")
+    ab.abort_transaction(30)
+    open_txn = txn_producer(f"{topic}-p")  # stays open while the read runs
+    try:
+        with FindingsConsumer(FindingsSettings(kafka_bootstrap, topic)) as c:
+            produce_findings(kafka_bootstrap, topic, after)
+            started = time.monotonic()
+            got = {f.finding_id for f in c.latest()}
+            assert time.monotonic() - started < 20
+    finally:
+        open_txn.abort_transaction(30)
+    assert got == {f.finding_id for f in before}

@@ -14,6 +14,7 @@ import pytest
 from streams.cli import main
 from tests.findings.conftest import (
     fixture_event_lines,
+    fixture_findings,
     jsonl,
     produce_findings,
     produce_raw,
@@ -214,3 +215,29 @@ def test_verify_takes_the_current_epoch_from_the_status_topic(
     assert (ev["type"], ev["epoch"], ev["worker_id"], ev["effect_key"]) == (
         "outcome_verified", 7, "person:carol", "fx",
     )  # fmt: skip
+
+
+def test_no_position_is_stored_unless_group_names_one(
+    kafka_bootstrap: str, findings_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plain read commits nothing under the reader's internal group id; --group NAME does."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = findings_topic(partitions=3)
+    base = ["findings", "--bootstrap-servers", kafka_bootstrap, "--topic", topic]
+    assert main(base) == 0
+    group = f"g-{topic}"
+    assert main([*base, "--group", group]) == 0
+    capsys.readouterr()
+
+    def committed(group_id: str) -> list[int]:
+        c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group_id})
+        try:
+            tps = [TopicPartition(topic, p) for p in range(3)]
+            return [t.offset for t in c.committed(tps, timeout=20)]
+        finally:
+            c.close()
+
+    assert all(o < 0 for o in committed("fencewatch-findings-reader"))
+    # Past every record (one key: one partition holds them; the empty ones need no position).
+    assert sum(max(o, 0) for o in committed(group)) == len(fixture_findings())

@@ -46,10 +46,15 @@ from typing import Any
 
 from celery import Celery, signals
 
-from streams.errors import StaleOwner
-from streams.fences import FencedSink, SqlLeaseStore, open_database
-from streams.integrations.celery import FencedTask, configure
-from streams.sdk import OwnershipReporter, ReporterSettings
+from fencewatch import (
+    FencedSink,
+    OwnershipReporter,
+    ReporterSettings,
+    SqlLeaseStore,
+    StaleOwner,
+    open_database,
+)
+from fencewatch.integrations.celery import FencedTask, configure
 
 VISIBILITY_S = float(os.environ.get("FENCEWATCH_VISIBILITY_S", "3"))
 BUSY_S = float(os.environ.get("FENCEWATCH_BUSY_S", "0"))

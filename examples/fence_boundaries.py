@@ -24,14 +24,14 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from streams.fences import (
+from fencewatch import (
+    Database,
     FencedSink,
     SqlLeaseStore,
     StagedSink,
     UnfencedSink,
     open_database,
 )
-from streams.fences.db import Database
 
 KEY = "tenant/export/2026-07-26"
 
@@ -110,7 +110,7 @@ def staged(db: Database, prefix: str) -> None:
 def outbox(db: Database, prefix: str) -> None:
     """4. Transactional outbox: effects leave through Kafka transactions that a
     newer owner fences; the consumer re-checks the epoch before applying."""
-    from streams.fences.outbox import EffectApplier, Outbox, OutboxProducer, OutboxSettings
+    from fencewatch import EffectApplier, Outbox, OutboxProducer, OutboxSettings
 
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
     if not bootstrap:

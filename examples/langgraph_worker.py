@@ -49,11 +49,19 @@ from typing import Annotated, Any, TypedDict
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 
-from streams.errors import FencewatchError, StaleOwner
-from streams.fences import Database, FencedSink, Receipt, SqlLeaseStore, open_database
-from streams.integrations.langgraph import GraphOwner, fenced
-from streams.integrations.runs import OwnedRun
-from streams.sdk import OwnershipReporter, ReporterSettings
+from fencewatch import (
+    Database,
+    FencedSink,
+    FencewatchError,
+    OwnershipReporter,
+    Receipt,
+    ReporterSettings,
+    SqlLeaseStore,
+    StaleOwner,
+    open_database,
+)
+from fencewatch.integrations.langgraph import GraphOwner, fenced
+from fencewatch.integrations.runs import OwnedRun
 
 
 class Report(TypedDict, total=False):

@@ -23,7 +23,7 @@ from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from streams.integrations.otel import OtlpJsonFileExporter, OwnershipSpanProcessor
+from fencewatch.integrations.otel import OtlpJsonFileExporter, OwnershipSpanProcessor
 
 KEY = "tenant/export/2026-07-26"
 

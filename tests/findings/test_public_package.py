@@ -78,6 +78,21 @@ def test_every_public_error_class_is_importable_from_fencewatch() -> None:
     assert {e.__name__ for e in errors} <= set(fencewatch.__all__)
 
 
+INTEGRATIONS = ("otel", "otlp", "langgraph", "celery", "runs")
+
+
+@pytest.mark.parametrize("module", INTEGRATIONS)
+def test_integrations_have_a_public_name(module: str) -> None:
+    """``fencewatch.integrations.<runtime>`` exports exactly the adapter's
+    ``__all__``, as the implementation's own objects."""
+    import importlib
+
+    public = importlib.import_module(f"fencewatch.integrations.{module}")
+    impl = importlib.import_module(f"streams.integrations.{module}")
+    assert public.__all__ == impl.__all__
+    assert all(getattr(public, n) is getattr(impl, n) for n in impl.__all__)
+
+
 def test_wheel_config_ships_both_packages() -> None:
     """pyproject's wheel target lists ``fencewatch`` next to ``streams``."""
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -98,3 +113,4 @@ def test_built_wheel_contains_the_fencewatch_package(tmp_path: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "fencewatch/__init__.py" in names
     assert "fencewatch/py.typed" in names
+    assert {f"fencewatch/integrations/{m}.py" for m in INTEGRATIONS} <= set(names)

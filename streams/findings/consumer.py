@@ -240,15 +240,19 @@ class FindingsConsumer:
                 st.errors.append(f"{self.settings.topic}/{rec.partition}@{rec.offset}: {exc}")
             return None
         if not self.settings.filter.accepts(finding):
-            st.filtered += 1
-            if not self.settings.follow:
-                # A newer revision outside the filter (a duplicate_commit that
-                # escalated to conflicting_commit, under --kind) supersedes
-                # the one delivered: latest() must not show that older one.
-                prev = self._tracker.previous(finding.finding_id)
-                if prev is not None and finding.revision > prev:
+            # Only the kind can leave the filter between revisions (severity
+            # never drops, the workflow never changes): a duplicate_commit
+            # that escalated to conflicting_commit, under --kind.
+            prev = self._tracker.previous(finding.finding_id)
+            escalated = prev is not None and finding.revision > prev
+            if not (escalated and self.settings.follow):
+                st.filtered += 1
+                if escalated:
+                    # A bounded read's latest() must not show the older one.
                     self._superseded[finding.finding_id] = finding.revision
-            return None
+                return None
+            # Following: a finding already delivered is followed through its
+            # escalation, as an update, so the handler (a pager) learns of it.
         new, previous = self._tracker.offer(finding.finding_id, finding.revision)
         st.forgotten = self._tracker.forgotten
         if not new:

@@ -181,6 +181,33 @@ def test_a_kind_filter_applies_to_the_latest_revision_of_a_bounded_read(
     assert capsys.readouterr().out == ""
 
 
+def test_follow_under_a_kind_filter_follows_a_shown_finding_through_its_escalation(
+    kafka_bootstrap: str, findings_topic: Callable[..., str]
+) -> None:
+    """Following --kind duplicate_commit: the duplicate's revisions, then its escalation to
+    conflicting_commit as an update; a finding never shown under the filter stays out."""
+    topic = findings_topic([], partitions=1)
+    findings = _escalation_findings()
+    flt = FindingFilter(kinds=frozenset({Kind.DUPLICATE_COMMIT}))
+    settings = FindingsSettings(kafka_bootstrap, topic, start=ONLY_NEW, follow=True, filter=flt)
+    got: list[Delivery] = []
+    with FindingsConsumer(settings) as c:
+        produce_findings(kafka_bootstrap, topic, findings)
+        deadline = time.monotonic() + 20
+        while c.stats.records < len(findings):
+            assert time.monotonic() < deadline, f"read {c.stats.records} records in 20 s"
+            d = c.poll(0.2)
+            if d is not None:
+                got.append(d)
+                c.ack(d)
+    assert [(d.finding.kind, d.finding.revision, d.previous_revision) for d in got] == [
+        (Kind.DUPLICATE_COMMIT, 1, None),
+        (Kind.DUPLICATE_COMMIT, 2, 1),
+        (Kind.CONFLICTING_COMMIT, 3, 2),
+    ]
+    assert c.stats.filtered == 1  # the stale_commit, never shown under the filter
+
+
 def test_a_bounded_read_ends_at_the_end_offsets_captured_at_start(
     kafka_bootstrap: str, findings_topic: Callable[..., str]
 ) -> None:

@@ -35,19 +35,11 @@ def feed(h: LiveHarness, records: list[tuple[bytes, bytes]], seconds: float) -> 
     assert p.flush(60) == 0
 
 
-# Found by this test (3 runs of 3, also with graceful leaves only): after a
-# rebalance faust re-begins the transactions of the partitions a worker keeps
-# ("Exception in begin_transaction ... IN_TRANSACTION -> IN_TRANSACTION",
-# logged and swallowed) instead of aborting them; the open transaction still
-# holds the outputs of records whose offsets were never committed, the
-# partition is sought back to its committed offset, the records are processed
-# again into the same transaction, and both copies commit together (duplicates
-# at consecutive offsets of the findings topic). docs/reliability.md.
-@pytest.mark.xfail(
-    reason="known: a transaction kept open across a rebalance commits reprocessed records "
-    "twice (docs/reliability.md, rebalance storm)",
-    strict=False,
-)
+# Found by this test before fix 7 of streams/live/faust_seam.py (3 runs of 3
+# failed): a rebalance dropped faust's ack bookkeeping before the revoke
+# commit, so a kept partition's acked-but-uncommitted batch stayed in its open
+# transaction, was processed again after the seek, and both copies committed
+# (duplicates at consecutive offsets of the findings topic). docs/reliability.md.
 @pytest.mark.timeout(600)
 def test_workers_joining_and_leaving_for_a_minute_lose_and_duplicate_nothing(
     live: Live,

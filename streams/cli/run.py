@@ -95,13 +95,20 @@ def _run(args: argparse.Namespace) -> int:
     from streams.kafka.admin import TopicAdmin
     from streams.kafka.logs import configure_client_logs
     from streams.live.runner import run_worker
-    from streams.live.settings import SettingsError, prepare_local_state, settings_from_env
+    from streams.live.settings import (
+        SettingsError,
+        check_metrics_address,
+        prepare_local_state,
+        require_store_extra,
+        settings_from_env,
+    )
 
     overrides = {name: getattr(args, name, None) for name in _SETTING_ARGS}
     overrides.update(connection_overrides(args))
     try:
         settings = settings_from_env(os.environ, overrides)
-        state = prepare_local_state(settings)
+        require_store_extra(settings)
+        check_metrics_address(settings)
     except SettingsError as exc:
         print(f"fencewatch run: {exc}", file=sys.stderr)
         return 2
@@ -112,8 +119,10 @@ def _run(args: argparse.Namespace) -> int:
     try:
         # An unreachable broker, or one that accepts TCP and never answers,
         # is the one line this command prints (the admin client probes TCP,
-        # then asks for metadata, within the connect timeout).
+        # then asks for metadata, within the connect timeout). Checked before
+        # the data directory is made, so a wrong address leaves nothing behind.
         TopicAdmin(settings.kafka)
+        state = prepare_local_state(settings)
         print(f"fencewatch run: local state in {state}", file=sys.stderr)
         return run_worker(settings)
     except FencewatchError as exc:

@@ -9,7 +9,9 @@ variables as every other command; its ``repr`` redacts the credentials.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib.util
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +37,9 @@ __all__ = [
     "ENV_PREFIX",
     "LiveSettings",
     "SettingsError",
+    "check_metrics_address",
     "prepare_local_state",
+    "require_store_extra",
     "settings_from_env",
 ]
 
@@ -193,14 +197,20 @@ def settings_from_env(
     return LiveSettings(kafka, **values).validate()
 
 
-def prepare_local_state(settings: LiveSettings) -> Path:
-    """Check what the store needs locally and create the data directory with
-    its parents; returns its absolute path. Raises :class:`SettingsError`
-    naming the problem (a missing extra, a directory that cannot be made)."""
+def require_store_extra(settings: LiveSettings) -> None:
+    """Raise :class:`SettingsError` with the pip line when the store's extra
+    is not installed (rocksdb:// without rocksdict)."""
     if settings.store_kind == "rocksdb" and importlib.util.find_spec("rocksdict") is None:
         raise SettingsError(
             "--store rocksdb:// needs the rocksdb extra: pip install 'fencewatch[rocksdb]'"
         )
+
+
+def prepare_local_state(settings: LiveSettings) -> Path:
+    """Check what the store needs locally and create the data directory with
+    its parents; returns its absolute path. Raises :class:`SettingsError`
+    naming the problem (a missing extra, a directory that cannot be made)."""
+    require_store_extra(settings)
     path = Path(settings.data_dir).expanduser().absolute()
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -209,3 +219,37 @@ def prepare_local_state(settings: LiveSettings) -> Path:
             f"cannot create the data directory {path}: {exc.strerror or exc}"
         ) from None
     return path
+
+
+_BIND_ERRORS = {
+    errno.EADDRINUSE: "address already in use (another process listens on it)",
+    errno.EADDRNOTAVAIL: "not an address of this host",
+    errno.EACCES: "permission denied",
+}
+
+
+def check_metrics_address(settings: LiveSettings) -> None:
+    """Bind (and release) the /metrics address the worker will serve, so that
+    a host that does not resolve, is not this machine's or a port in use is
+    one :class:`SettingsError` naming the address before anything starts
+    (the worker itself would crash with a traceback). Binds as the server
+    does: every address the host resolves to, with SO_REUSEADDR."""
+    if not settings.metrics_port:
+        return
+    host, port = settings.metrics_host, settings.metrics_port
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    where = f"cannot serve /metrics on {shown}"
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError):
+        raise SettingsError(f"{where}: unknown host (--metrics-host)") from None
+    for family, kind, proto, _name, address in infos:
+        try:
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+        except OSError as exc:
+            cause = _BIND_ERRORS.get(exc.errno or 0) or (exc.strerror or str(exc)).lower()
+            raise SettingsError(f"{where}: {cause}") from None

@@ -3,6 +3,7 @@ the metrics address, the packaged fixture, one version number."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -17,7 +18,12 @@ import pytest
 
 import streams
 from streams.fixtures import reference_fixture
-from streams.live.settings import DEFAULT_DATA_DIR, SettingsError, prepare_local_state
+from streams.live.settings import (
+    DEFAULT_DATA_DIR,
+    SettingsError,
+    check_metrics_address,
+    prepare_local_state,
+)
 from streams.live.settings import settings_from_env as live_settings
 from streams.live.worker_process import WorkerProcess
 
@@ -125,3 +131,59 @@ def test_demo_fixture_prints_the_reference_fixture() -> None:
         capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     assert Path(path) == reference_fixture()
+
+
+def _run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEWATCH_")}
+    return subprocess.run(
+        [sys.executable, "-m", "streams", "run", *args],
+        cwd=cwd,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_unusable_metrics_address_is_one_line_before_anything_starts(tmp_path: Path) -> None:
+    """A --metrics-host that does not resolve, is not this host's, or a port in use is one
+    line naming the address (was: the worker's traceback, then 'Name or service not known'
+    without the address), checked before the broker."""
+    broker = f"127.0.0.1:{_closed_port()}"  # never reached: the address is checked first
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        busy = int(taken.getsockname()[1])
+        cases = {
+            ("no-such-host.invalid", "9"): "no-such-host.invalid:9: unknown host",
+            ("198.51.100.77", "9"): "198.51.100.77:9: not an address of this host",
+            ("127.0.0.1", str(busy)): f"127.0.0.1:{busy}: address already in use",
+        }
+        for (host, port), said in cases.items():
+            proc = _run_cli(
+                ["--bootstrap-servers", broker, "--metrics-host", host, "--metrics-port", port],
+                tmp_path,
+            )
+            assert proc.returncode == 2, proc.stderr
+            lines = proc.stderr.splitlines()
+            assert len(lines) == 1, proc.stderr
+            assert lines[0].startswith(f"fencewatch run: cannot serve /metrics on {said}"), lines
+    settings = live_settings(
+        {"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1"}, {"metrics_port": _closed_port()}
+    )
+    check_metrics_address(settings)  # a free port on the default host: fine
+    check_metrics_address(settings.replace(metrics_port=0))  # off: nothing to check
+
+
+def test_unreachable_broker_leaves_no_state_directory(tmp_path: Path) -> None:
+    """`run` with a wrong broker address fails before it makes ./.fencewatch/ (a typo in a
+    home directory must not leave state behind)."""
+    proc = _run_cli(["--bootstrap-servers", f"127.0.0.1:{_closed_port()}"], tmp_path)
+    assert proc.returncode == 2 and "cannot connect to broker" in proc.stderr, proc.stderr
+    assert not (tmp_path / ".fencewatch").exists()

@@ -206,6 +206,16 @@ class LiveRuntime:
         self.positions = {p: o for p, o in self.positions.items() if p in assigned}
 
     def refresh_gauges(self) -> None:
+        self.refresh_lag()
+        self.metrics.keys.set(self._key_count())
+        store = self.table.data
+        if isinstance(store, FastMemoryStore):
+            self.metrics.restored.set(store.loaded_records)
+
+    def refresh_lag(self) -> None:
+        """The lag gauge for every partition of the events topic assigned now
+        (0 until known); also called by each /metrics scrape, so one right
+        after /health turns ok does not miss a partition."""
         consumer = self.app.consumer
         lags: dict[int, int | None] = {}
         for tp in consumer.assignment():
@@ -217,10 +227,6 @@ class LiveRuntime:
                 None if highwater is None or position is None else int(highwater) - position
             )
         self.metrics.set_lag(lags)
-        self.metrics.keys.set(self._key_count())
-        store = self.table.data
-        if isinstance(store, FastMemoryStore):
-            self.metrics.restored.set(store.loaded_records)
 
     def _key_count(self) -> int:
         store = self.table.data
@@ -341,7 +347,11 @@ def build_app(
 
     if settings.metrics_port:
         server = MetricsServer(
-            metrics, runtime.health, host=settings.metrics_host, port=settings.metrics_port
+            metrics,
+            runtime.health,
+            host=settings.metrics_host,
+            port=settings.metrics_port,
+            refresh=runtime.refresh_lag,
         )
 
         @app.task  # type: ignore[untyped-decorator]

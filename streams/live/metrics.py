@@ -131,9 +131,13 @@ class MetricsServer:
         *,
         host: str,
         port: int,
+        refresh: Callable[[], None] | None = None,
     ) -> None:
         self.metrics = metrics
         self.health = health
+        #: Called before each /metrics answer (the live worker: lag of every
+        #: partition assigned right now, rather than at the last gauge tick).
+        self.refresh = refresh
         self.host = host
         self.port = port
         self._runner: Any = None
@@ -142,6 +146,8 @@ class MetricsServer:
         from aiohttp import web
 
         async def metrics_view(_request: web.Request) -> web.Response:
+            if self.refresh is not None:
+                self.refresh()
             self.metrics.set_health(self.health())
             return web.Response(
                 body=self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST}

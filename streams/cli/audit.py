@@ -10,7 +10,8 @@ Unreadable input includes input that holds records but not one valid event
 says so, with a guess at the format from the first bytes. An empty input (no
 record at all) is an empty report, exit 0. With no PATH, stdin is read; when
 stdin is a terminal one line on stderr says so (rather than a silent wait).
-On a terminal, stderr shows progress (``streams.cli.progress``).
+On a terminal, stderr shows progress (``streams.cli.progress``), except
+while the events come from a terminal (typed: no display over the typing).
 """
 
 from __future__ import annotations
@@ -410,6 +411,14 @@ def _run_otlp(replay: Replay, args: argparse.Namespace) -> None:
             raise _StrictStop
 
 
+def _reads_terminal(args: argparse.Namespace) -> bool:
+    """Whether the input is stdin and stdin is a terminal (a person typing)."""
+    if args.topic or args.otlp or (args.paths and "-" not in args.paths):
+        return False
+    isatty = getattr(sys.stdin, "isatty", None)
+    return bool(isatty is not None and isatty())
+
+
 def _replay_inputs(
     replay: Replay, args: argparse.Namespace, progress: AuditProgress, interrupt: Interrupt
 ) -> list[_Input]:
@@ -420,7 +429,7 @@ def _replay_inputs(
         _run_otlp(replay, args)
         return []
     paths = args.paths or ["-"]
-    if not args.paths and sys.stdin.isatty():
+    if not args.paths and _reads_terminal(args):
         # Not a hang: say what it is waiting for (SPEC §6: no PATH is stdin).
         _err("reading events from stdin (end with Ctrl-D; give PATH or '-' to skip this note)")
     with ExitStack() as stack:
@@ -465,7 +474,9 @@ def _audit(args: argparse.Namespace) -> int:
     replay = Replay(detector, max_event_bytes=args.max_event_bytes)
     strict_stop = False
     inputs: list[_Input] = []
-    progress = audit_progress(sys.stderr)
+    # Events typed at a terminal are not long work, and a display redrawn on
+    # the line being typed garbles it: no display when stdin is a terminal.
+    progress = AuditProgress() if _reads_terminal(args) else audit_progress(sys.stderr)
     interrupt = Interrupt()
     try:
         with interrupt:

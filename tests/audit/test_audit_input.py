@@ -169,6 +169,29 @@ def test_no_path_on_a_terminal_says_it_reads_stdin(tmp_path: Path) -> None:
     assert len(out.splitlines()) == 4
 
 
+def test_events_typed_at_a_terminal_get_no_progress_display() -> None:
+    """stdin and stderr the same terminal (a person typing events): the note and no
+    progress display redrawn over the line being typed (was: a bar that
+    overwrote the typing)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        CLI, stdin=slave, stdout=subprocess.DEVNULL, stderr=slave, cwd=ROOT,
+        env={**os.environ, "COLUMNS": "100", "TERM": "xterm"},
+    )  # fmt: skip
+    os.close(slave)
+    try:
+        time.sleep(1.5)  # a person looks before typing: a display would be up by now
+        for line in FIXTURE.read_bytes().splitlines():
+            os.write(master, line + b"\n")
+        os.write(master, b"\x04")  # Ctrl-D
+        shown = _read_all(master, proc, timeout=60).decode(errors="replace")
+    finally:
+        os.close(master)
+    assert proc.wait(timeout=30) == 1
+    assert "reading events from stdin" in shown
+    assert "<stdin>" not in shown and "bytes" not in shown and "\x1b[?25l" not in shown, shown
+
+
 def _big_input(tmp_path: Path, copies: int = 400) -> Path:
     """The fixture repeated under distinct workflow keys (enough bytes for a display)."""
     lines = FIXTURE.read_text().splitlines()

@@ -248,8 +248,8 @@ def render_text(
     by_sev = s["by_severity"]
     counts = ", ".join(f"{by_sev[sev.value]} {sev.value}" for sev in _ORDER if sev.value in by_sev)
     lines.append(
-        f"fencewatch audit: {s['events']} events, {s['invalid']} invalid, "
-        f"{s['workflows']} workflows; {s['findings']} findings"
+        f"fencewatch audit: {_count(s['events'], 'event')}, {s['invalid']} invalid, "
+        f"{_count(s['workflows'], 'workflow')}; {_count(s['findings'], 'finding')}"
         + (f" ({counts})" if counts else "")
         + (f", {s['findings_open']} open" if s["findings"] else "")
         + (
@@ -260,3 +260,8 @@ def render_text(
         + f"; fail-on {fail_on}"
     )
     return "\n".join(lines) + "\n"
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 event``, ``2 events`` (the summary line reads as English)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

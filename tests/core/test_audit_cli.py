@@ -201,3 +201,15 @@ def test_a_giant_line_is_rejected_without_being_held_in_memory(tmp_path: Path, c
     assert [(i["line"], i["field"]) for i in doc["invalid"]] == [(6, "(record)")]
     assert "4096 bytes" in doc["invalid"][0]["reason"]
     assert doc["summary"]["records"] == 17 and doc["summary"]["events"] == 16
+
+
+def test_summary_line_counts_one_event_workflow_and_finding_in_the_singular(
+    tmp_path: Path, capsys
+) -> None:
+    """One event in one workflow: '1 event, 0 invalid, 1 workflow; 0 findings' (was '1 events',
+    '1 workflows')."""
+    one = tmp_path / "one.jsonl"
+    one.write_text('{"type":"progress","workflow_key":"a","epoch":1,"worker_id":"w"}\n')
+    assert main(["audit", "--colour", "never", str(one)]) == 0
+    last = capsys.readouterr().out.rstrip("\n").splitlines()[-1]
+    assert last == "fencewatch audit: 1 event, 0 invalid, 1 workflow; 0 findings; fail-on warning"

@@ -30,6 +30,16 @@ def _out(line: str) -> None:
     print(line, flush=True)
 
 
+def _bootstrap_from_env() -> str | None:
+    """The broker from the environment: FENCEWATCH_BOOTSTRAP_SERVERS (what every
+    other command reads), else KAFKA_BOOTSTRAP (the test and make setups')."""
+    return (
+        os.environ.get("FENCEWATCH_BOOTSTRAP_SERVERS", "").strip()
+        or os.environ.get("KAFKA_BOOTSTRAP", "").strip()
+        or None
+    )
+
+
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "demo",
@@ -42,9 +52,10 @@ def register(subparsers: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--bootstrap-servers",
-            default=os.environ.get("KAFKA_BOOTSTRAP"),
+            default=_bootstrap_from_env(),
             metavar="HOST:PORT",
-            help="the broker (default: $KAFKA_BOOTSTRAP)",
+            help="the broker (default: $FENCEWATCH_BOOTSTRAP_SERVERS, as for every command, "
+            "else $KAFKA_BOOTSTRAP)",
         )
         p.add_argument(
             "--timeout",
@@ -131,7 +142,7 @@ def _worker_args(p: argparse.ArgumentParser) -> None:
         "--bootstrap-servers",
         "--bootstrap",
         dest="bootstrap_servers",
-        default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+        default=_bootstrap_from_env() or "127.0.0.1:9092",
     )
     a("--topic", default=DEFAULT_EVENTS_TOPIC)
     a("--db", default=".run/agent.db", help="SQLite file (or postgresql:// DSN)")
@@ -150,7 +161,7 @@ def _settings(args: argparse.Namespace) -> Any:
     from streams.demo.session import DemoSettings
 
     if not args.bootstrap_servers:
-        raise ValueError("--bootstrap-servers is required (or set KAFKA_BOOTSTRAP)")
+        raise ValueError("--bootstrap-servers is required (or set FENCEWATCH_BOOTSTRAP_SERVERS)")
     return DemoSettings(args.bootstrap_servers, timeout=args.timeout, keep_topics=args.keep_topics)
 
 

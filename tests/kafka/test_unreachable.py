@@ -31,12 +31,14 @@ def silent_port() -> Iterator[int]:
         yield int(s.getsockname()[1])
 
 
-def _fencewatch(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+def _fencewatch(
+    args: list[str], cwd: Path, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEWATCH_")}
     return subprocess.run(
         [sys.executable, "-m", "streams", *args],
         cwd=cwd,
-        env={**env, "PYTHONPATH": str(ROOT)},
+        env={**env, "PYTHONPATH": str(ROOT), **(env_extra or {})},
         capture_output=True,
         text=True,
         timeout=60,
@@ -110,3 +112,23 @@ def test_silent_broker_is_one_line_for_demo_live(silent_port: int, tmp_path: Pat
     assert len(lines) == 1 and lines[0].startswith(
         f"fencewatch demo: no answer from broker {address} within 10 s"
     ), lines
+
+
+@pytest.mark.parametrize("command", sorted(ENTRY_POINTS))
+def test_every_entry_point_reads_the_broker_from_fencewatch_bootstrap_servers(
+    command: str, tmp_path: Path
+) -> None:
+    """FENCEWATCH_BOOTSTRAP_SERVERS alone (no flag, no KAFKA_BOOTSTRAP) names the broker for
+    every Kafka command, the demos included (demo read only KAFKA_BOOTSTRAP and answered
+    '--bootstrap-servers is required')."""
+    address = f"127.0.0.1:{_closed_port()}"
+    proc = _fencewatch(
+        ENTRY_POINTS[command],
+        tmp_path,
+        {"FENCEWATCH_BOOTSTRAP_SERVERS": address, "KAFKA_BOOTSTRAP": ""},
+    )
+    assert proc.returncode == 2, proc.stderr
+    name = {"audit --topic": "audit", "demo live": "demo"}.get(command, command)
+    assert proc.stderr.splitlines() == [
+        f"fencewatch {name}: cannot connect to broker {address}: connection refused"
+    ]

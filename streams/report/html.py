@@ -368,7 +368,8 @@ def _workflow_section(
     if draw and state is not None:
         out.append(_timeline(state.timeline(), wf.findings, health))
     out.append(
-        "<table class='findings'><tr><th class='nw'>#</th><th>severity</th><th>kind</th>"
+        "<div class='tscroll'><table class='findings'><tr><th class='nw'>#</th>"
+        "<th>severity</th><th>kind</th>"
         "<th class='nw'>at</th><th>what happened</th><th>confidence</th><th>status</th></tr>"
     )
     for num, f in enumerate(wf.findings, 1):
@@ -381,10 +382,11 @@ def _workflow_section(
         out.append(
             f"<tr id='f-{f.finding_id}'><td class='nw muted'>{num}</td><td>{_sev(f.severity)}</td>"
             f"<td class='nw'>{f.kind.value}</td><td class='nw'>{_at(f)}</td>"
-            f"<td>{escape(describe(f))}<div class='action'>{escape(f.action)}</div></td>"
+            f"<td class='what'>{escape(describe(f))}<div class='action'>{escape(f.action)}"
+            "</div></td>"
             f"<td>{conf_html}</td><td><span class='pill {h.status}'>{h.status}</span></td></tr>"
         )
-    out.append("</table></section>")
+    out.append("</table></div></section>")
     return "".join(out)
 
 

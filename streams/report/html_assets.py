@@ -27,13 +27,16 @@ a{color:#0b57d0;text-decoration:none} a:hover{text-decoration:underline}
 .card .k{color:var(--muted);font-size:12px;text-transform:uppercase;letter-spacing:.04em}
 .card .v{font-size:24px;font-weight:650;font-variant-numeric:tabular-nums}
 .card .d{color:var(--muted);font-size:13px}
+/* A table wider than a narrow window scrolls inside its box, never the page
+   (and is never clipped). */
 .panel{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:4px 0;
-overflow:hidden}
+overflow-x:auto}
+.tscroll{overflow-x:auto}
 table{border-collapse:collapse;width:100%}
 th,td{padding:7px 12px;text-align:left;vertical-align:top;border-bottom:1px solid var(--line)}
 tr:last-child td{border-bottom:0}
 th{font-size:12px;font-weight:600;color:var(--muted);text-transform:uppercase;letter-spacing:.03em}
-td.key{word-break:break-all} td.nw,th.nw{white-space:nowrap}
+td.key{overflow-wrap:anywhere;min-width:12em} td.nw,th.nw{white-space:nowrap}
 .sev{display:inline-block;border-radius:4px;padding:1px 7px;font-size:12px;font-weight:650;
 color:#fff;white-space:nowrap}
 .sev.critical{background:var(--crit)} .sev.incident{background:var(--inc)}
@@ -65,7 +68,8 @@ margin:6px 0 0}
 .tl-tools{display:flex;gap:6px;align-items:center;margin-bottom:6px;font-size:12.5px;
 color:var(--muted)}
 .tl-tools button{font:inherit;color:var(--ink);background:#fff;border:1px solid #cdd2d9;
-border-radius:6px;padding:1px 9px;cursor:pointer} .tl-tools button:hover{background:#f1f3f6}
+border-radius:6px;padding:1px 9px;cursor:pointer;white-space:nowrap}
+.tl-tools button:hover{background:#f1f3f6}
 .tl-tools .sp{flex:1}
 .tl-scroll{overflow-x:auto;overflow-y:hidden;position:relative}
 .tl-body{display:flex;min-width:0}
@@ -134,6 +138,11 @@ font-size:10.5px;color:var(--muted);white-space:nowrap;font-variant-numeric:tabu
 .hit .pos{color:var(--ink);font-weight:650}
 .note{font-size:12.5px;color:var(--muted);margin:6px 0 0}
 footer{margin-top:40px;color:var(--muted);font-size:12px}
+@media (max-width:720px){main{padding:18px 12px 48px}.wf{padding:12px 10px}
+td.what{min-width:16em}
+/* Narrow: columns keep room for their marks and the timeline scrolls inside
+   itself (lane labels stay), rather than drawing marks over each other. */
+.col{min-width:18px}.col.hit{min-width:24px}.sum{min-width:26px}}
 """
 
 # Inline, no network: expand a run, expand all, back to fit, zoom.

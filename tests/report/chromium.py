@@ -34,6 +34,12 @@ CHECK_SCRIPT = """
   r.scrolled = Array.from(document.querySelectorAll('.tl-scroll')).map(function(x){
     return x.scrollLeft; });
   r.timelines = tls.length;
+  // Each table against the box it sits in: wider is fine only if that box scrolls.
+  r.tables = Array.from(document.querySelectorAll('table')).map(function(t){
+    var box = t.parentElement;
+    return {cls: t.className, width: t.scrollWidth, box: box.clientWidth,
+            overflowX: getComputedStyle(box).overflowX};
+  });
   r.firstTimelineBottom = tls.length ?
     tls[0].getBoundingClientRect().bottom + window.scrollY : 0;
   document.querySelectorAll('.lane-label').forEach(function(l){

@@ -92,3 +92,27 @@ def test_a_dense_timeline_still_shows_every_finding_in_the_width() -> None:
     page = render_html(replay)
     assert "class='tl dense'" in page
     _assert_fits(check_layout(page, width=WIDTH), replay)
+
+
+def _takeovers_and_fixture() -> Replay:
+    lines = [orjson.dumps(d) for d in takeover_workflow(n_events=300, takeovers=5)]
+    return _replay(lines + FIXTURE.read_bytes().splitlines())
+
+
+@pytest.mark.parametrize("width", [500, 800, WIDTH])
+def test_tables_never_widen_or_clip_the_page_at_any_width(width: int) -> None:
+    """Narrow windows: a table wider than its box scrolls inside the box (it was clipped by
+    overflow:hidden, or widened the page); the page never scrolls sideways; every finding keeps
+    its mark. At 1400 px every table fits without scrolling."""
+    replay = _takeovers_and_fixture()
+    result = check_layout(render_html(replay), width=width)
+    assert result["scrollWidth"] <= result["clientWidth"], "the page scrolls sideways"
+    tables = result["tables"]
+    assert len(tables) == 4  # workflows, destinations, two findings tables
+    for t in tables:
+        assert t["width"] <= t["box"] or t["overflowX"] in ("auto", "scroll"), t
+        if width == WIDTH:
+            assert t["width"] <= t["box"], t
+    marks = result["marks"]
+    assert sorted(m["id"] for m in marks) == sorted(replay.latest)
+    assert all(m["width"] > 0 and m["height"] > 0 for m in marks)

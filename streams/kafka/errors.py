@@ -38,6 +38,7 @@ __all__ = [
     "is_fenced",
     "no_answer",
     "refused_credentials",
+    "topic_unavailable",
     "translate",
     "watch_credentials",
 ]
@@ -202,4 +203,18 @@ def no_answer(bootstrap: str, timeout_s: float, err: BrokerError) -> BrokerError
         f"listeners): {err}",
         code=err.code,
         retriable=True,
+    )
+
+
+def topic_unavailable(topic: str, bootstrap: str, err: Any = None) -> BrokerError:
+    """A topic the metadata answer did not give: :class:`TopicMissing` saying it
+    does not exist on ``bootstrap`` (with the command that makes fencewatch's
+    topics), or, when the broker said something else about it (an ACL
+    refusal...), that error typed as such. ``err``: the topic's metadata error."""
+    if err is not None and str(err.name()) not in _MISSING:
+        return from_kafka_error(err, f"topic {topic}")
+    return TopicMissing(
+        f"topic {topic} does not exist on {bootstrap} (check the name; "
+        f"`fencewatch topics create` makes fencewatch's topics)",
+        code="UNKNOWN_TOPIC_OR_PART",
     )

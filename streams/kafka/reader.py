@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from streams.kafka.connection import KafkaConnection, check_reachable
-from streams.kafka.errors import TopicMissing, from_kafka_error, no_answer, translate
+from streams.kafka.errors import from_kafka_error, no_answer, topic_unavailable, translate
 
 __all__ = ["BEGINNING", "END", "Bound", "Offset", "Timestamp", "TopicRecord", "iter_topic"]
 
@@ -118,8 +118,8 @@ def iter_topic(
             raise no_answer(conn.bootstrap_servers, conn.connect_timeout, failure) from None
         tmeta = meta.topics.get(topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
-            reason = tmeta.error.str() if tmeta is not None and tmeta.error else "no such topic"
-            raise TopicMissing(f"topic {topic}: {reason}", code="UNKNOWN_TOPIC_OR_PART")
+            error = tmeta.error if tmeta is not None else None
+            raise topic_unavailable(topic, conn.bootstrap_servers, error)
         partitions = sorted(tmeta.partitions)
         try:
             lows: dict[int, int] = {}

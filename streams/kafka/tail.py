@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.kafka.connection import KafkaConnection, check_reachable
-from streams.kafka.errors import TopicMissing, from_kafka_error, no_answer, translate
+from streams.kafka.errors import from_kafka_error, no_answer, topic_unavailable, translate
 
 __all__ = ["FROM_BEGINNING", "ONLY_NEW", "Since", "Start", "TailRecord", "TopicTail"]
 
@@ -120,8 +120,8 @@ class TopicTail:
             ) from None
         tmeta = meta.topics.get(topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
-            reason = tmeta.error.str() if tmeta is not None and tmeta.error else "no such topic"
-            raise TopicMissing(f"topic {topic}: {reason}", code="UNKNOWN_TOPIC_OR_PART")
+            error = tmeta.error if tmeta is not None else None
+            raise topic_unavailable(topic, self._conn.bootstrap_servers, error)
         self.partitions: list[int] = sorted(tmeta.partitions)
         lows: dict[int, int] = {}
         highs: dict[int, int] = {}

@@ -108,4 +108,8 @@ def test_unknown_topic_is_an_input_error(kafka_bootstrap: str, capsys) -> None:
         ["audit", "--topic", "no-such-topic-fencewatch", "--bootstrap-servers", kafka_bootstrap]
     )
     assert code == 2
-    assert "no-such-topic-fencewatch" in capsys.readouterr().err
+    # One line that says what is wrong (was librdkafka's "Broker: Unknown topic or partition").
+    assert capsys.readouterr().err.splitlines() == [
+        f"fencewatch audit: topic no-such-topic-fencewatch does not exist on {kafka_bootstrap} "
+        "(check the name; `fencewatch topics create` makes fencewatch's topics)"
+    ]

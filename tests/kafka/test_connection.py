@@ -15,6 +15,7 @@ from streams.kafka.errors import (
     TopicMissing,
     from_kafka_error,
     is_fenced,
+    topic_unavailable,
     translate,
 )
 from streams.kafka.logs import configure_client_logs
@@ -150,3 +151,15 @@ def test_client_logs_are_quiet_unless_debug() -> None:
         assert log.isEnabledFor(logging.DEBUG)
     finally:
         configure_client_logs("warning")
+
+
+def test_a_topic_refused_by_an_acl_is_not_reported_missing() -> None:
+    """topic_unavailable: no metadata or UNKNOWN_TOPIC_OR_PART is TopicMissing naming topic
+    and broker; another metadata error of the topic (an ACL refusal) keeps its own type."""
+    missing = topic_unavailable("t", "b:9092")
+    assert isinstance(missing, TopicMissing)
+    assert str(missing).startswith("topic t does not exist on b:9092")
+    unknown = topic_unavailable("t", "b:9092", KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    assert isinstance(unknown, TopicMissing)
+    refused = topic_unavailable("t", "b:9092", KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    assert isinstance(refused, AuthorizationFailed) and refused.code == "TOPIC_AUTHORIZATION_FAILED"

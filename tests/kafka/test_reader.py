@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from streams.errors import BrokerError
+from streams.kafka.errors import TopicMissing
 from streams.kafka.reader import END, Offset, Timestamp, iter_topic
 
 pytestmark = pytest.mark.kafka
@@ -67,6 +68,11 @@ def test_timestamp_bounds_use_record_times(
 
 
 def test_unknown_topic_is_a_broker_error(kafka_bootstrap: str) -> None:
-    """A topic that does not exist raises BrokerError, not a client exception."""
-    with pytest.raises(BrokerError):
+    """A topic that does not exist raises TopicMissing (a BrokerError), not a client
+    exception, naming the topic and the broker."""
+    with pytest.raises(BrokerError) as raised:
         list(iter_topic(kafka_bootstrap, "no-such-topic-fencewatch-xyz", timeout=5))
+    assert isinstance(raised.value, TopicMissing)
+    assert str(raised.value).startswith(
+        f"topic no-such-topic-fencewatch-xyz does not exist on {kafka_bootstrap}"
+    )

@@ -15,13 +15,14 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 from streams.core.records import Event, EventType
 from streams.core.validate import parse_event
-from streams.errors import EffectRefused, LeaseHeld, LeaseLost, StoreError, StoreUnavailable
-from streams.fences import FencedSink, SqlLeaseStore, open_database
+from streams.errors import EffectRefused, LeaseLost, StoreUnavailable
+from streams.fences import Database, FencedSink, SqlLeaseStore, open_database
 from streams.sdk import EffectOutcome, OwnershipReporter, ReporterSettings, Risk
 
 PG_LOCAL = Path(__file__).resolve().parents[2] / "scripts" / "postgres-local"
@@ -35,8 +36,10 @@ class PrivatePostgres:
     the test may stop and start it; the DSN survives a restart."""
 
     def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
         self.env = {**os.environ, "FENCEWATCH_PG_DIR": str(run_dir)}
         self.dsn = ""
+        self._hba: str | None = None
 
     def _run(self, cmd: str) -> str:
         done = subprocess.run(
@@ -55,6 +58,27 @@ class PrivatePostgres:
 
     def stop(self) -> None:
         self._run("stop")
+
+    @property
+    def socket_dsn(self) -> str:
+        """The same server through its unix socket (pg_hba's ``local`` lines)."""
+        port = urlsplit(self.dsn).port
+        return f"postgresql://postgres@/fencewatch?host={self.run_dir / 'sock'}&port={port}"
+
+    def refuse_tcp(self) -> None:
+        """While stopped: from the next start the server refuses every TCP
+        connection (pg_hba ``reject``) and admits its unix socket only."""
+        hba = self.run_dir / "data" / "pg_hba.conf"
+        self._hba = hba.read_text()
+        hba.write_text("local all all trust\nhost all all all reject\n")
+
+    def admit_tcp(self, db: Database) -> None:
+        """Undo :meth:`refuse_tcp` on the running server (``db``: a superuser
+        session through the socket); TCP connections opened from now on get in."""
+        assert self._hba is not None
+        (self.run_dir / "data" / "pg_hba.conf").write_text(self._hba)
+        with db.transaction() as tx:
+            assert tx.query("SELECT pg_reload_conf()") == [(True,)]
 
 
 @pytest.fixture
@@ -106,8 +130,9 @@ def test_lease_store_outage_under_an_sdk_workload(
     """Six owners alternate irreversible and deferrable effects while PostgreSQL
     is stopped for longer than their TTL and started again: every irreversible
     call during the outage is refused with evidence and never applied; every
-    deferred effect ends committed once or rejected as stale; the table holds
-    exactly the committed effects, once each."""
+    deferred effect ends committed once or rejected as stale (all of those
+    still queued when another worker took their key over, none of the others);
+    the table holds exactly the committed effects, once each."""
     topic = unique_topic(partitions=1)
     prefix = f"o{uuid.uuid4().hex[:8]}_"
     url = private_pg.dsn
@@ -158,29 +183,41 @@ def test_lease_store_outage_under_an_sdk_workload(
     private_pg.stop()
     down.set()
     stopped_at = time.monotonic()
+    # When the server comes back, the owners (TCP, as a remote worker) stay
+    # refused until the thief (its unix socket) has taken half the keys over:
+    # the takeover lands before any owner can drain, whatever the scheduling.
+    private_pg.refuse_tcp()
     time.sleep(OUTAGE_S)
     in_outage = {c.effect_key for log in logs for c in log.calls}  # called before the restart
     private_pg.start()
     restarted_after = time.monotonic() - stopped_at
-    # Half the keys are taken over the moment the store is back (their leases
-    # expired during the outage): deferred effects of those owners that have
-    # not drained yet must be rejected as stale, the others committed.
-    thief_db = open_database(url, timeout_s=5.0)
+    thief_db = open_database(private_pg.socket_dsn, timeout_s=5.0)
     thief = SqlLeaseStore(thief_db, prefix=prefix)
-    taken: dict[str, int] = {}
-    for log in logs[::2]:
-        for _ in range(50):
-            try:
-                taken[log.key] = thief.acquire(log.key, "thief", ttl=60).epoch
-                break
-            except (StoreError, LeaseHeld):
-                time.sleep(0.1)
+    # Their leases expired by the store's clock during the outage (OUTAGE_S > TTL).
+    taken = {log.key: thief.acquire(log.key, "thief", ttl=60).epoch for log in logs[::2]}
+    # Deferred effects still waiting for the store as the keys change hands.
+    queued = {
+        log.key: [c for c in log.calls if c.outcome and c.outcome.deferred and not c.outcome.done()]
+        for log in logs
+    }
+    private_pg.admit_tcp(thief_db)
     stop.set()
     for t in threads:
         t.join(120)
     assert not any(t.is_alive() for t in threads)
     assert [e for log in logs for e in log.errors] == []
     assert restarted_after >= OUTAGE_S
+    assert all(taken[log.key] > log.epoch for log in logs[::2])
+    assert any(queued[key] for key in taken), "no deferred effect was queued at the takeover"
+    # Per key, whatever the scheduling: what waited on a taken-over key is
+    # rejected as stale, what waited on a key nobody took is applied.
+    for log in logs:
+        for c in queued[log.key]:
+            assert c.outcome is not None
+            if log.key in taken:
+                assert c.outcome.status == "rejected", (log.key, c.outcome)
+            else:
+                assert c.outcome.accepted, (log.key, c.outcome)
 
     sink = FencedSink(thief_db, name="ledger", prefix=prefix)
     calls = [c for log in logs for c in log.calls]
@@ -215,8 +252,7 @@ def test_lease_store_outage_under_an_sdk_workload(
         if c.outcome is not None and c.outcome.status == "rejected":
             assert c.outcome.receipt is not None and c.outcome.receipt.reason == "stale_epoch"
     stale_rejected = [c for c in deferrable if c.outcome and c.outcome.status == "rejected"]
-    # Both ends of the deferred path ran: the thief acquires within
-    # milliseconds of the restart, the keepers probe every ttl/3.
+    # Both ends of the deferred path ran.
     assert stale_rejected, "no deferred effect met a takeover"
     late_commits = [
         c for c in deferrable if c.outcome and c.outcome.deferred and c.outcome.accepted

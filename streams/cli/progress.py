@@ -206,15 +206,19 @@ def demo_status(stream: TextIO, out: Callable[[str], None]) -> Iterator[Callable
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     console = Console(file=stream, stderr=stream is sys.stderr, highlight=False)
+    shares_screen = sys.stdout.isatty()
     progress = Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
         TimeElapsedColumn(),
         console=console,
         transient=True,
+        # rich would route every print() to its console (stderr) while the
+        # spinner runs: right when stdout is the same screen, wrong when it
+        # is a file or a pipe (`demo live > out.txt` left the file empty).
+        redirect_stdout=shares_screen,
     )
     task = progress.add_task("starting", total=None)
-    shares_screen = sys.stdout.isatty()
 
     def say(line: str) -> None:
         if shares_screen:

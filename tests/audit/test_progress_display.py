@@ -48,3 +48,36 @@ def test_demo_status_is_silent_on_a_pipe() -> None:
         out("  +0.01s  starting")
     assert stream.getvalue() == ""
     assert said == ["  +0.01s  starting"]
+
+
+def test_demo_output_goes_to_a_redirected_stdout_while_the_spinner_runs(tmp_path) -> None:
+    """stderr a terminal, stdout a file (`demo live > out.txt`): the story and anything else
+    printed reach the file, not the terminal (rich redirected stdout to its console)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = (
+        "import sys\n"
+        "from streams.cli.progress import demo_status\n"
+        "with demo_status(sys.stderr, print) as out:\n"
+        "    out('  +0.01s  starting the live processor')\n"
+        "    print('findings read from x (latest revision of each):')\n"
+    )
+    master, slave = pty.openpty()
+    result = tmp_path / "out.txt"
+    with result.open("w") as stdout:
+        proc = subprocess.run(
+            [sys.executable, "-c", script], stdout=stdout, stderr=slave, cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root), "TERM": "xterm"}, timeout=60,
+        )  # fmt: skip
+    os.close(slave)
+    shown = _drain(master).decode(errors="replace")
+    os.close(master)
+    assert proc.returncode == 0
+    assert result.read_text().splitlines() == [
+        "  +0.01s  starting the live processor",
+        "findings read from x (latest revision of each):",
+    ]
+    assert "findings read from" not in shown

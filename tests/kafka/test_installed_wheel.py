@@ -1,7 +1,8 @@
 """A plain install works (issue 9): the wheel, installed non-editable with the
 ``kafka`` extra into a fresh virtualenv, run from a directory outside the
-checkout: ``--version``, ``audit`` of the packaged fixture, ``run`` until
-``/health`` is ok, ``demo live``, and the rocksdb extra's one-line hint."""
+checkout: ``--version``, ``audit`` of the packaged fixture, ``run`` on a closed
+port (one line, no state left), ``run`` until ``/health`` is ok, ``demo live``,
+and the rocksdb extra's one-line hint."""
 
 from __future__ import annotations
 
@@ -94,6 +95,11 @@ def test_installed_wheel_works_from_outside_the_checkout(
     assert audit.returncode == 1, audit.stderr
     kinds = sorted(f["kind"] for f in json.loads(audit.stdout)["findings"])
     assert len(kinds) == 4, kinds
+
+    down = cli("run", "--bootstrap-servers", f"127.0.0.1:{free_port()}")
+    assert down.returncode == 2 and len(down.stderr.splitlines()) == 1, down.stderr
+    assert "cannot connect to broker" in down.stderr and down.stdout == ""
+    assert not (work / ".fencewatch").exists()  # nothing left behind by a wrong address
 
     rocks = cli("run", "--bootstrap-servers", kafka_bootstrap, "--store", "rocksdb://")
     assert rocks.returncode == 2

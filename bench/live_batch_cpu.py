@@ -1,0 +1,125 @@
+"""CPU time per event of the live processor's batch logic alone, no broker:
+``Processor.process_batch`` over the events of ``bench/live_throughput.py``
+(25,000 keys, interleaved), in batches of ``MAX_BATCH`` against a dict store,
+with the status topic off and on, under the worker's garbage-collector
+thresholds (``streams.live.runner.GC_THRESHOLDS``) and under Python's default
+ones, measured in the same run (settings alternate; CPU time of this process,
+so other load on the machine counts less than in the wall-clock benches).
+
+It shows what the live worker's Python logic costs per event before any
+Kafka I/O, and why the worker raises the young generation's threshold.
+
+    .venv/bin/python bench/live_batch_cpu.py [--keys 25000] [--repeat 3]
+"""
+# make-bench: --repeat 3
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+import zlib
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from live_throughput import interleaved
+from results import Figure, add_json_arg, emit
+
+from streams.core import Detector
+from streams.live.app import MAX_BATCH
+from streams.live.processor import Processor, SourceRecord
+from streams.live.runner import GC_THRESHOLDS
+
+DEFAULT_GC = (700, 10, 10)
+PARTITIONS = 4
+
+
+def records(keys: int, epochs: int) -> list[SourceRecord]:
+    out = []
+    for i, (key, value) in enumerate(interleaved(keys, epochs)):
+        out.append(SourceRecord("events", zlib.crc32(key) % PARTITIONS, i, key, value, 1_000 + i))
+    return out
+
+
+def cpu_per_event(recs: list[SourceRecord], *, status: bool, thresholds: tuple[int, ...]) -> float:
+    """CPU µs per event of processing ``recs`` in batches, a fresh processor and store."""
+    processor = Processor(
+        Detector(), findings_topic="f", dlq_topic="d", status_topic="s" if status else None
+    )
+    store: dict[bytes, bytes] = {}
+    old = gc.get_threshold()
+    gc.collect()
+    gc.freeze()  # as the worker does after start-up
+    gc.set_threshold(*thresholds)
+    try:
+        t0 = time.process_time()
+        for i in range(0, len(recs), MAX_BATCH):
+            outcome = processor.process_batch(recs[i : i + MAX_BATCH], store.get)
+            for key, _partition, blob in outcome.states:
+                store[key] = blob
+        elapsed = time.process_time() - t0
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
+    return elapsed / len(recs) * 1e6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--keys", type=int, default=25_000)
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    add_json_arg(ap)
+    args = ap.parse_args()
+    recs = records(args.keys, args.epochs)
+    settings = [(s, t) for s in (False, True) for t in (DEFAULT_GC, GC_THRESHOLDS)]
+    cpu_per_event(recs[: len(recs) // 4], status=True, thresholds=GC_THRESHOLDS)  # warm-up
+    runs: dict[tuple[bool, tuple[int, ...]], list[float]] = {k: [] for k in settings}
+    for _ in range(args.repeat):
+        for status, thresholds in settings:
+            runs[status, thresholds].append(
+                cpu_per_event(recs, status=status, thresholds=thresholds)
+            )
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    for (status, thresholds), us in med.items():
+        print(
+            f"status {'on ' if status else 'off'} gc {thresholds}: {us:6.2f} CPU µs/event "
+            f"({1e6 / us:,.0f} events/s of one core)"
+        )
+    note = (
+        f"{len(recs):,} events, {args.keys:,} keys, batches of {MAX_BATCH}, median of {args.repeat}"
+    )
+    figures = []
+    for status in (False, True):
+        label = "on" if status else "off"
+        figures.append(
+            Figure(
+                f"live batch logic CPU per event, status {label}, worker gc {GC_THRESHOLDS}",
+                med[status, GC_THRESHOLDS],
+                "µs/event",
+                f"the same with Python's default gc thresholds {DEFAULT_GC}",
+                med[status, DEFAULT_GC],
+                None,
+                note,
+            )
+        )
+    figures.append(
+        Figure(
+            "live batch logic CPU per event, status on (worker gc)",
+            med[True, GC_THRESHOLDS],
+            "µs/event",
+            "the same with the status topic off",
+            med[False, GC_THRESHOLDS],
+            None,
+            note,
+        )
+    )
+    emit(args.json, figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,7 +26,9 @@ __all__ = [
 NATIVE_MODULES: tuple[str, ...] = (
     "streams.core.destinations",
     "streams.core.detector",
+    "streams.core.health",
     "streams.core.replay",
+    "streams.core.status",
     "streams.core.validate",
 )
 #: Written by ``scripts/build-native``: source path -> SHA-256 it was compiled from.

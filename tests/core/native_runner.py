@@ -37,6 +37,7 @@ def main() -> None:
         sys.meta_path.insert(0, _SourceFirst())
     from streams.core.detector import Detector, DetectorConfig
     from streams.core.replay import Replay
+    from streams.core.status import status_from_replay
 
     replay = Replay(Detector(DetectorConfig(max_events_per_key=max_events)))
     revisions: list[dict[str, Any]] = []
@@ -52,6 +53,13 @@ def main() -> None:
         "invalid": [i.to_dict() for i in replay.invalid],
         "summary": replay.summary(),
         "states": {k: s.to_bytes().decode() for k, s in sorted(replay.states.items())},
+        "health": [h.to_dict() for h in replay.health()],
+        "destinations": [d.to_dict() for d in replay.destinations()],
+        # The status records as the live processor writes them (to_json), per key.
+        "status": {
+            k: st.to_json().decode()
+            for k, st in status_from_replay(replay.states, replay.latest.values()).items()
+        },
     }
     json.dump(out, sys.stdout, sort_keys=True)
 

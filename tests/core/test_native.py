@@ -102,7 +102,8 @@ def _run(corpus: Path, max_events: int, *, source: bool) -> dict[str, Any]:
 @pytest.mark.parametrize("max_events", [16, 1024])
 def test_compiled_and_interpreted_core_decide_the_same(tmp_path: Path, max_events: int) -> None:
     """On a messy corpus the compiled modules and their interpreted sources give the
-    same revisions, latest findings, invalid records, summary and state bytes."""
+    same revisions, latest findings, invalid records, summary, state bytes, health
+    view, destinations and status records."""
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_bytes(b"\n".join(_messy_corpus(random.Random(max_events), 400)) + b"\n")
     source = _run(corpus, max_events, source=True)
@@ -111,7 +112,10 @@ def test_compiled_and_interpreted_core_decide_the_same(tmp_path: Path, max_event
     assert source["summary"]["findings"] > 50 and source["summary"]["invalid"] > 0
     if max_events == 16:
         assert source["summary"]["evidence_evicted"] > 0
-    for part in ("revisions", "latest", "invalid", "summary", "states"):
+    assert any(h["status"] == "cleared" for h in source["health"])
+    assert any('"stale_epochs":[{' in st for st in source["status"].values())
+    parts = ("revisions", "latest", "invalid", "summary", "states")
+    for part in (*parts, "health", "destinations", "status"):
         assert loaded[part] == source[part], part
 
 

@@ -24,7 +24,7 @@ BENCH_ARGS ?=
 
 venv: $(STAMP) native
 
-# The detector, replay driver and validation compiled with mypyc (in place, next
+# The hot core modules (streams._native.NATIVE_MODULES) compiled with mypyc (in place, next
 # to their sources); rebuilt whenever one is missing or was built from another
 # version of its source. Without a C compiler fencewatch stays interpreted
 # (FENCEWATCH_NATIVE=required makes that an error).

@@ -248,7 +248,7 @@ def no_event_message(replay: Replay, what: str, inputs: list[_Input]) -> str | N
     if replay.records == 0 or replay.records > replay.invalid_count:
         return None
     n = replay.records
-    base = f"{what}: no valid event in {n} record{'s' if n != 1 else ''}"
+    base = f"{what}: no valid event in {n:,} record{'s' if n != 1 else ''}"
     hint = format_hint(inputs)
     if hint is not None:
         return f"{base} ({hint})"
@@ -538,7 +538,7 @@ def _audit(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     if partial:
         _err(
-            f"interrupted after {replay.records} record{'s' if replay.records != 1 else ''}: "
+            f"interrupted after {replay.records:,} record{'s' if replay.records != 1 else ''}: "
             "the report is PARTIAL (its findings and counts cover only those)"
         )
         return 130

@@ -95,7 +95,6 @@ class _RichAudit(AuditProgress):
         from rich.progress import (
             BarColumn,
             DownloadColumn,
-            MofNCompleteColumn,
             Progress,
             TextColumn,
             TimeRemainingColumn,
@@ -117,7 +116,7 @@ class _RichAudit(AuditProgress):
             "topic": (
                 TextColumn("[bold]{task.description}"),
                 BarColumn(bar_width=10),
-                MofNCompleteColumn(),
+                TextColumn("{task.completed:,.0f}/{task.total:,.0f}"),
                 _rate_column(),
                 TextColumn("partitions {task.fields[parts]}"),
                 TextColumn("ETA"),

@@ -209,7 +209,7 @@ def render_text(
     lines: list[str] = []
     if partial:
         lines.append(
-            f"PARTIAL REPORT: interrupted after {replay.records} records; "
+            f"PARTIAL REPORT: interrupted after {_count(replay.records, 'record')}; "
             "findings and counts cover only what was read"
         )
         lines.append("")
@@ -246,14 +246,16 @@ def render_text(
         lines.append("")
     s = replay.summary(health_view)
     by_sev = s["by_severity"]
-    counts = ", ".join(f"{by_sev[sev.value]} {sev.value}" for sev in _ORDER if sev.value in by_sev)
+    counts = ", ".join(
+        f"{by_sev[sev.value]:,} {sev.value}" for sev in _ORDER if sev.value in by_sev
+    )
     lines.append(
-        f"fencewatch audit: {_count(s['events'], 'event')}, {s['invalid']} invalid, "
+        f"fencewatch audit: {_count(s['events'], 'event')}, {s['invalid']:,} invalid, "
         f"{_count(s['workflows'], 'workflow')}; {_count(s['findings'], 'finding')}"
         + (f" ({counts})" if counts else "")
-        + (f", {s['findings_open']} open" if s["findings"] else "")
+        + (f", {s['findings_open']:,} open" if s["findings"] else "")
         + (
-            f"; {s['redeliveries_dropped']} redeliveries dropped"
+            f"; {s['redeliveries_dropped']:,} redeliveries dropped"
             if s["redeliveries_dropped"]
             else ""
         )
@@ -263,5 +265,5 @@ def render_text(
 
 
 def _count(n: int, noun: str) -> str:
-    """``1 event``, ``2 events`` (the summary line reads as English)."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+    """``1 event``, ``2 events``, ``1,500,000 events`` (the summary line reads as English)."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

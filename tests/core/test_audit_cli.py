@@ -213,3 +213,17 @@ def test_summary_line_counts_one_event_workflow_and_finding_in_the_singular(
     assert main(["audit", "--colour", "never", str(one)]) == 0
     last = capsys.readouterr().out.rstrip("\n").splitlines()[-1]
     assert last == "fencewatch audit: 1 event, 0 invalid, 1 workflow; 0 findings; fail-on warning"
+
+
+def test_summary_line_groups_thousands(tmp_path: Path, capsys) -> None:
+    """Counts of long work read at a glance: '1,200 events', '1,200 workflows'."""
+    many = tmp_path / "many.jsonl"
+    many.write_text(
+        "".join(
+            f'{{"type":"progress","workflow_key":"k{i}","epoch":1,"worker_id":"w"}}\n'
+            for i in range(1200)
+        )
+    )
+    assert main(["audit", "--colour", "never", str(many)]) == 0
+    last = capsys.readouterr().out.rstrip("\n").splitlines()[-1]
+    assert last.startswith("fencewatch audit: 1,200 events, 0 invalid, 1,200 workflows; ")

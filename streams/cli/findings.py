@@ -71,6 +71,14 @@ def register(sub: Any) -> None:
     )
     h.add_argument("--max-attempts", type=int, default=5, help="tries per finding (default 5)")
     h.add_argument("--max-in-flight", type=int, default=100, help="queued deliveries (100)")
+    h.add_argument(
+        "--hook-lanes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="deliveries in parallel, each finding always on the same lane "
+        "(webhook: N connections, default 4; exec: default 1)",
+    )
     h.add_argument("--hook-timeout", type=float, default=10.0, help="seconds per attempt (10)")
     add_kafka_config_arg(p)
     p.set_defaults(handler=_main)
@@ -211,13 +219,17 @@ def _follow(consumer: Any, fmt: str) -> None:
 def _hooked(consumer: Any, args: argparse.Namespace) -> None:
     from streams.findings import DeadLetterFile, ExecTarget, HookSender, RetryPolicy, WebhookTarget
 
-    target: Any = (
+    lanes = args.hook_lanes if args.hook_lanes is not None else (4 if args.webhook else 1)
+    if lanes < 1:
+        raise ValueError("--hook-lanes must be at least 1")
+    targets: list[Any] = [
         WebhookTarget(args.webhook, timeout_s=args.hook_timeout)
         if args.webhook is not None
         else ExecTarget(args.exec_cmd, timeout_s=args.hook_timeout)
-    )
+        for _ in range(lanes)
+    ]
     sender = HookSender(
-        target,
+        targets,
         consumer.ack,
         policy=RetryPolicy(max_attempts=args.max_attempts),
         dead_letters=DeadLetterFile(Path(args.dead_letter)),

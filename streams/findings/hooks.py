@@ -1,8 +1,11 @@
 """Alert hooks: hand each finding revision to a command or a webhook.
 
-One sender thread takes deliveries from a bounded in-flight queue, in order
-(so a receiver sees a finding's revisions in increasing order), and tries
-each one up to ``RetryPolicy.max_attempts`` times with exponential backoff.
+Sender threads ("lanes", one per target: one connection each) take
+deliveries from bounded in-flight queues. A finding always goes to the same
+lane (by its id), in order, so a receiver sees a finding's revisions in
+increasing order; different findings travel in parallel, so one slow
+request does not hold up the rest. Each delivery is tried up to
+``RetryPolicy.max_attempts`` times with exponential backoff.
 A delivery that still fails, or fails permanently (a 4xx answer other than
 408/429), is appended to the dead-letter file (JSON Lines, fsync'ed) and
 counts as handled. Only then is its position acknowledged to the consumer,
@@ -27,7 +30,8 @@ import queue
 import subprocess
 import threading
 import urllib.parse
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -199,8 +203,13 @@ class DeadLetterFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fh: IO[bytes] | None = None
+        self._lock = threading.Lock()  # the lanes share one file
 
     def append(self, delivery: Delivery, *, attempts: int, error: str) -> None:
+        with self._lock:
+            self._append(delivery, attempts, error)
+
+    def _append(self, delivery: Delivery, attempts: int, error: str) -> None:
         if self._fh is None:
             self._fh = open(self.path, "ab")  # noqa: SIM115 - closed in close()
         line = orjson.dumps(
@@ -217,9 +226,10 @@ class DeadLetterFile:
         os.fsync(self._fh.fileno())
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
 
 
 @dataclass(slots=True)
@@ -228,14 +238,24 @@ class HookStats:
     retries: int = 0
     dead_lettered: int = 0
 
+    def __add__(self, other: HookStats) -> HookStats:
+        return HookStats(
+            self.delivered + other.delivered,
+            self.retries + other.retries,
+            self.dead_lettered + other.dead_lettered,
+        )
+
 
 class HookSender:
-    """The sender thread and its bounded queue. ``done`` is called (on the
-    sender thread) for each delivery once it was delivered or dead-lettered."""
+    """The sender threads and their bounded queues: one lane per target
+    (``targets``: one, or several of the same kind, e.g. one
+    :class:`WebhookTarget` per connection). ``done`` is called (on a sender
+    thread, so it must be thread-safe, as :meth:`FindingsConsumer.ack` is)
+    for each delivery once it was delivered or dead-lettered."""
 
     def __init__(
         self,
-        target: HookTarget,
+        targets: HookTarget | Sequence[HookTarget],
         done: Callable[[Delivery], None],
         *,
         policy: RetryPolicy | None = None,
@@ -244,25 +264,39 @@ class HookSender:
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
-        self.target = target
+        lanes = list(targets) if isinstance(targets, Sequence) else [targets]
+        if not lanes:
+            raise ValueError("at least one hook target is needed")
         self.policy = policy or RetryPolicy()
         self.dead_letters = dead_letters
-        self.stats = HookStats()
         self._done = done
-        self._queue: queue.Queue[Delivery | None] = queue.Queue(maxsize=max_in_flight)
         self._abort = threading.Event()
         self._failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._loop, name="fencewatch-hook", daemon=True)
-        self._thread.start()
+        per_lane = max(1, max_in_flight // len(lanes))
+        self._lanes = [_Lane(self, t, per_lane, i) for i, t in enumerate(lanes)]
+
+    @property
+    def target(self) -> HookTarget:
+        """The first lane's target (the only one with a single lane)."""
+        return self._lanes[0].target
+
+    @property
+    def stats(self) -> HookStats:
+        total = HookStats()
+        for lane in self._lanes:
+            total = total + lane.stats
+        return total
 
     def submit(self, delivery: Delivery) -> None:
-        """Queue ``delivery``; blocks while ``max_in_flight`` are queued.
-        Raises the sender's fatal error (a dead-letter file that cannot be
-        written), if any."""
+        """Queue ``delivery`` on its finding's lane; blocks while that lane's
+        share of ``max_in_flight`` is queued. Raises a sender's fatal error
+        (a dead-letter file that cannot be written), if any."""
+        lanes = self._lanes
+        lane = lanes[zlib.crc32(delivery.finding.finding_id.encode()) % len(lanes)]
         while True:
             self._raise_failure()
             try:
-                self._queue.put(delivery, timeout=0.2)
+                lane.queue.put(delivery, timeout=0.2)
                 return
             except queue.Full:
                 continue
@@ -271,20 +305,54 @@ class HookSender:
         if self._failure is not None:
             raise FencewatchError(f"alert hook stopped: {self._failure}") from self._failure
 
+    def close(self, *, drain_timeout_s: float = 30.0) -> None:
+        """Let the queued deliveries finish (up to ``drain_timeout_s``), then
+        stop; what is left is not acknowledged. Raises the fatal error, if any."""
+        for lane in self._lanes:
+            try:
+                lane.queue.put(None, timeout=drain_timeout_s)
+            except queue.Full:
+                self._abort.set()
+        for lane in self._lanes:
+            lane.thread.join(drain_timeout_s)
+        if any(lane.thread.is_alive() for lane in self._lanes):
+            self._abort.set()
+            for lane in self._lanes:
+                lane.thread.join(5.0)
+        self.dead_letters.close()
+        self._raise_failure()
+
+
+class _Lane:
+    """One sender thread, its target and its queue."""
+
+    def __init__(self, sender: HookSender, target: HookTarget, size: int, index: int) -> None:
+        self.sender = sender
+        self.target = target
+        self.stats = HookStats()
+        self.queue: queue.Queue[Delivery | None] = queue.Queue(maxsize=size)
+        self.thread = threading.Thread(
+            target=self._loop, name=f"fencewatch-hook-{index}", daemon=True
+        )
+        self.thread.start()
+
     def _loop(self) -> None:
+        sender = self.sender
         try:
             while True:
-                item = self._queue.get()
-                if item is None or self._abort.is_set():
+                item = self.queue.get()
+                if item is None or sender._abort.is_set():
                     return
                 if self._deliver(item):
-                    self._done(item)
+                    sender._done(item)
         except BaseException as exc:  # reported to the polling thread by submit()/close()
-            self._failure = exc
+            sender._failure = exc
 
     def _deliver(self, delivery: Delivery) -> bool:
         """True once delivered or dead-lettered; False when aborted (left
         unacknowledged, so it is sent again after a restart)."""
+        sender = self.sender
+        policy = sender.policy
         attempt = 0
         while True:
             attempt += 1
@@ -293,24 +361,10 @@ class HookSender:
                 self.stats.delivered += 1
                 return True
             except DeliveryFailed as exc:
-                if not exc.retriable or attempt >= self.policy.max_attempts:
-                    self.dead_letters.append(delivery, attempts=attempt, error=str(exc))
+                if not exc.retriable or attempt >= policy.max_attempts:
+                    sender.dead_letters.append(delivery, attempts=attempt, error=str(exc))
                     self.stats.dead_lettered += 1
                     return True
                 self.stats.retries += 1
-                if self._abort.wait(self.policy.delay(attempt)):
+                if sender._abort.wait(policy.delay(attempt)):
                     return False
-
-    def close(self, *, drain_timeout_s: float = 30.0) -> None:
-        """Let the queued deliveries finish (up to ``drain_timeout_s``), then
-        stop; what is left is not acknowledged. Raises the fatal error, if any."""
-        try:
-            self._queue.put(None, timeout=drain_timeout_s)
-        except queue.Full:
-            self._abort.set()
-        self._thread.join(drain_timeout_s)
-        if self._thread.is_alive():
-            self._abort.set()
-            self._thread.join(5.0)
-        self.dead_letters.close()
-        self._raise_failure()

@@ -65,6 +65,27 @@ def test_webhook_posts_with_idempotency_key_and_retries_5xx(tmp_path: Path) -> N
     assert not dead.exists()
 
 
+def test_webhook_lanes_keep_each_findings_revisions_in_order(tmp_path: Path) -> None:
+    """Four lanes (four connections): every revision arrives once, each finding's
+    revisions in increasing order, and every delivery is reported done."""
+    findings = synthetic_findings(200, revisions=3)
+    items = [Delivery(f, 0, i, -1, None) for i, f in enumerate(findings)]
+    with webhook_receiver() as rx:
+        rx.delay_s = 0.001  # lanes overlap their waits
+        targets = [WebhookTarget(rx.url) for _ in range(4)]
+        done, dead = _send_all(targets, tmp_path, items)
+        keys = rx.keys()
+    assert sorted(keys) == sorted(d.idempotency_key for d in items)
+    by_id: dict[str, list[int]] = {}
+    for key in keys:
+        fid, rev = key.rsplit("/", 1)
+        by_id.setdefault(fid, []).append(int(rev))
+    assert all(revs == sorted(revs) for revs in by_id.values())
+    assert sorted(done) == list(range(len(items))) and not dead.exists()
+    # The premise: the lanes did interleave findings (not one lane doing all).
+    assert keys != [d.idempotency_key for d in items]
+
+
 def test_webhook_dead_letters_after_max_attempts_and_at_once_on_4xx(tmp_path: Path) -> None:
     """Always-503 is dead-lettered after 3 attempts, a 400 after 1; both count as done."""
     items = _deliveries()
@@ -169,7 +190,9 @@ def test_sigkill_mid_stream_loses_nothing_and_resends_only_the_uncommitted(
         "--max-in-flight", "20", "--dead-letter", str(tmp_path / "dead.jsonl"),
     ]  # fmt: skip
     with webhook_receiver() as rx:
-        rx.delay_s = 0.003  # ~4 s for the stream: the kill lands in the middle
+        # ~3.6 s for the stream on the follower's 4 lanes: the kill lands in the
+        # middle, after the position was committed at least once (every 0.5 s).
+        rx.delay_s = 0.012
         first = subprocess.Popen(
             [*cmd, "--webhook", rx.url], cwd=REPO, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -97,6 +97,8 @@ class LiveRuntime:
         self.changelog_topic: str = table.changelog_topic.get_topic_name()
         self.positions: dict[int, int] = {}
         self.processed = 0
+        #: The assignment last announced in the log as being processed.
+        self._announced: tuple[int, ...] | None = None
 
     def _load(self, key: bytes) -> bytes | None:
         store = self.table.data
@@ -204,6 +206,28 @@ class LiveRuntime:
         self.sender.on_rebalance()
         assigned = {tp.partition for tp in self.app.consumer.assignment()}
         self.positions = {p: o for p, o in self.positions.items() if p in assigned}
+
+    def announce(self) -> None:
+        """One INFO line each time the worker starts processing a new set of
+        partitions (after start-up and after each rebalance, once restored):
+        at the default log level the worker's log is these lines, not the
+        frameworks' lifecycle chatter (faust_seam.quiet_framework_logs)."""
+        state = self.health()
+        if not state["ok"] or state["recovering"]:
+            return
+        partitions = tuple(state["partitions"])
+        if partitions == self._announced:
+            return
+        self._announced = partitions
+        where = ", ".join(map(str, partitions)) if partitions else "none (other workers have them)"
+        st = self.settings
+        log.info(
+            "processing %s partitions %s (%s, %s store)",
+            st.events_topic,
+            where,
+            "exactly-once" if st.exactly_once else "at-least-once",
+            st.store_kind,
+        )
 
     def refresh_gauges(self) -> None:
         self.refresh_lag()
@@ -339,6 +363,7 @@ def build_app(
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def gauges() -> None:
         runtime.refresh_gauges()
+        runtime.announce()
 
     async def _assigned(sender: Any, *args: Any, **kwargs: Any) -> None:
         runtime.on_rebalance()

@@ -589,6 +589,57 @@ def quiet_worker(worker: Any) -> None:
     worker.spinner = None
 
 
+#: The frameworks' loggers whose INFO lines are lifecycle chatter (every
+#: service's "Starting..."/"Stopping...", subscription tables, group joins).
+FRAMEWORK_LOGGERS = ("faust", "mode", "aiokafka")
+#: Kept at the worker's level: table recovery's few lines say what a restart
+#: or rebalance is waiting for ("Highwater ...", "Recovery complete").
+RECOVERY_LOGGER = "faust.tables.recovery"
+
+
+class _TransientCoordinator(logging.Filter):
+    """aiokafka logs ``Group Coordinator Request failed: [Error 15]
+    GroupCoordinatorNotAvailableError`` at ERROR when a fresh broker has not
+    elected the group's coordinator yet, and retries at once. The first few
+    are shown as what they are, INFO (so hidden by default); a coordinator
+    that stays unavailable keeps its ERROR lines."""
+
+    TRANSIENT = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.ERROR or self.seen >= self.TRANSIENT:
+            return True
+        if "GroupCoordinatorNotAvailable" not in record.getMessage():
+            return True
+        self.seen += 1
+        record.levelno, record.levelname = logging.INFO, "INFO"
+        return logging.getLogger(record.name).isEnabledFor(logging.INFO)
+
+
+#: Where aiokafka logs the transient coordinator error (its module logger).
+_COORDINATOR_LOGGER = "aiokafka.consumer.group_coordinator"
+
+
+def quiet_framework_logs(level: str) -> None:
+    """Below ``debug``, faust's, mode's and aiokafka's loggers pass on
+    warnings and errors only (table recovery's lines excepted): at the
+    default ``info`` a worker's log is fencewatch's own lines (state,
+    restore, the partitions it processes) plus any trouble the clients
+    report. ``debug`` shows everything."""
+    if level.lower() != "debug":
+        root = logging.getLogger().getEffectiveLevel()
+        for name in FRAMEWORK_LOGGERS:
+            logging.getLogger(name).setLevel(max(logging.WARNING, root))
+        logging.getLogger(RECOVERY_LOGGER).setLevel(root)
+    coordinator = logging.getLogger(_COORDINATOR_LOGGER)
+    if not any(isinstance(f, _TransientCoordinator) for f in coordinator.filters):
+        coordinator.addFilter(_TransientCoordinator())
+
+
 # -- reaches into faust's consumer (intake) -----------------------------------
 
 

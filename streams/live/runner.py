@@ -9,7 +9,7 @@ from typing import Any
 
 from streams.errors import FencewatchError
 from streams.live.app import build_app
-from streams.live.faust_seam import crash_reason, quiet_worker
+from streams.live.faust_seam import crash_reason, quiet_framework_logs, quiet_worker
 from streams.live.settings import LiveSettings, prepare_local_state
 from streams.live.topics import ensure_topics
 
@@ -56,6 +56,7 @@ def run_worker(settings: LiveSettings) -> int:
     gc.set_threshold(*GC_THRESHOLDS)
     worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
     quiet_worker(worker)
+    quiet_framework_logs(settings.log_level)
     code: int = 0
     try:
         worker.execute_from_commandline()

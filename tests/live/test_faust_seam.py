@@ -498,3 +498,53 @@ def test_faust_sets_the_root_logger_to_debug_at_warning_and_quiet_worker_keeps_w
 
     assert _root_level_after_setup(quiet=False) == logging.DEBUG
     assert _root_level_after_setup(quiet=True) == logging.WARNING
+
+
+def test_framework_logs_are_quiet_below_debug_and_recovery_stays() -> None:
+    """At info, faust/mode/aiokafka pass only warnings (table recovery's lines
+    excepted) and aiokafka's first coordinator-not-available errors read as
+    INFO; at debug everything passes."""
+    import logging
+
+    names = [*faust_seam.FRAMEWORK_LOGGERS, faust_seam.RECOVERY_LOGGER, "faust.worker"]
+    saved = {n: logging.getLogger(n).level for n in names}
+    root = logging.getLogger()
+    root_level = root.level
+    coordinator = logging.getLogger("aiokafka.consumer.group_coordinator")
+    filters = list(coordinator.filters)
+    # A fresh filter (one installed earlier in this process has counted already).
+    coordinator.filters[:] = [
+        f for f in filters if not isinstance(f, faust_seam._TransientCoordinator)
+    ]
+    try:
+        root.setLevel(logging.INFO)
+        faust_seam.quiet_framework_logs("info")
+        assert not logging.getLogger("faust.worker").isEnabledFor(logging.INFO)
+        assert logging.getLogger("aiokafka.conn").isEnabledFor(logging.WARNING)
+        assert logging.getLogger(faust_seam.RECOVERY_LOGGER).isEnabledFor(logging.INFO)
+
+        def record(msg: str) -> logging.LogRecord:
+            return coordinator.makeRecord(
+                coordinator.name, logging.ERROR, __file__, 1,
+                "Group Coordinator Request failed: %s", (msg,), None,
+            )  # fmt: skip
+
+        (flt,) = [f for f in coordinator.filters if f not in filters]
+        assert isinstance(flt, faust_seam._TransientCoordinator)
+        transient = [record("[Error 15] GroupCoordinatorNotAvailableError") for _ in range(4)]
+        kept = [flt.filter(r) for r in transient]
+        assert kept == [False, False, False, True]  # the 4th keeps its ERROR
+        assert [r.levelname for r in transient] == ["INFO", "INFO", "INFO", "ERROR"]
+        other = record("[Error 7] RequestTimedOutError")
+        assert flt.filter(other) and other.levelname == "ERROR"
+
+        root.setLevel(logging.DEBUG)
+        for n in faust_seam.FRAMEWORK_LOGGERS:
+            logging.getLogger(n).setLevel(logging.NOTSET)
+        faust_seam.quiet_framework_logs("debug")
+        assert logging.getLogger("faust.worker").isEnabledFor(logging.DEBUG)
+    finally:
+        for n, level in saved.items():
+            logging.getLogger(n).setLevel(level)
+        root.setLevel(root_level)
+        coordinator.filters[:] = filters

@@ -2,7 +2,9 @@
 
 One exactly-once ``fencewatch run`` worker and one ``fencewatch findings
 --follow --webhook`` follower (both subprocesses, as deployed) on this
-machine; a webhook receiver (http.server, keep-alive) in this process. Every
+machine; a webhook receiver (http.server, keep-alive) in a process of its own
+(as a real receiver is: not sharing an interpreter with the load generator
+and the latency reader of this process). Every
 measured event is a stale checkpoint of its own workflow, so each raises one
 new finding, which the follower POSTs. Latency per event: from its produce
 call to the receiver having the POST.
@@ -21,12 +23,14 @@ Target: webhook p99 <= 500 ms at 2,000 events/s.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -50,6 +54,22 @@ from results import Figure, add_json_arg, emit
 from tests.findings.receiver import webhook_receiver
 
 
+def _receive(conn: Any, n: int) -> None:
+    """The receiver process: send its URL, then, once ``n`` posts arrived (or
+    on "stop"), each workflow key's first arrival time and the post count."""
+    with webhook_receiver() as rx:
+        conn.send(rx.url)
+        deadline = time.monotonic() + 600
+        while rx.count() < n and time.monotonic() < deadline and not conn.poll(0.05):
+            pass
+        with rx.lock:
+            posts = list(rx.posts)
+    first: dict[str, float] = {}
+    for post in posts:
+        first.setdefault(str(post.body["workflow_key"]), post.at)
+    conn.send((first, len(posts)))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rate", type=int, default=2000)
@@ -66,7 +86,12 @@ def main() -> int:
     keys = [f"hook/{i:07d}" for i in range(n)]
 
     produce_all(producer(bs), events, handovers(keys))
-    with tempfile.TemporaryDirectory() as tmp, webhook_receiver() as rx:
+    ctx = multiprocessing.get_context("spawn")
+    here, there = ctx.Pipe()
+    receiver = ctx.Process(target=_receive, args=(there, n), daemon=True)
+    receiver.start()
+    url = here.recv()
+    with tempfile.TemporaryDirectory() as tmp:
         env = worker_env(
             events,
             findings,
@@ -80,7 +105,7 @@ def main() -> int:
         follower = subprocess.Popen(
             [sys.executable, "-m", "streams", "findings", "--bootstrap-servers", bs,
              "--topic", findings, "--follow", "--format", "jsonl", "--group", f"{app_id}-hook",
-             "--webhook", rx.url, "--dead-letter", str(Path(tmp) / "dead.jsonl")],
+             "--webhook", url, "--dead-letter", str(Path(tmp) / "dead.jsonl")],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=follower_log,
         )  # fmt: skip
         try:
@@ -104,25 +129,28 @@ def main() -> int:
             actual = n / (time.monotonic() - start)
             seen.wait_for(n, 60)
             seen.close()
-            rx.wait_for(n, 120)
+            if not here.poll(120):
+                here.send("stop")
+            first_post, n_posts = here.recv()
         finally:
             follower.terminate()
             follower.wait(30)
             follower_log.close()
+            follower_tail = (Path(tmp) / "follower.log").read_text(errors="replace")[-500:]
             w.stop()
-        posts = list(rx.posts)
+            receiver.join(10)
     visible = sorted((seen.seen[k] - sent_mono[k]) * 1000 for k in keys if k in seen.seen)
-    first_post: dict[str, float] = {}
-    for post in posts:
-        first_post.setdefault(str(post.body["workflow_key"]), post.at)
     hooked = sorted((first_post[k] - sent_wall[k]) * 1000 for k in keys if k in first_post)
     if not hooked or not visible:
-        print("no findings seen")
+        print(
+            f"no findings seen: {len(visible)} visible, {len(hooked)} posted "
+            f"({n_posts} posts); follower log: {follower_tail!r}"
+        )
         return 1
     setting = (
         f"{actual:,.0f} events/s for {args.seconds} s, commit interval {args.commit_interval} s, "
         f"{args.partitions} partitions; webhook posts {len(first_post)}/{n} "
-        f"({len(posts) - len(first_post)} repeated), findings visible {len(visible)}/{n}; "
+        f"({n_posts - len(first_post)} repeated), findings visible {len(visible)}/{n}; "
         f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
     print(setting)

@@ -17,12 +17,14 @@ from streams.kafka.connection import KafkaConnection
 from streams.kafka.errors import TopicMissing, from_kafka_error, translate
 
 __all__ = [
+    "COORDINATOR_NOT_READY",
     "DeliveryCallback",
     "Header",
     "Producer",
     "TransactionalProducer",
     "committed_offsets",
     "end_offsets",
+    "fetch_committed",
 ]
 
 #: Called once per produced record: ``None`` when acknowledged, else the error.
@@ -175,6 +177,34 @@ def end_offsets(conn: KafkaConnection | str, topic: str) -> dict[int, int]:
         c.close()
 
 
+#: Answers of a group coordinator that is still being elected or loading
+#: (a fresh broker, a coordinator that just moved): asked again, not fatal.
+COORDINATOR_NOT_READY = frozenset(
+    {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"}
+)
+
+
+def fetch_committed(consumer: Any, partitions: list[Any], timeout: float) -> list[Any]:
+    """``consumer.committed(partitions)``, asked again while the group's
+    coordinator is not ready, until ``timeout`` seconds have passed; then
+    (or on any other error) the KafkaException propagates."""
+    import time
+
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return list(consumer.committed(partitions, timeout=max(left, 0.1)))
+        except KafkaException as exc:
+            err: Any = exc.args[0] if exc.args else None
+            name = err.name() if err is not None and hasattr(err, "name") else ""
+            if name not in COORDINATOR_NOT_READY or time.monotonic() + 0.2 > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def committed_offsets(
     conn: KafkaConnection | str, group: str, topic: str, partitions: Iterable[int]
 ) -> dict[int, int]:
@@ -184,8 +214,8 @@ def committed_offsets(
     conn = _connection(conn)
     c = _probe_consumer(conn, group)
     try:
-        tps = c.committed(
-            [TopicPartition(topic, p) for p in partitions], timeout=conn.connect_timeout
+        tps = fetch_committed(
+            c, [TopicPartition(topic, p) for p in partitions], conn.connect_timeout
         )
         return {tp.partition: int(tp.offset) for tp in tps}
     except KafkaException as exc:

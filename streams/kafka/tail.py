@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from streams.kafka.clients import fetch_committed
 from streams.kafka.connection import KafkaConnection, check_reachable
 from streams.kafka.errors import from_kafka_error, no_answer, topic_unavailable, translate
 
@@ -136,7 +137,7 @@ class TopicTail:
         else:
             begin = dict(lows)
         if self.group is not None:
-            for t in c.committed([tp(topic, p) for p in self.partitions], timeout=timeout):
+            for t in fetch_committed(c, [tp(topic, p) for p in self.partitions], timeout):
                 if t.offset >= 0:
                     # A committed position below the log start (retention) resumes at the start.
                     begin[t.partition] = max(t.offset, lows[t.partition])

@@ -276,11 +276,6 @@ class HookSender:
         self._lanes = [_Lane(self, t, per_lane, i) for i, t in enumerate(lanes)]
 
     @property
-    def target(self) -> HookTarget:
-        """The first lane's target (the only one with a single lane)."""
-        return self._lanes[0].target
-
-    @property
     def stats(self) -> HookStats:
         total = HookStats()
         for lane in self._lanes:

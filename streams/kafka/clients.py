@@ -8,6 +8,7 @@ A producer's local queue being full stays the builtin :class:`BufferError`
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import suppress
 from typing import Any
@@ -188,8 +189,6 @@ def fetch_committed(consumer: Any, partitions: list[Any], timeout: float) -> lis
     """``consumer.committed(partitions)``, asked again while the group's
     coordinator is not ready, until ``timeout`` seconds have passed; then
     (or on any other error) the KafkaException propagates."""
-    import time
-
     from confluent_kafka import KafkaException
 
     deadline = time.monotonic() + timeout

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import uuid
 
 import pytest
@@ -17,6 +16,7 @@ from streams.kafka import (
     TopicSpec,
     ownership_topic_specs,
 )
+from streams.live.worker_process import free_port
 
 
 def _names() -> tuple[str, str, str, str]:
@@ -155,16 +155,9 @@ def test_run_and_topics_create_make_the_same_topics(kafka_bootstrap: str) -> Non
         TopicAdmin(kafka_bootstrap).delete([*by_cli, *by_run])
 
 
-def _closed_port() -> int:
-    """A port nothing listens on: bound to get a free number, then closed."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_unreachable_broker_is_reported_as_broker_unreachable() -> None:
     """A refused connection surfaces at once as BrokerUnreachable naming address and cause."""
-    port = _closed_port()
+    port = free_port()  # nothing listens on it
     with pytest.raises(BrokerUnreachable) as raised:
         TopicAdmin(f"127.0.0.1:{port}")
     assert raised.value.retriable

@@ -5,22 +5,17 @@ lag gauge first, so a partition assigned a moment ago already has its series
 from __future__ import annotations
 
 import asyncio
-import socket
 import urllib.request
 
 from streams.live.metrics import LiveMetrics, MetricsServer
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from streams.live.worker_process import free_port
 
 
 def test_each_scrape_reports_the_lag_of_every_partition_assigned_now() -> None:
+    """Every partition assigned at a scrape has a lag series (0 until known); moved ones go."""
     metrics = LiveMetrics()
     assigned: list[dict[int, int | None]] = [{0: None, 1: None, 2: None}, {1: 4}]
-    port = _free_port()
+    port = free_port()
     server = MetricsServer(
         metrics,
         lambda: {"ok": True},

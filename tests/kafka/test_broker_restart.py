@@ -97,3 +97,25 @@ def test_old_producer_is_fenced_across_a_restart(restartable_kafka: Any) -> None
         old.produce(topic, key=b"k", value=b"stale")
         old.commit_transaction(60)
     assert raised.value.args[0].code() == KafkaError._FENCED
+
+
+def test_a_cluster_id_that_starts_with_a_dash_formats_and_starts(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first start whose cluster id begins with '-' formats the storage and serves that id
+    (the format tool's parser took such an id for an option: 1 first start in 64 failed)."""
+    from confluent_kafka.admin import AdminClient
+
+    from tests.conftest import LocalKafka
+
+    cluster_id = "-ECXZY9KSsqUoBEYeF61UA"
+    monkeypatch.setenv("FENCEWATCH_KAFKA_CLUSTER_ID", cluster_id)
+    broker = LocalKafka(tmp_path / "kafka")
+    bootstrap = broker.start()
+    try:
+        meta = (tmp_path / "kafka" / "data" / "meta.properties").read_text()
+        assert f"cluster.id={cluster_id}" in meta.splitlines()
+        admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until answered
+        assert admin.describe_cluster().result(timeout=_DEADLINE_S).cluster_id == cluster_id
+    finally:
+        broker.stop()

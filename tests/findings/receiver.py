@@ -43,9 +43,15 @@ class Receiver:
     def counts(self) -> Counter[str]:
         return Counter(self.keys())
 
-    def wait_for(self, n: int, timeout: float = 60.0) -> None:
+    def wait_for(self, n: int, timeout: float = 60.0, *, sender: Any = None) -> None:
+        """Until ``n`` posts arrived; fails at ``timeout``, or at once when
+        ``sender`` (a Popen) has exited: nothing more would come."""
         deadline = time.monotonic() + timeout
         while self.count() < n:
+            if sender is not None and sender.poll() is not None:
+                raise AssertionError(
+                    f"received {self.count()} of {n} posts; the sender exited ({sender.returncode})"
+                )
             if time.monotonic() > deadline:
                 raise AssertionError(f"received {self.count()} of {n} posts in {timeout} s")
             time.sleep(0.02)

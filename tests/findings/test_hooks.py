@@ -24,6 +24,7 @@ from streams.findings import (
     RetryPolicy,
     WebhookTarget,
 )
+from streams.kafka import committed_offsets
 from tests.findings.conftest import fixture_findings, synthetic_findings
 from tests.findings.receiver import webhook_receiver
 
@@ -156,9 +157,16 @@ def test_cli_webhook_delivers_each_revision_of_a_bounded_read(
 
 
 def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    from streams.kafka import committed_offsets
-
-    return committed_offsets(bootstrap, group, topic, range(partitions))
+    """The group's committed positions once two reads 0.5 s apart agree: a
+    commit the killed follower had sent may still land after its death."""
+    last = committed_offsets(bootstrap, group, topic, range(partitions))
+    for _ in range(20):
+        time.sleep(0.5)
+        now = committed_offsets(bootstrap, group, topic, range(partitions))
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"the committed positions kept moving after the kill: {last}")
 
 
 def _positions(bootstrap: str, topic: str) -> dict[str, tuple[int, int]]:
@@ -187,17 +195,39 @@ def test_sigkill_mid_stream_loses_nothing_and_resends_only_the_uncommitted(
     cmd = [
         sys.executable, "-m", "streams", "findings", "--bootstrap-servers", kafka_bootstrap,
         "--topic", topic, "--follow", "--group", group, "--format", "jsonl",
-        "--max-in-flight", "20", "--dead-letter", str(tmp_path / "dead.jsonl"),
+        "--max-in-flight", "100", "--dead-letter", str(tmp_path / "dead.jsonl"),
     ]  # fmt: skip
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+
+    def follower(log: Path) -> subprocess.Popen[bytes]:
+        # stderr to a file, never an unread pipe: a full pipe would block the follower.
+        with log.open("wb") as err:
+            return subprocess.Popen(
+                [*cmd, "--webhook", rx.url], cwd=REPO, stdout=subprocess.DEVNULL, stderr=err
+            )
+
+    def evidence() -> str:
+        missing = sorted(set(positions) - set(rx.counts()))
+        dead = tmp_path / "dead.jsonl"
+        return (
+            f"{len(missing)} never received, e.g. {[(k, positions[k]) for k in missing[:5]]};"
+            f" dead letters: {dead.read_text()[:500] if dead.exists() else 'none'};"
+            + "".join(f" {log.name}: {log.read_text()[-1500:]!r}" for log in logs if log.exists())
+        )
+
     with webhook_receiver() as rx:
         # ~3.6 s for the stream on the follower's 4 lanes: the kill lands in the
         # middle, after the position was committed at least once (every 0.5 s).
         rx.delay_s = 0.012
-        first = subprocess.Popen(
-            [*cmd, "--webhook", rx.url], cwd=REPO, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )  # fmt: skip
-        rx.wait_for(400)
+        first = follower(logs[0])
+        rx.wait_for(400, sender=first)
+        # The kill lands just after a commit, when up to 100 findings are queued
+        # on the lanes: a follower that committed what it had queued but not yet
+        # delivered would lose them here.
+        seen = committed_offsets(kafka_bootstrap, group, topic, range(3))
+        deadline = time.monotonic() + 10
+        while committed_offsets(kafka_bootstrap, group, topic, range(3)) == seen:
+            assert time.monotonic() < deadline, "the follower committed nothing in 10 s"
         first.send_signal(signal.SIGKILL)
         first.wait(10)
         time.sleep(0.5)  # a POST the dead follower had sent may still be completing
@@ -206,19 +236,21 @@ def test_sigkill_mid_stream_loses_nothing_and_resends_only_the_uncommitted(
         committed = _committed(kafka_bootstrap, group, topic, 3)
         uncommitted = {k for k, (p, o) in positions.items() if o >= committed[p]}
         rx.delay_s = 0.0
-        second = subprocess.Popen(
-            [*cmd, "--webhook", rx.url], cwd=REPO, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )  # fmt: skip
+        second = follower(logs[1])
         try:
-            rx.wait_for(sum(before.values()) + len(uncommitted), timeout=60)
+            rx.wait_for(sum(before.values()) + len(uncommitted), timeout=90, sender=second)
             time.sleep(1.0)  # anything beyond the expected would show up now
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}; {sum(before.values())} before the kill, {len(uncommitted)} at or past"
+                f" the committed {committed}; {evidence()}"
+            ) from None
         finally:
             second.terminate()
             second.wait(20)
-        after = rx.counts()
-    assert second.returncode == 0, second.stderr.read() if second.stderr else ""
-    assert set(after) == set(positions), "a finding revision was lost"
+    after = rx.counts()
+    assert second.returncode == 0, evidence()
+    assert set(after) == set(positions), f"a finding revision was lost: {evidence()}"
     repeated = {k for k, n in after.items() if n > 1}
     assert max(after.values()) <= 2
     # Exactly the revisions delivered before the kill at or past the committed position.

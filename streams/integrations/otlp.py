@@ -233,6 +233,10 @@ def read_otlp_line(line: bytes) -> list[OtlpSpan | InvalidSpan]:
         doc = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise InvalidSpan(None, f"malformed JSON: {exc}") from None
+    return _traces_data(doc)
+
+
+def _traces_data(doc: Any) -> list[OtlpSpan | InvalidSpan]:
     if not isinstance(doc, dict) or "resourceSpans" not in doc:
         raise InvalidSpan(None, "not an OTLP/JSON trace export (no 'resourceSpans')")
     out: list[OtlpSpan | InvalidSpan] = []
@@ -270,32 +274,142 @@ def feed_otlp(
     offset: int = 0,
     stop_on_invalid: bool = False,
 ) -> int:
-    """Feed the evidence spans of an OTLP/JSON lines file to ``replay`` in
-    file order and return the last offset used (pass it on for the next file).
+    """Feed the evidence spans of an OTLP/JSON file to ``replay`` in file
+    order and return the last offset used (pass it on for the next file).
+
+    The file is JSON Lines (one ``TracesData`` per line, the collector's file
+    exporter) or, when its first non-blank line is not a JSON value on its
+    own (``{`` alone), pretty-printed ``TracesData`` documents one after the
+    other (``jq .`` output, a saved export), read whole up to
+    :data:`MAX_DOCUMENT_BYTES`.
 
     Each span carrying ``fencewatch.event`` is one record at the next offset
     (its arrival position, SPEC §3: give spans ``fencewatch.seq`` for an
-    authoritative order). A bad line or span is reported invalid with its line
-    and the reason; spans without ``fencewatch.event`` are not evidence and
-    are skipped. ``stop_on_invalid``: return at the first invalid record."""
+    authoritative order). A bad line, document or span is reported invalid
+    with its line and the reason; spans without ``fencewatch.event`` are not
+    evidence and are skipped. ``stop_on_invalid``: return at the first
+    invalid record."""
     invalid_before = replay.invalid_count
+    first = True
     # One TracesData per line; the collector writes a line per export batch,
     # so a line can be large (each event is still capped by the Replay).
     for line_no, raw in enumerate(fh, start=1):
+        if line_no == 1:
+            raw = raw.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark, as editors write
         line = raw.strip()
         if not line:
             continue
+        if first:
+            first = False
+            if line[:1] in (b"{", b"[") and not _is_json(line):
+                rest = fh.read(MAX_DOCUMENT_BYTES + 1)
+                return _feed_documents(
+                    replay, b"\n" * (line_no - 1) + raw + rest, source=source, offset=offset,
+                    complete=not fh.read(1), stop_on_invalid=stop_on_invalid,
+                )  # fmt: skip
         try:
             spans = read_otlp_line(line)
         except InvalidSpan as exc:
             offset += 1
             replay.feed_rejected(source, offset, exc.attribute, exc.reason, line=line_no)
             continue
-        for span in spans:
-            if isinstance(span, InvalidSpan):
+        offset = _feed_spans(replay, spans, source, offset, line_no, stop_on_invalid)
+        if stop_on_invalid and replay.invalid_count != invalid_before:
+            return offset
+    return offset
+
+
+#: A pretty-printed file is decoded whole, up to this size; a larger one is
+#: one invalid record that says so (JSON Lines, read a line at a time, has
+#: no such bound).
+MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
+
+
+def _size(n: int) -> str:
+    return f"{n // 2**20} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+
+def _is_json(line: bytes) -> bool:
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _feed_documents(
+    replay: Replay,
+    data: bytes,
+    *,
+    source: str,
+    offset: int,
+    complete: bool,
+    stop_on_invalid: bool,
+) -> int:
+    """Pretty-printed JSON values back to back: each a ``TracesData`` object
+    (or a list of them). A value that does not parse ends the file: what
+    follows cannot be told apart from it."""
+    if not complete or len(data) > MAX_DOCUMENT_BYTES:
+        replay.feed_rejected(
+            source, offset + 1, None,
+            f"pretty-printed OTLP/JSON larger than {_size(MAX_DOCUMENT_BYTES)}:"
+            " write it as JSON Lines (one TracesData per line, e.g. jq -c)",
+            line=1,
+        )  # fmt: skip
+        return offset + 1
+    import json  # the standard decoder: it can decode one value of many
+
+    invalid_before = replay.invalid_count
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        replay.feed_rejected(source, offset + 1, None, f"not UTF-8: {exc}", line=1)
+        return offset + 1
+    decoder = json.JSONDecoder()
+    pos, end = 0, len(text)
+    line_no, counted = 1, 0  # line numbers counted on as the decoder moves on
+    while True:
+        while pos < end and text[pos].isspace():
+            pos += 1
+        if pos >= end:
+            return offset
+        line_no += text.count("\n", counted, pos)
+        counted = pos
+        try:
+            doc, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            offset += 1
+            replay.feed_rejected(
+                source, offset, None, f"malformed JSON at line {exc.lineno}: {exc.msg}",
+                line=line_no,
+            )  # fmt: skip
+            return offset
+        for item in doc if isinstance(doc, list) else [doc]:
+            try:
+                spans = _traces_data(item)
+            except InvalidSpan as exc:
                 offset += 1
-                replay.feed_rejected(source, offset, span.attribute, span.reason, line=line_no)
+                replay.feed_rejected(source, offset, exc.attribute, exc.reason, line=line_no)
                 continue
+            offset = _feed_spans(replay, spans, source, offset, line_no, stop_on_invalid)
+            if stop_on_invalid and replay.invalid_count != invalid_before:
+                return offset
+
+
+def _feed_spans(
+    replay: Replay,
+    spans: list[OtlpSpan | InvalidSpan],
+    source: str,
+    offset: int,
+    line_no: int,
+    stop_on_invalid: bool,
+) -> int:
+    invalid_before = replay.invalid_count
+    for span in spans:
+        if isinstance(span, InvalidSpan):
+            offset += 1
+            replay.feed_rejected(source, offset, span.attribute, span.reason, line=line_no)
+        else:
             try:
                 doc = span_event_doc(span)
                 if doc is None:
@@ -304,11 +418,9 @@ def feed_otlp(
             except InvalidSpan as exc:
                 offset += 1
                 replay.feed_rejected(source, offset, exc.attribute, exc.reason, line=line_no)
-                continue
-            offset += 1
-            replay.feed(orjson.dumps(doc), offset=offset, source=source, line=line_no)
-            if stop_on_invalid and replay.invalid_count != invalid_before:
-                return offset
+            else:
+                offset += 1
+                replay.feed(orjson.dumps(doc), offset=offset, source=source, line=line_no)
         if stop_on_invalid and replay.invalid_count != invalid_before:
             return offset
     return offset

@@ -342,3 +342,85 @@ def test_audit_otlp_ids_are_case_insensitive_hex(
     assert main(argv) == 0
     summary = json.loads(capsys.readouterr().out)["summary"]
     assert (summary["events"], summary["redeliveries_dropped"], summary["invalid"]) == (2, 1, 0)
+
+
+def _audit_json(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, Any]:
+    code = main(["audit", "--format", "json", *argv])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_audit_otlp_reads_pretty_printed_documents_as_their_json_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The SDK export re-written as `jq .` would (one indented document per
+    export, a BOM and a blank line first) audits to the same findings,
+    summary and invalid fields as the JSON Lines file."""
+    lines = tmp_path / "traces.jsonl"
+    _export_story(lines)
+    docs = [json.loads(x) for x in lines.read_text().splitlines() if x.strip()]
+    assert len(docs) > 1
+    pretty = tmp_path / "traces.json"
+    pretty.write_text("\ufeff\n" + "".join(json.dumps(d, indent=2) + "\n" for d in docs))
+    code_l, by_lines = _audit_json(["--otlp", str(lines)], capsys)
+    code_p, by_docs = _audit_json(["--otlp", str(pretty)], capsys)
+    assert code_l == code_p == 1
+    assert by_docs["findings"] == by_lines["findings"]
+    assert by_docs["summary"] == by_lines["summary"]
+    assert [i["field"] for i in by_docs["invalid"]] == [i["field"] for i in by_lines["invalid"]]
+    # Each invalid span names the line its document starts on.
+    starts = [1 + 1]  # the BOM line is blank, the first document starts on line 2
+    for d in docs[:-1]:
+        starts.append(starts[-1] + json.dumps(d, indent=2).count("\n") + 1)
+    assert all(i["line"] in starts for i in by_docs["invalid"])
+
+
+def test_audit_otlp_reads_one_pretty_printed_document_or_a_list_of_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A single indented TracesData, and a JSON array of them, give the
+    collector line's event and its two invalid spans."""
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps(COLLECTOR_LINE, indent=2))
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps([COLLECTOR_LINE], indent=4))
+    for path in (one, many):
+        code, doc = _audit_json(["--otlp", str(path)], capsys)
+        assert code == 0 and doc["summary"]["events"] == 1
+        assert [(i["line"], i["field"]) for i in doc["invalid"]] == [
+            (1, "fencewatch.worker_id"),
+            (1, None),
+        ]
+
+
+def test_a_malformed_pretty_printed_document_keeps_the_documents_before_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A document that does not parse is one invalid record naming its line;
+    the evidence of the documents before it stays."""
+    good = json.dumps(COLLECTOR_LINE, indent=2)
+    path = tmp_path / "cut.json"
+    path.write_text(good + "\n" + good[: len(good) // 2])
+    code, doc = _audit_json(["--otlp", str(path)], capsys)
+    assert code == 0 and doc["summary"]["events"] == 1
+    last = doc["invalid"][-1]
+    assert last["line"] == good.count("\n") + 2
+    assert "malformed JSON at line" in last["reason"]
+
+
+def test_a_pretty_printed_file_over_the_bound_is_one_invalid_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MAX_DOCUMENT_BYTES a pretty-printed file is not decoded: one invalid
+    record says to write JSON Lines; a JSON Lines file of that size is read."""
+    from streams.integrations import otlp
+
+    monkeypatch.setattr(otlp, "MAX_DOCUMENT_BYTES", 1000)
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(COLLECTOR_LINE, indent=2))
+    assert path.stat().st_size > 1000
+    assert main(["audit", "--otlp", str(path)]) == 2  # no valid event at all
+    err = capsys.readouterr().err
+    assert "larger than 1,000 bytes: write it as JSON Lines" in err and err.count("\n") == 1
+    path.write_text(json.dumps(COLLECTOR_LINE) + "\n")
+    code, doc = _audit_json(["--otlp", str(path)], capsys)
+    assert code == 0 and doc["summary"]["events"] == 1 and len(doc["invalid"]) == 2

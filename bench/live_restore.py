@@ -90,13 +90,7 @@ def main() -> int:
     events, findings, dlq, app_id = names("bench-restore")
     changelog = f"{app_id}-owner-state-changelog"
     create_topics(bs, [events, findings, dlq], args.partitions)
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bs})
-    admin.create_topics(
-        [NewTopic(changelog, args.partitions, 1, config={"cleanup.policy": "compact"})]
-    )[changelog].result(30)
+    create_topics(bs, [changelog], args.partitions, {"cleanup.policy": "compact"})
     blob = state_blob()
     with tempfile.TemporaryDirectory() as tmp:
         # Baseline: the same worker over an empty changelog (another app id).

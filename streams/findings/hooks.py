@@ -302,7 +302,9 @@ class HookSender:
 
     def close(self, *, drain_timeout_s: float = 30.0) -> None:
         """Let the queued deliveries finish (up to ``drain_timeout_s``), then
-        stop; what is left is not acknowledged. Raises the fatal error, if any."""
+        stop and close the targets that have a ``close()`` (the webhook's
+        connections); what is left is not acknowledged. Raises the fatal
+        error, if any."""
         for lane in self._lanes:
             try:
                 lane.queue.put(None, timeout=drain_timeout_s)
@@ -314,6 +316,12 @@ class HookSender:
             self._abort.set()
             for lane in self._lanes:
                 lane.thread.join(5.0)
+        for lane in self._lanes:
+            # A target with a connection (WebhookTarget) lets it go: a sender
+            # closed in a long-running process must not hold a socket per lane.
+            close = getattr(lane.target, "close", None)
+            if callable(close):
+                close()
         self.dead_letters.close()
         self._raise_failure()
 

@@ -30,6 +30,8 @@ class Receiver:
     fail_first: dict[str, list[int]] = field(default_factory=dict)
     #: Seconds each request takes (to stretch a stream for a kill mid-way).
     delay_s: float = 0.0
+    #: Client connections open now (a sender that closes its own shows 0).
+    open_connections: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def keys(self) -> list[str]:
@@ -63,6 +65,16 @@ def webhook_receiver() -> Iterator[Receiver]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as a production receiver
+
+        def setup(self) -> None:
+            super().setup()
+            with rx.lock:
+                rx.open_connections += 1
+
+        def finish(self) -> None:
+            with rx.lock:
+                rx.open_connections -= 1
+            super().finish()
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))

@@ -87,6 +87,18 @@ def test_webhook_lanes_keep_each_findings_revisions_in_order(tmp_path: Path) -> 
     assert keys != [d.idempotency_key for d in items]
 
 
+def test_closing_the_sender_closes_each_lanes_webhook_connection(tmp_path: Path) -> None:
+    """After HookSender.close() the receiver holds no connection from its lanes."""
+    items = [Delivery(f, 0, i, -1, None) for i, f in enumerate(synthetic_findings(40))]
+    with webhook_receiver() as rx:
+        done, _ = _send_all([WebhookTarget(rx.url) for _ in range(4)], tmp_path, items)
+        assert len(done) == len(items)
+        deadline = time.monotonic() + 10  # a bound on waiting for the server side
+        while rx.open_connections and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert rx.open_connections == 0
+
+
 def test_webhook_dead_letters_after_max_attempts_and_at_once_on_4xx(tmp_path: Path) -> None:
     """Always-503 is dead-lettered after 3 attempts, a 400 after 1; both count as done."""
     items = _deliveries()

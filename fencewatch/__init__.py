@@ -58,6 +58,7 @@ from streams.fences.outbox import (
 from streams.findings import (
     FROM_BEGINNING,
     ONLY_NEW,
+    CommitFailed,
     DeadLetterFile,
     Delivery,
     DeliveryFailed,
@@ -98,6 +99,7 @@ __all__ = [
     "AuthorizationFailed",
     "BrokerError",
     "BrokerUnreachable",
+    "CommitFailed",
     "ConfigError",
     "Database",
     "DeadLetterFile",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from streams.findings.consumer import (
     DEFAULT_FINDINGS_TOPIC,
+    CommitFailed,
     ConsumerStats,
     Delivery,
     FindingsConsumer,
@@ -35,6 +36,7 @@ __all__ = [
     "DEFAULT_MAX_TRACKED",
     "FROM_BEGINNING",
     "ONLY_NEW",
+    "CommitFailed",
     "ConsumerStats",
     "DeadLetterFile",
     "Delivery",

@@ -51,6 +51,7 @@ from streams.kafka.topics import DEFAULT_FINDINGS_TOPIC
 
 __all__ = [
     "DEFAULT_FINDINGS_TOPIC",
+    "CommitFailed",
     "ConsumerStats",
     "Delivery",
     "FindingsConsumer",
@@ -74,7 +75,14 @@ class TopicReader(Protocol):
 
     def commit(self, positions: Mapping[int, int], *, asynchronous: bool) -> None: ...
 
+    def commit_failures(self) -> dict[int, str]: ...
+
     def close(self) -> None: ...
+
+
+class CommitFailed(FencewatchError):
+    """The group's position could not be stored at close (the broker did not
+    answer in the connect timeout): nothing is lost, but a restart repeats."""
 
 
 class TooManyFindings(FencewatchError):
@@ -135,6 +143,10 @@ class ConsumerStats:
     errors: list[str] = field(default_factory=list)
     #: Finding ids the revision tracker forgot at its bound.
     forgotten: int = 0
+    #: Asynchronous commits the broker did not store (each is made again),
+    #: and the last reason.
+    commit_failures: int = 0
+    last_commit_failure: str | None = None
 
 
 class _Positions:
@@ -290,7 +302,17 @@ class FindingsConsumer:
             return
         self._last_commit = now
         self._drain_acks()
-        changed = {p: o for p, o in self._positions.next.items() if self._committed.get(p) != o}
+        for p, reason in self._tail.commit_failures().items():
+            # Not stored (a broker outage): commit that position again.
+            self._committed.pop(p, None)
+            self.stats.commit_failures += 1
+            self.stats.last_commit_failure = reason
+        if force:
+            # Every position, synchronously: an asynchronous commit may still
+            # be failing unseen (its callback not served yet).
+            changed = dict(self._positions.next)
+        else:
+            changed = {p: o for p, o in self._positions.next.items() if self._committed.get(p) != o}
         if not changed:
             return
         self._tail.commit(changed, asynchronous=not force)
@@ -352,6 +374,13 @@ class FindingsConsumer:
         self._closed = True
         try:
             self.maybe_commit(force=True)
+        except FencewatchError as exc:
+            action = f"committing the position of group {self.settings.group}"
+            reason = str(exc).removeprefix(f"{action}: ")
+            raise CommitFailed(
+                f"{action} failed ({reason}): a restart delivers again what came "
+                "after the last committed position"
+            ) from None
         finally:
             self._tail.close()
 

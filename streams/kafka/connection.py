@@ -60,6 +60,11 @@ _REDACTED = "'***'"
 #: librdkafka's own log lines (every failed connect is one) go to this
 #: Python logger, where the CLI decides what is shown (streams.kafka.logs).
 LIBRDKAFKA_LOGGER = logging.getLogger("streams.kafka.librdkafka")
+# confluent-kafka's own (Python) settings, spelled with underscores: not
+# librdkafka properties, so librdkafka(**settings) leaves their names alone.
+_PYTHON_KEYS = frozenset(
+    {"error_cb", "throttle_cb", "stats_cb", "oauth_cb", "on_commit", "on_delivery", "logger"}
+)
 
 
 def _is_secret(name: str) -> bool:
@@ -180,7 +185,9 @@ class KafkaConnection:
             # --log-level debug: the client's connection story, not only its failures.
             conf["debug"] = "broker,metadata"
         conf.update(self.extra)
-        conf.update({k.replace("_", "."): v for k, v in settings.items()})
+        conf.update(
+            {k if k in _PYTHON_KEYS else k.replace("_", "."): v for k, v in settings.items()}
+        )
         return conf
 
     def aiokafka_kwargs(self) -> dict[str, Any]:

@@ -77,6 +77,7 @@ class TopicTail:
         self.topic = topic
         self.group = group
         self._timeout = timeout
+        self._commit_failures: dict[int, str] = {}
         conn = KafkaConnection(conn) if isinstance(conn, str) else conn
         conn.validate()
         # An unreachable address fails here in the connect timeout, naming it.
@@ -93,6 +94,14 @@ class TopicTail:
             "auto.offset.reset": "earliest",
             # Bounded prefetch: at most ~8 MiB queued in the client.
             "queued.max.messages.kbytes": 8192,
+            # Never joined, so this bounds only how long a commit waits for a
+            # coordinator: with the broker down a synchronous commit (at
+            # close) failed after librdkafka's 45 s default, and close waited
+            # that long for the asynchronous ones.
+            "session.timeout.ms": int(max(6.0, conn.connect_timeout) * 1000),
+            # Where asynchronous commits report: one that failed is committed
+            # again (commit_failures), not taken for done.
+            "on_commit": self._on_commit,
         }
         try:
             self._consumer = Consumer(conn.librdkafka(**conf))
@@ -212,6 +221,19 @@ class TopicTail:
                 self._consumer.commit(offsets=tps, asynchronous=False)
         except KafkaException as exc:
             raise translate(exc, f"committing the position of group {self.group}") from None
+
+    def _on_commit(self, err: Any, partitions: list[Any]) -> None:
+        # Served by poll() on the polling thread (librdkafka's callback).
+        for tp in partitions:
+            failure = err if err is not None else tp.error
+            if failure is not None and tp.topic == self.topic:
+                self._commit_failures[tp.partition] = str(failure)
+
+    def commit_failures(self) -> dict[int, str]:
+        """Partitions whose asynchronous commit failed since the last call,
+        with the reason (their position must be committed again)."""
+        failed, self._commit_failures = self._commit_failures, {}
+        return failed
 
     def close(self) -> None:
         self._consumer.close()

@@ -163,3 +163,21 @@ def test_a_topic_refused_by_an_acl_is_not_reported_missing() -> None:
     assert isinstance(unknown, TopicMissing)
     refused = topic_unavailable("t", "b:9092", KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
     assert isinstance(refused, AuthorizationFailed) and refused.code == "TOPIC_AUTHORIZATION_FAILED"
+
+
+def test_librdkafka_spells_properties_with_dots_but_leaves_python_callbacks_alone() -> None:
+    """group_id becomes group.id; on_commit and error_cb (confluent-kafka's own
+    settings, not librdkafka's) keep their names, so the client accepts them."""
+    from streams.kafka.connection import KafkaConnection
+
+    def callback(*_args: object) -> None:
+        return None
+
+    conf = KafkaConnection("127.0.0.1:9092").librdkafka(
+        group_id="g", on_commit=callback, enable_auto_commit=False
+    )
+    assert conf["group.id"] == "g" and conf["enable.auto.commit"] is False
+    assert conf["on_commit"] is callback and "on.commit" not in conf
+    from confluent_kafka import Consumer
+
+    Consumer(conf).close()  # accepted as a whole

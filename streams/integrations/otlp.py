@@ -321,8 +321,8 @@ def feed_otlp(
 
 #: A pretty-printed file is decoded whole, up to this size; a larger one is
 #: one invalid record that says so (JSON Lines, read a line at a time, has
-#: no such bound).
-MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
+#: no such bound). Decoded, its objects take several times its size in memory.
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
 
 
 def _size(n: int) -> str:

@@ -299,16 +299,23 @@ def feed_otlp(
         line = raw.strip()
         if not line:
             continue
-        if first:
-            first = False
-            if line[:1] in (b"{", b"[") and not _is_json(line):
+        try:
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            if first and line[:1] in (b"{", b"["):
+                # Not a JSON value on its own line: pretty-printed documents.
                 rest = fh.read(MAX_DOCUMENT_BYTES + 1)
                 return _feed_documents(
                     replay, b"\n" * (line_no - 1) + raw + rest, source=source, offset=offset,
-                    complete=not fh.read(1), stop_on_invalid=stop_on_invalid,
+                    stop_on_invalid=stop_on_invalid,
                 )  # fmt: skip
+            offset += 1
+            replay.feed_rejected(source, offset, None, f"malformed JSON: {exc}", line=line_no)
+            first = False
+            continue
+        first = False
         try:
-            spans = read_otlp_line(line)
+            spans = _traces_data(doc)
         except InvalidSpan as exc:
             offset += 1
             replay.feed_rejected(source, offset, exc.attribute, exc.reason, line=line_no)
@@ -329,27 +336,18 @@ def _size(n: int) -> str:
     return f"{n // 2**20} MiB" if n >= 2**20 else f"{n:,} bytes"
 
 
-def _is_json(line: bytes) -> bool:
-    try:
-        orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return False
-    return True
-
-
 def _feed_documents(
     replay: Replay,
     data: bytes,
     *,
     source: str,
     offset: int,
-    complete: bool,
     stop_on_invalid: bool,
 ) -> int:
     """Pretty-printed JSON values back to back: each a ``TracesData`` object
     (or a list of them). A value that does not parse ends the file: what
     follows cannot be told apart from it."""
-    if not complete or len(data) > MAX_DOCUMENT_BYTES:
+    if len(data) > MAX_DOCUMENT_BYTES:  # the read stopped one byte past the bound
         replay.feed_rejected(
             source, offset + 1, None,
             f"pretty-printed OTLP/JSON larger than {_size(MAX_DOCUMENT_BYTES)}:"

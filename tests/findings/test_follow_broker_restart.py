@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from streams.kafka import TopicAdmin, TopicSpec, committed_offsets
+from streams.kafka import TopicAdmin, TopicSpec, committed_offsets, end_offsets
 from tests.findings.conftest import produce_findings, synthetic_findings
 from tests.findings.receiver import webhook_receiver
 
@@ -68,26 +68,16 @@ def test_a_follower_lives_through_a_broker_kill9_and_delivers_everything(
     assert code == 0, log.read_text()[-2000:]
     assert not (tmp_path / "dead.jsonl").exists()
     # The stop committed everything it delivered: a restart would repeat nothing.
-    ends = {p: _end(bootstrap, topic, p) for p in range(3)}
+    ends = end_offsets(bootstrap, topic)
     assert committed_offsets(bootstrap, group, topic, range(3)) == ends
 
 
 def _wait_committed(bootstrap: str, topic: str, group: str) -> None:
-    ends = {p: _end(bootstrap, topic, p) for p in range(3)}
+    ends = end_offsets(bootstrap, topic)
     deadline = time.monotonic() + 60  # a bound on waiting, not a timing assertion
     while (got := committed_offsets(bootstrap, group, topic, range(3))) != ends:
         assert time.monotonic() < deadline, f"committed {got}, end offsets {ends}"
         time.sleep(0.5)
-
-
-def _end(bootstrap: str, topic: str, partition: int) -> int:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "probe"})
-    try:
-        return int(c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1])
-    finally:
-        c.close()
 
 
 def test_a_stop_while_the_broker_is_down_says_the_position_was_not_committed(

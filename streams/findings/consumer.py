@@ -75,7 +75,7 @@ class TopicReader(Protocol):
 
     def commit(self, positions: Mapping[int, int], *, asynchronous: bool) -> None: ...
 
-    def commit_failures(self) -> dict[int, str]: ...
+    def commit_results(self) -> list[tuple[int, int, str | None]]: ...
 
     def close(self) -> None: ...
 
@@ -193,7 +193,9 @@ class FindingsConsumer:
         self._superseded: dict[str, int] = {}
         self._positions = _Positions()
         self._acks: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
+        #: Positions sent to the broker, and those it confirmed stored.
         self._committed: dict[int, int] = {}
+        self._stored: dict[int, int] = {}
         self._last_commit = time.monotonic()
         self._stopping = False
         self._closed = False
@@ -302,21 +304,24 @@ class FindingsConsumer:
             return
         self._last_commit = now
         self._drain_acks()
-        for p, reason in self._tail.commit_failures().items():
-            # Not stored (a broker outage): commit that position again.
-            self._committed.pop(p, None)
-            self.stats.commit_failures += 1
-            self.stats.last_commit_failure = reason
-        if force:
-            # Every position, synchronously: an asynchronous commit may still
-            # be failing unseen (its callback not served yet).
-            changed = dict(self._positions.next)
-        else:
-            changed = {p: o for p, o in self._positions.next.items() if self._committed.get(p) != o}
+        for p, o, reason in self._tail.commit_results():
+            if reason is None:
+                self._stored[p] = max(o, self._stored.get(p, o))
+            else:
+                # Not stored (a broker outage): commit that position again.
+                self._committed.pop(p, None)
+                self.stats.commit_failures += 1
+                self.stats.last_commit_failure = reason
+        # At close, every position not confirmed stored, synchronously: an
+        # asynchronous commit may still be failing unseen.
+        sent = self._stored if force else self._committed
+        changed = {p: o for p, o in self._positions.next.items() if sent.get(p) != o}
         if not changed:
             return
         self._tail.commit(changed, asynchronous=not force)
         self._committed.update(changed)
+        if force:
+            self._stored.update(changed)
 
     # -- delivery styles ------------------------------------------------------
 

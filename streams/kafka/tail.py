@@ -77,7 +77,7 @@ class TopicTail:
         self.topic = topic
         self.group = group
         self._timeout = timeout
-        self._commit_failures: dict[int, str] = {}
+        self._commit_results: list[tuple[int, int, str | None]] = []
         conn = KafkaConnection(conn) if isinstance(conn, str) else conn
         conn.validate()
         # An unreachable address fails here in the connect timeout, naming it.
@@ -100,7 +100,8 @@ class TopicTail:
             # that long for the asynchronous ones.
             "session.timeout.ms": int(max(6.0, conn.connect_timeout) * 1000),
             # Where asynchronous commits report: one that failed is committed
-            # again (commit_failures), not taken for done.
+            # again, one that was stored needs no commit at close
+            # (commit_results).
             "on_commit": self._on_commit,
         }
         try:
@@ -225,15 +226,16 @@ class TopicTail:
     def _on_commit(self, err: Any, partitions: list[Any]) -> None:
         # Served by poll() on the polling thread (librdkafka's callback).
         for tp in partitions:
-            failure = err if err is not None else tp.error
-            if failure is not None and tp.topic == self.topic:
-                self._commit_failures[tp.partition] = str(failure)
+            if tp.topic == self.topic:
+                failure = err if err is not None else tp.error
+                reason = None if failure is None else str(failure)
+                self._commit_results.append((tp.partition, tp.offset, reason))
 
-    def commit_failures(self) -> dict[int, str]:
-        """Partitions whose asynchronous commit failed since the last call,
-        with the reason (their position must be committed again)."""
-        failed, self._commit_failures = self._commit_failures, {}
-        return failed
+    def commit_results(self) -> list[tuple[int, int, str | None]]:
+        """The asynchronous commits answered since the last call, as
+        (partition, offset, None if stored else the reason it was not)."""
+        done, self._commit_results = self._commit_results, []
+        return done
 
     def close(self) -> None:
         self._consumer.close()

@@ -117,3 +117,39 @@ def test_a_stop_while_the_broker_is_down_says_the_position_was_not_committed(
     assert f"committing the position of group {group} failed (" in text
     assert "a restart delivers again what came after the last committed position" in text
     assert len(rx.counts()) == len(revisions)
+
+
+def test_a_stop_while_the_broker_is_down_after_everything_was_stored_exits_0(
+    restartable_kafka: Any, tmp_path: Path
+) -> None:
+    """Every position stored before the broker died: a SIGTERM then has nothing to
+    commit, exits 0 and says nothing (the stored position is the delivered one)."""
+    broker = restartable_kafka
+    bootstrap = broker.bootstrap
+    topic = f"follow-stored-{os.getpid()}-{time.monotonic_ns()}"
+    group = f"g-{topic}"
+    TopicAdmin(bootstrap).ensure([TopicSpec(topic, 3, 1)])
+    revisions = synthetic_findings(20, revisions=2)
+    produce_findings(bootstrap, topic, revisions)
+    log = tmp_path / "follower.log"
+    with webhook_receiver() as rx, log.open("wb") as err:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "streams", "findings", "--bootstrap-servers", bootstrap,
+             "--topic", topic, "--follow", "--group", group, "--webhook", rx.url,
+             "--dead-letter", str(tmp_path / "dead.jsonl")],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+        try:
+            rx.wait_for(len(revisions), timeout=60, sender=follower)
+            _wait_committed(bootstrap, topic, group)
+            time.sleep(1.5)  # the follower polls, so it hears that its commits were stored
+            broker.kill9()
+            follower.send_signal(signal.SIGTERM)
+            code = follower.wait(60)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+            broker.start()
+    assert code == 0, log.read_text()
+    assert log.read_text() == ""
+    assert committed_offsets(bootstrap, group, topic, range(3)) == end_offsets(bootstrap, topic)

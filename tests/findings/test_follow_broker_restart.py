@@ -9,10 +9,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
+from streams.core.findings import Finding
 from streams.kafka import TopicAdmin, TopicSpec, committed_offsets, end_offsets
 from tests.findings.conftest import produce_findings, synthetic_findings
 from tests.findings.receiver import webhook_receiver
@@ -20,6 +21,26 @@ from tests.findings.receiver import webhook_receiver
 pytestmark = pytest.mark.kafka
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def _topic(bootstrap: str, prefix: str, revisions: list[Finding]) -> tuple[str, str]:
+    """A fresh 3-partition topic holding ``revisions``, and a group name for it."""
+    topic = f"{prefix}-{os.getpid()}-{time.monotonic_ns()}"
+    TopicAdmin(bootstrap).ensure([TopicSpec(topic, 3, 1)])
+    produce_findings(bootstrap, topic, revisions)
+    return topic, f"g-{topic}"
+
+
+def _follower(
+    bootstrap: str, topic: str, group: str, url: str, tmp_path: Path, err: IO[bytes]
+) -> subprocess.Popen[bytes]:
+    """`findings --follow --group --webhook`, as deployed; its stderr to ``err``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "streams", "findings", "--bootstrap-servers", bootstrap,
+         "--topic", topic, "--follow", "--group", group, "--format", "jsonl",
+         "--webhook", url, "--dead-letter", str(tmp_path / "dead.jsonl")],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
+    )  # fmt: skip
 
 
 def test_a_follower_lives_through_a_broker_kill9_and_delivers_everything(
@@ -38,12 +59,7 @@ def test_a_follower_lives_through_a_broker_kill9_and_delivers_everything(
     group = f"g-{topic}"
     with webhook_receiver() as rx, log.open("wb") as err:
         rx.delay_s = 0.02  # 120 POSTs on 4 lanes: ~0.6 s, so the kill lands mid-stream
-        follower = subprocess.Popen(
-            [sys.executable, "-m", "streams", "findings", "--bootstrap-servers", bootstrap,
-             "--topic", topic, "--follow", "--group", group, "--format", "jsonl",
-             "--webhook", rx.url, "--dead-letter", str(tmp_path / "dead.jsonl")],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
-        )  # fmt: skip
+        follower = _follower(bootstrap, topic, group, rx.url, tmp_path, err)
         try:
             rx.wait_for(30, sender=follower)
             broker.kill9()
@@ -87,20 +103,12 @@ def test_a_stop_while_the_broker_is_down_says_the_position_was_not_committed(
     the group and what a restart repeats (it exited 0 after 45 s, nothing stored)."""
     broker = restartable_kafka
     bootstrap = broker.bootstrap
-    topic = f"follow-down-{os.getpid()}-{time.monotonic_ns()}"
-    group = f"g-{topic}"
-    TopicAdmin(bootstrap).ensure([TopicSpec(topic, 3, 1)])
     revisions = synthetic_findings(40, revisions=2)
-    produce_findings(bootstrap, topic, revisions)
+    topic, group = _topic(bootstrap, "follow-down", revisions)
     log = tmp_path / "follower.log"
     with webhook_receiver() as rx, log.open("wb") as err:
         rx.delay_s = 0.02
-        follower = subprocess.Popen(
-            [sys.executable, "-m", "streams", "findings", "--bootstrap-servers", bootstrap,
-             "--topic", topic, "--follow", "--group", group, "--webhook", rx.url,
-             "--dead-letter", str(tmp_path / "dead.jsonl")],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
-        )  # fmt: skip
+        follower = _follower(bootstrap, topic, group, rx.url, tmp_path, err)
         try:
             rx.wait_for(10, sender=follower)
             broker.kill9()
@@ -126,19 +134,11 @@ def test_a_stop_while_the_broker_is_down_after_everything_was_stored_exits_0(
     commit, exits 0 and says nothing (the stored position is the delivered one)."""
     broker = restartable_kafka
     bootstrap = broker.bootstrap
-    topic = f"follow-stored-{os.getpid()}-{time.monotonic_ns()}"
-    group = f"g-{topic}"
-    TopicAdmin(bootstrap).ensure([TopicSpec(topic, 3, 1)])
     revisions = synthetic_findings(20, revisions=2)
-    produce_findings(bootstrap, topic, revisions)
+    topic, group = _topic(bootstrap, "follow-stored", revisions)
     log = tmp_path / "follower.log"
     with webhook_receiver() as rx, log.open("wb") as err:
-        follower = subprocess.Popen(
-            [sys.executable, "-m", "streams", "findings", "--bootstrap-servers", bootstrap,
-             "--topic", topic, "--follow", "--group", group, "--webhook", rx.url,
-             "--dead-letter", str(tmp_path / "dead.jsonl")],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=err,
-        )  # fmt: skip
+        follower = _follower(bootstrap, topic, group, rx.url, tmp_path, err)
         try:
             rx.wait_for(len(revisions), timeout=60, sender=follower)
             _wait_committed(bootstrap, topic, group)

@@ -149,6 +149,7 @@ def main() -> int:
                     float(args.session_timeout),
                     None,
                     f"input {args.rate}/s, heartbeat {args.heartbeat_interval} s, two workers",
+                    limit_kind="configured",
                 )
             ],
         )

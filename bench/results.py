@@ -28,6 +28,10 @@ class Figure:
     higher is). ``target`` is ``"<field> <op> <number>"`` with field ``value``
     or ``ratio`` and op ``<=`` or ``>=`` (e.g. ``"ratio >= 0.5"``); the runner
     evaluates it.
+
+    ``limit_kind`` is ``"measured"`` (the limit was measured in the same run)
+    or ``"configured"`` (a setting of the run, such as a session timeout): the
+    documents label the second kind so that it is never read as a measurement.
     """
 
     name: str
@@ -37,6 +41,13 @@ class Figure:
     limit: float | None = None
     target: str | None = None
     note: str = ""
+    limit_kind: str = "measured"
+
+    def __post_init__(self) -> None:
+        if self.limit_kind not in ("measured", "configured"):
+            raise ValueError(
+                f"limit_kind must be 'measured' or 'configured', not {self.limit_kind!r}"
+            )
 
     @property
     def ratio(self) -> float | None:

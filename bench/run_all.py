@@ -11,6 +11,17 @@ fails or writes no figures is recorded with its error and the runner exits 1
 after writing what it has. Needs ``KAFKA_BOOTSTRAP`` (and
 ``FENCEWATCH_PG_DSN`` for PostgreSQL figures): ``make bench`` starts both.
 
+``--only NAME`` runs those scripts and merges their entries into the
+existing ``results.json`` (each such entry records its own date, commit and
+load average); the other entries and the run they came from are kept.
+
+Every run appends each targeted figure to ``history`` (the last
+``HISTORY_RUNS`` runs per figure), and the documents say in how many of the
+recorded runs a target was met, so one lucky run never reads as "met".
+``results.json`` carries a ``digest`` (SHA-256 of the rest, canonical JSON)
+that only this script writes; ``tests/bench`` recomputes it, so a hand edit of
+a figure fails the suite.
+
 ``--render-only`` regenerates the two documents from the committed
 ``results.json`` without measuring (what ``tests/bench`` checks: no figure
 in them is typed by hand). Not a test.
@@ -20,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import json
 import os
 import platform
@@ -41,6 +53,8 @@ END = "<!-- bench-table:end -->"
 _MARK = re.compile(r"^# make-bench:(.*)$")
 _TARGET = re.compile(r"^(value|ratio) (<=|>=) ([0-9.eE+-]+)$")
 SCRIPT_TIMEOUT_S = 1800
+# Runs kept per figure in results.json's history (what "met in k of n" counts).
+HISTORY_RUNS = 10
 
 
 def discover() -> list[tuple[str, list[str]]]:
@@ -159,10 +173,39 @@ def fmt(x: float | None) -> str:
     return f"{x:.2f}"
 
 
-def verdict(fig: dict[str, Any]) -> str:
+def tally(results: dict[str, Any], fig: dict[str, Any]) -> str:
+    """'met in k of n recorded runs' for a targeted figure, from the history."""
+    runs = results.get("history", {}).get(fig["name"], [])
+    if not runs:
+        return ""
+    k = sum(1 for run in runs if run["met"])
+    return f"met in {k} of {len(runs)} recorded run{'s' if len(runs) != 1 else ''}"
+
+
+def verdict(results: dict[str, Any], fig: dict[str, Any]) -> str:
     if fig.get("met") is None:
         return fig.get("target") or ""
-    return f"{fig['target']}: **{'met' if fig['met'] else 'not met'}**"
+    count = tally(results, fig)
+    return f"{fig['target']}: **{'met' if fig['met'] else 'not met'}**" + (
+        f" ({count})" if count else ""
+    )
+
+
+def limit_cell(fig: dict[str, Any]) -> str:
+    """The limit column; a configured limit and an absolute target say what they are."""
+    if fig.get("limit") is None:
+        return "none: an absolute target" if fig.get("target") else ""
+    text = f"{fig['limit_name']}: {fmt(fig['limit'])} {fig['unit']}"
+    if fig.get("limit_kind", "measured") == "configured":
+        return f"configured, not measured: {text}"
+    return text
+
+
+def script_cell(entry: dict[str, Any]) -> str:
+    run = entry.get("run")
+    if run is None:
+        return f"`{entry['script']}`"
+    return f"`{entry['script']}`, run alone {run['date']} at {run['commit']}"
 
 
 def figure_rows(results: dict[str, Any], only_targets: bool) -> list[str]:
@@ -171,15 +214,10 @@ def figure_rows(results: dict[str, Any], only_targets: bool) -> list[str]:
         for fig in entry["figures"]:
             if only_targets and not fig.get("target"):
                 continue
-            limit = (
-                f"{fig['limit_name']}: {fmt(fig['limit'])} {fig['unit']}"
-                if fig.get("limit") is not None
-                else ""
-            )
             ratio = fmt(fig["ratio"]) if fig.get("ratio") is not None else ""
             rows.append(
-                f"| {fig['name']} (`{entry['script']}`) | {fmt(fig['value'])} {fig['unit']} "
-                f"| {limit} | {ratio} | {verdict(fig)} |"
+                f"| {fig['name']} ({script_cell(entry)}) | {fmt(fig['value'])} {fig['unit']} "
+                f"| {limit_cell(fig)} | {ratio} | {verdict(results, fig)} |"
             )
         if entry.get("error"):
             rows.append(f"| `{entry['script']}` | **failed**: {entry['error']} | | | |")
@@ -187,7 +225,8 @@ def figure_rows(results: dict[str, Any], only_targets: bool) -> list[str]:
 
 
 TABLE_HEAD = [
-    "| figure | value | limit measured in the same run | ratio | target |",
+    "| figure | value | limit measured in the same run (unless marked configured) | ratio "
+    "| target (and in how many recorded runs it was met) |",
     "|---|---|---|---|---|",
 ]
 
@@ -214,6 +253,10 @@ def render_doc(results: dict[str, Any]) -> str:
         "This machine is shared (2 cores, about eight engineers' tests and builds):",
         "absolute figures move by tens of percent between runs, the ratios less.",
         "The load average before and after the run is recorded to show the noise.",
+        "A limit marked *configured* is a setting of the run (a timeout), not a",
+        "measurement; *an absolute target* has no same-run limit. Each target says",
+        f"in how many of the recorded runs it was met (the last {HISTORY_RUNS} runs of",
+        "each figure are kept in `bench/results.json`'s `history`).",
         "",
         f"Run: {machine_line(results)}.",
         "",
@@ -246,7 +289,9 @@ def render_doc(results: dict[str, Any]) -> str:
         "The runner adds the machine facts and the verdicts, writes",
         "`bench/results.json`, and regenerates this page and the README's table.",
         "`bench/run_all.py --render-only` rewrites the documents from the committed",
-        "results without measuring; a test checks they agree.",
+        "results without measuring; a test checks they agree, and that the results'",
+        "`digest` matches their content (a hand edit of a figure fails).",
+        "`--only NAME` merges that script's new entry into the existing results.",
         "",
     ]
     return "\n".join(lines)
@@ -275,6 +320,51 @@ def render(results: dict[str, Any]) -> None:
     README.write_text(render_readme(README.read_text(), results))
 
 
+def merge(previous: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The previous results with ``entries`` replacing (or joining) theirs, in discovery order."""
+    by_script = {entry["script"]: entry for entry in previous["benches"]}
+    by_script.update({entry["script"]: entry for entry in entries})
+    order = [f"bench/{name}.py" for name, _ in discover()]
+    rank = {script: i for i, script in enumerate(order)}
+    merged = dict(previous)
+    merged["benches"] = sorted(by_script.values(), key=lambda e: rank.get(e["script"], len(rank)))
+    return merged
+
+
+def record_history(
+    results: dict[str, Any], entries: list[dict[str, Any]], date: str, commit: str
+) -> None:
+    """Append each targeted figure of ``entries`` to the history, keeping the last runs."""
+    history = results.setdefault("history", {})
+    for entry in entries:
+        for fig in entry["figures"]:
+            if fig.get("met") is None:
+                continue
+            runs = history.setdefault(fig["name"], [])
+            runs.append(
+                {
+                    "date": date,
+                    "commit": commit,
+                    "value": fig["value"],
+                    "ratio": fig.get("ratio"),
+                    "met": fig["met"],
+                }
+            )
+            del runs[:-HISTORY_RUNS]
+
+
+def digest(results: dict[str, Any]) -> str:
+    """SHA-256 of the results without their digest, as canonical JSON."""
+    body = {key: value for key, value in results.items() if key != "digest"}
+    blob = json.dumps(body, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def write_results(results: dict[str, Any]) -> None:
+    results["digest"] = digest(results)
+    RESULTS.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="*", help="run only these scripts (names without .py)")
@@ -286,17 +376,41 @@ def main() -> int:
     if not os.environ.get("KAFKA_BOOTSTRAP"):
         print("make bench: KAFKA_BOOTSTRAP is not set (run `make bench`)", file=sys.stderr)
         return 2
+    known = [n for n, _ in discover()]
+    unknown = [n for n in args.only or [] if n not in known]
+    if unknown:
+        print(
+            f"make bench: no bench script {', '.join(unknown)} (known: {', '.join(known)})",
+            file=sys.stderr,
+        )
+        return 2
     scripts = [(n, a) for n, a in discover() if not args.only or n in args.only]
-    results: dict[str, Any] = {
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
-        "loadavg_before": loadavg(),
-        "benches": [],
-    }
-    for name, bench_args in scripts:
-        results["benches"].append(run_one(name, bench_args))
-    results["loadavg_after"] = loadavg()
-    RESULTS.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    facts = machine()
+    before = loadavg()
+    entries = [run_one(name, bench_args) for name, bench_args in scripts]
+    after = loadavg()
+    previous = json.loads(RESULTS.read_text()) if RESULTS.exists() else None
+    if args.only and previous is not None:
+        for entry in entries:
+            entry["run"] = {
+                "date": now,
+                "commit": facts["commit"],
+                "loadavg_before": before,
+                "loadavg_after": after,
+            }
+        results = merge(previous, entries)
+    else:
+        results = {
+            "date": now,
+            "machine": facts,
+            "loadavg_before": before,
+            "benches": entries,
+            "loadavg_after": after,
+            "history": (previous or {}).get("history", {}),
+        }
+    record_history(results, entries, now, facts["commit"])
+    write_results(results)
     render(results)
     failed = [e["script"] for e in results["benches"] if e.get("error")]
     print(f"make bench: wrote {RESULTS.relative_to(REPO)}, {DOC.relative_to(REPO)}, README.md")

@@ -50,3 +50,57 @@ def test_discovery_finds_scripts_by_their_make_bench_line() -> None:
     names = [name for name, _args in _run_all().discover()]
     assert "audit_bench" in names and "live_throughput" in names
     assert "live_support" not in names and "results" not in names and "run_all" not in names
+
+
+def test_results_digest_matches_their_content() -> None:
+    """results.json's digest is the one run_all computes, so a hand-edited figure fails."""
+    run_all = _run_all()
+    results = json.loads((REPO / "bench" / "results.json").read_text())
+    assert results["digest"] == run_all.digest(results)
+    edited = json.loads(json.dumps(results))
+    edited["benches"][0]["figures"][0]["value"] *= 0.5
+    assert run_all.digest(edited) != results["digest"]
+
+
+def test_only_merges_into_the_previous_results() -> None:
+    """A --only entry replaces its script's entry and keeps every other script's."""
+    run_all = _run_all()
+    previous = json.loads((REPO / "bench" / "results.json").read_text())
+    scripts = [e["script"] for e in previous["benches"]]
+    fresh = {"script": scripts[1], "args": [], "figures": [], "run": {"date": "d", "commit": "c"}}
+    merged = run_all.merge(previous, [fresh])
+    assert [e["script"] for e in merged["benches"]] == scripts
+    assert merged["benches"][1] is fresh
+    assert merged["benches"][0] == previous["benches"][0]
+
+
+def test_history_counts_the_runs_that_met_each_target() -> None:
+    """Each targeted row says in how many recorded runs it was met, from the history."""
+    run_all = _run_all()
+    results: dict[str, object] = {"history": {}}
+    fig = {"name": "f", "value": 1.0, "ratio": 0.9, "target": "ratio >= 0.85", "met": True}
+    miss = dict(fig, ratio=0.6, met=False)
+    for i, one in enumerate([fig, miss, miss]):
+        run_all.record_history(results, [{"figures": [one]}], f"d{i}", "c")
+    assert run_all.verdict(results, fig) == "ratio >= 0.85: **met** (met in 1 of 3 recorded runs)"
+    for i in range(run_all.HISTORY_RUNS + 5):
+        run_all.record_history(results, [{"figures": [fig]}], f"e{i}", "c")
+    assert len(results["history"]["f"]) == run_all.HISTORY_RUNS  # type: ignore[index]
+
+
+def test_configured_and_absent_limits_are_labelled() -> None:
+    """A configured limit is never shown as measured; a target without a limit says so."""
+    run_all = _run_all()
+    configured = {
+        "limit_name": "session timeout",
+        "limit": 10.0,
+        "unit": "s",
+        "limit_kind": "configured",
+        "target": None,
+    }
+    assert run_all.limit_cell(configured).startswith("configured, not measured: ")
+    absolute = {"limit": None, "target": "value <= 250", "unit": "ms"}
+    assert run_all.limit_cell(absolute) == "none: an absolute target"
+    results = json.loads((REPO / "bench" / "results.json").read_text())
+    failover = [f for e in results["benches"] for f in e["figures"] if "failover" in f["name"]]
+    assert failover and all(f["limit_kind"] == "configured" for f in failover)

@@ -83,7 +83,10 @@ def register(subparsers: Any) -> None:
         "--fixture",
         type=Path,
         default=None,
-        help="JSON Lines events (default: the packaged SPEC §5 fixture, see `demo fixture`)",
+        help=(
+            "JSON Lines events (default: the packaged SPEC §5 fixture, see `demo fixture`);"
+            " another file is expected to give what `fencewatch audit FILE` gives"
+        ),
     )
     live.set_defaults(handler=_live)
 

@@ -89,3 +89,28 @@ def test_worker_steps_survive_the_json_line_between_processes() -> None:
     for junk in (b"hello", b"[1]", b'{"worker": "x"}'):
         with pytest.raises(ValueError):
             Step.from_json(junk)
+
+
+def test_a_custom_fixture_is_judged_by_its_own_file_audit(tmp_path: Path) -> None:
+    """`demo live --fixture FILE` expects the file audit's findings and dead letters."""
+    from streams.demo.live import check_against_audit, file_audit
+
+    path = tmp_path / "custom.jsonl"
+    path.write_bytes(
+        b'{"type":"lease_acquired","workflow_key":"c/1","epoch":1,"worker_id":"a"}\n'
+        b'{"type":"lease_acquired","workflow_key":"c/1","epoch":2,"worker_id":"b"}\n'
+        b'{"type":"progress","workflow_key":"c/1","epoch":1,"worker_id":"a"}\n'
+        b"not json\n"
+    )
+    audit = file_audit(path)
+    found = audit.latest_findings()
+    assert [f.kind.value for f in found] == ["stale_activity"]
+    assert check_against_audit(found, audit, dead_letters=1) == []
+    assert check_against_audit([], audit, dead_letters=1)[0].startswith(
+        "missing c/1 stale_activity"
+    )
+    assert "the file audit found 1 invalid line" in check_against_audit(found, audit, 0)[0]
+    other = replay(REFERENCE.read_bytes().splitlines())
+    assert any(
+        p.startswith("unexpected export-ledger") for p in check_against_audit(other, audit, 1)
+    )

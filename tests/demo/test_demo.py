@@ -130,6 +130,26 @@ def test_demo_live_exits_0_with_the_four_spec_findings_on_the_topic(demo: Any) -
 
 @pytest.mark.kafka
 @pytest.mark.timeout(90)
+def test_demo_live_with_a_custom_fixture_expects_its_file_audit(demo: Any, tmp_path: Path) -> None:
+    """`demo live --fixture FILE` with a file that is not SPEC §5 is judged by the file's
+    own audit (its findings, its invalid line dead-lettered) and exits 0."""
+    path = tmp_path / "custom.jsonl"
+    path.write_bytes(
+        b'{"type":"lease_acquired","workflow_key":"demo-custom/1","epoch":1,"worker_id":"a"}\n'
+        b'{"type":"lease_acquired","workflow_key":"demo-custom/1","epoch":2,"worker_id":"b"}\n'
+        b'{"type":"progress","workflow_key":"demo-custom/1","epoch":1,"worker_id":"a"}\n'
+        b'{"type":"progress","workflow_key":"demo-custom/1","epoch":"x","worker_id":"a"}\n'
+    )
+    d = demo("live", "--fixture", str(path))
+    assert d.status == 0, d.out
+    assert (
+        "as expected: the 1 finding of `fencewatch audit custom.jsonl` and 1 dead letter" in d.out
+    )
+    assert [x["kind"] for x in d.latest().values()] == ["stale_activity"]
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(90)
 def test_demo_split_brain_fenced_shows_a_rejected_near_miss(demo: Any) -> None:
     """Fenced: worker-a's late effect is rejected; the findings topic holds its
     stale progress and a stale_attempt with sink outcome rejected, and no

@@ -1,4 +1,5 @@
-"""The live stream processor (faust-streaming) and the topic replay reader.
+"""The live stream processor: the batch Processor and the faust-streaming app
+that runs it (the topic replay reader is :mod:`streams.kafka.reader`).
 
 Imports here are lazy-free on purpose: ``streams.live`` needs the ``kafka``
 extra (faust, aiokafka, confluent-kafka, prometheus-client).

@@ -207,3 +207,12 @@ def test_otel_integration_imports_without_the_kafka_extra() -> None:
         [sys.executable, "-c", code], cwd=STREAMS.parent, capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_the_readme_layout_table_names_every_package() -> None:
+    """Every package under streams/ has a row in the README's layout table."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme.split("## Layout", 1)[1].split("\n\n", 2)[1]
+    packages = sorted(p.name for p in STREAMS.iterdir() if (p / "__init__.py").exists())
+    missing = [p for p in packages if f"`streams/{p}/`" not in table]
+    assert not missing, f"README layout table lacks {missing}"

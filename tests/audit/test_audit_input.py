@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from streams.cli import main
+from tests.support.waiting import blocked_reading, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "examples" / "reference.jsonl"
@@ -180,7 +181,9 @@ def test_events_typed_at_a_terminal_get_no_progress_display() -> None:
     )  # fmt: skip
     os.close(slave)
     try:
-        time.sleep(1.5)  # a person looks before typing: a display would be up by now
+        # A person looks before typing: once the audit waits on stdin, a display it
+        # meant to show would be up.
+        wait_until(lambda: blocked_reading(proc.pid), timeout=30, what="the audit reading stdin")
         for line in FIXTURE.read_bytes().splitlines():
             os.write(master, line + b"\n")
         os.write(master, b"\x04")  # Ctrl-D
@@ -249,10 +252,12 @@ def test_sigint_prints_the_partial_report_and_exits_130(fmt: str) -> None:
     # ... and the first half of the next line: a partial line is not a record.
     proc.stdin.write(b"".join(head) + lines[-1][:40])
     proc.stdin.flush()
-    deadline = time.monotonic() + 30
-    while _pipe_unread(proc.stdin.fileno()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)  # it has read them; now it waits on the pipe for more
+    # It has read and fed them when it blocks on the pipe again, waiting for more.
+    wait_until(
+        lambda: not _pipe_unread(proc.stdin.fileno()) and blocked_reading(proc.pid),
+        timeout=30,
+        what="the audit waiting on the pipe with everything read",
+    )
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)  # closes stdin too late to matter
     assert proc.returncode == 130, err

@@ -26,3 +26,15 @@ def wait_until(
             raise AssertionError(f"{what}: not seen within {timeout:g} s")
         time.sleep(every)
     return time.monotonic() - start
+
+
+def blocked_reading(pid: int, fd: int = 0) -> bool:
+    """Whether process ``pid``'s main thread is blocked in ``read(fd, ...)`` (Linux,
+    x86-64/arm64 syscall numbers): it has consumed what it was given and waits for more.
+    What a test of a reader waits for before it interrupts it."""
+    try:
+        fields = open(f"/proc/{pid}/syscall").read().split()  # noqa: SIM115
+    except OSError:
+        return False
+    # read is syscall 0 on x86-64 and 63 on arm64; the first argument is the fd.
+    return len(fields) > 1 and fields[0] in ("0", "63") and int(fields[1], 16) == fd

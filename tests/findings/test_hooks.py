@@ -27,6 +27,7 @@ from streams.findings import (
 from streams.kafka import committed_offsets
 from tests.findings.conftest import fixture_findings, synthetic_findings
 from tests.findings.receiver import webhook_receiver
+from tests.support.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = RetryPolicy(max_attempts=3, base_delay_s=0.01, max_delay_s=0.05)
@@ -242,7 +243,9 @@ def test_sigkill_mid_stream_loses_nothing_and_resends_only_the_uncommitted(
             assert time.monotonic() < deadline, "the follower committed nothing in 10 s"
         first.send_signal(signal.SIGKILL)
         first.wait(10)
-        time.sleep(0.5)  # a POST the dead follower had sent may still be completing
+        # A POST the dead follower had sent may still be completing: its connection
+        # closes (and the count is final) when the receiver has handled it.
+        wait_until(lambda: rx.open_connections == 0, timeout=30, what="the dead follower's POSTs")
         before = rx.counts()
         assert 400 <= sum(before.values()) < len(findings), "the kill was not mid-stream"
         committed = _committed(kafka_bootstrap, group, topic, 3)
@@ -251,7 +254,11 @@ def test_sigkill_mid_stream_loses_nothing_and_resends_only_the_uncommitted(
         second = follower(logs[1])
         try:
             rx.wait_for(sum(before.values()) + len(uncommitted), timeout=90, sender=second)
-            time.sleep(1.0)  # anything beyond the expected would show up now
+            # Anything beyond the expected is sent by the time the follower has drained
+            # and exited, and received once the receiver has closed its connections.
+            second.terminate()
+            second.wait(20)
+            wait_until(lambda: rx.open_connections == 0, timeout=30, what="the follower's POSTs")
         except AssertionError as exc:
             raise AssertionError(
                 f"{exc}; {sum(before.values())} before the kill, {len(uncommitted)} at or past"

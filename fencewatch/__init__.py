@@ -29,6 +29,7 @@ from streams.errors import (
     StateError,
     StoreError,
     StoreUnavailable,
+    StoreURLError,
 )
 from streams.extras import MissingExtra
 from streams.fences import (
@@ -154,6 +155,7 @@ __all__ = [
     "Stamp",
     "StateError",
     "StoreError",
+    "StoreURLError",
     "StoreUnavailable",
     "TooManyFindings",
     "TopicMissing",

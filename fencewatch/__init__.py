@@ -89,6 +89,7 @@ from streams.sdk import (
     OwnershipReporter,
     Report,
     ReporterSettings,
+    ReporterStats,
     Risk,
 )
 
@@ -144,6 +145,7 @@ __all__ = [
     "Receipt",
     "Report",
     "ReporterSettings",
+    "ReporterStats",
     "RetryPolicy",
     "Risk",
     "SettingsError",

@@ -308,7 +308,8 @@ class OwnershipReporter:
         # Delivery failures arrive on the poll thread; kept (bounded) until
         # the next flush() reports them.
         self._failed = 0
-        self._errors: list[str] = []
+        # Distinct delivery errors since the last flush, with their counts.
+        self._errors: dict[str, int] = {}
         self._closed = False
         self._keeper: Keeper | None = None
         self._keeper_lock = threading.Lock()
@@ -407,8 +408,9 @@ class OwnershipReporter:
         with self._lock:
             self._undelivered += 1
             self._failed += 1
-            if len(self._errors) < _MAX_KEPT_ERRORS:
-                self._errors.append(f"{err.code}: {err}")
+            text = f"{err.code}: {err}"
+            if text in self._errors or len(self._errors) < _MAX_KEPT_ERRORS:
+                self._errors[text] = self._errors.get(text, 0) + 1
         if err.code in _DELIVERY_DOWN:
             self._link(False, f"{err.code}: {err}")
 
@@ -619,13 +621,14 @@ class OwnershipReporter:
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every event to be acknowledged. Raises BrokerError when
         some are still undelivered after ``timeout`` or failed since the last
-        flush (the count and the first errors are in the message)."""
+        flush (the message has the count and the distinct errors, each with
+        how often it occurred)."""
         remaining = self._producer.flush(timeout)
         with self._lock:
             failed, errors = self._failed, self._errors
-            self._failed, self._errors = 0, []
+            self._failed, self._errors = 0, {}
         if failed:
-            detail = "; ".join(errors)
+            detail = "; ".join(f"{text} (x{n})" if n > 1 else text for text, n in errors.items())
             self._report_undelivered(failed, detail)
             raise BrokerError(
                 f"{failed} event(s) were not delivered to {self.settings.topic}: {detail}",

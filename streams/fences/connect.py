@@ -29,7 +29,8 @@ _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+):")
 _POSTGRES_SCHEMES = frozenset({"postgresql", "postgres", "postgresql+psycopg"})
 # libpq's key=value form ("host=db dbname=prod"): a DSN, not a file name.
 _CONNINFO = re.compile(r"\s*(?:host|hostaddr|dbname|user|port|service)\s*=", re.I)
-_USERINFO_PASSWORD = re.compile(r"(//[^/@:]*:)[^/@]*@")
+# Up to the last '@' of the authority: a password may hold an unescaped '@'.
+_USERINFO_PASSWORD = re.compile(r"(//[^/@:]*:)[^/]*@")
 _PARAM_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|[^&\s]*)", re.I)
 
 
@@ -64,7 +65,8 @@ def open_database(
     if not url.strip():
         raise _refuse(url, "the URL is empty")
     match = _SCHEME.match(url)
-    scheme = match.group(1).lower() if match else None
+    given = match.group(1) if match else None
+    scheme = given.lower() if given else None
     if scheme in _POSTGRES_SCHEMES:
         rest = url[len(scheme) + 1 :]
         if not rest.startswith("//"):
@@ -90,8 +92,14 @@ def open_database(
                 " and four before an absolute one",
             )
         path = rest[3:]
+    elif scheme is not None and scheme.startswith("postgres"):
+        raise _refuse(
+            url,
+            f"no store supports the scheme {given!r} "
+            "(the PostgreSQL store connects through psycopg: write postgresql://...)",
+        )
     elif scheme is not None:
-        raise _refuse(url, f"no store supports the scheme {match.group(1)!r}")  # type: ignore[union-attr]
+        raise _refuse(url, f"no store supports the scheme {given!r}")
     elif _CONNINFO.match(url):
         raise _refuse(url, "a libpq key=value DSN is not a URL")
     else:

@@ -53,6 +53,10 @@ def test_the_password_in_a_refused_url_is_masked() -> None:
         open_database("mysql://admin:s3cret@db.example/prod?password=s3cret")
     assert "s3cret" not in str(info.value)
     assert info.value.url == "mysql://admin:***@db.example/prod?password=***"
+    with pytest.raises(StoreURLError) as info:
+        open_database("postgresql+asyncpg://admin:p@ss:w0rd@db.example:5432/prod")
+    assert "ss:w0rd" not in str(info.value)
+    assert info.value.url == "postgresql+asyncpg://admin:***@db.example:5432/prod"
 
 
 def test_a_sqlite_file_in_a_missing_directory_is_refused_not_created(tmp_path: Path) -> None:

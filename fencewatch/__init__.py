@@ -29,6 +29,7 @@ from streams.errors import (
     StateError,
     StoreError,
     StoreUnavailable,
+    StoreURLError,
 )
 from streams.extras import MissingExtra
 from streams.fences import (
@@ -88,6 +89,7 @@ from streams.sdk import (
     OwnershipReporter,
     Report,
     ReporterSettings,
+    ReporterStats,
     Risk,
 )
 
@@ -143,6 +145,7 @@ __all__ = [
     "Receipt",
     "Report",
     "ReporterSettings",
+    "ReporterStats",
     "RetryPolicy",
     "Risk",
     "SettingsError",
@@ -154,6 +157,7 @@ __all__ = [
     "Stamp",
     "StateError",
     "StoreError",
+    "StoreURLError",
     "StoreUnavailable",
     "TooManyFindings",
     "TopicMissing",

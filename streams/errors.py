@@ -23,6 +23,7 @@ __all__ = [
     "StaleOwner",
     "StateError",
     "StoreError",
+    "StoreURLError",
     "StoreUnavailable",
 ]
 
@@ -50,6 +51,19 @@ class StoreError(FencewatchError):
     def __init__(self, message: str, *, retriable: bool = False) -> None:
         super().__init__(message)
         self.retriable = retriable
+
+
+class StoreURLError(ConfigError):
+    """A fences database URL that no store supports (an unknown scheme, a
+    malformed ``sqlite:`` URL, a SQLite file in a directory that does not
+    exist). ``url`` is the URL with any password masked (the caller masks
+    it: ``streams.fences.connect.mask_url``); ``reason`` says what is wrong
+    and which forms are accepted."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"store URL {url!r}: {reason}")
+        self.url = url
+        self.reason = reason
 
 
 class StoreUnavailable(StoreError):

@@ -24,8 +24,27 @@ __all__ = ["RECORD_FIELD", "ConfigError", "FencewatchError", "InvalidEvent", "St
 RECORD_FIELD = "(record)"
 
 
+def _rebuild(
+    cls: type[BaseException], args: tuple[object, ...], state: dict[str, object]
+) -> BaseException:
+    # Unpickling without calling __init__: the message and every field come
+    # back as they were, whatever the constructor's signature.
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
+
+
 class FencewatchError(Exception):
-    """Base class of fencewatch's own errors."""
+    """Base class of fencewatch's own errors.
+
+    Every one round-trips through pickle (so through multiprocessing and
+    Celery's result backends) with its type, message and fields: the default
+    would call ``cls(*args)`` with the message alone, which fails for errors
+    whose constructor takes their fields (``StaleOwner(key, epoch, ...)``)."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.args, dict(self.__dict__)))
 
 
 class ConfigError(FencewatchError, ValueError):

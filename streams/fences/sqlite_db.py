@@ -13,7 +13,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from pathlib import Path
 from typing import Any, Literal
 
 from streams.errors import StoreError, StoreUnavailable
@@ -81,14 +80,8 @@ class SqliteDatabase:
         self._conns: PerThread[sqlite3.Connection] = PerThread(self._open, lambda c: False)
 
     def _open(self) -> sqlite3.Connection:
-        if self.path != ":memory:" and not self.path.startswith("file:"):
-            # `sqlite:///.run/agent.db` from a directory without .run/ (the
-            # docs' example in a fresh checkout): make the parents, as `run`
-            # does for its state, instead of "unable to open database file".
-            try:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(f"sqlite {self.path}: cannot create its directory: {exc}") from exc
+        # The directory is never created here: open_database() refuses a
+        # missing one (a mistyped path must not become a new, empty store).
         try:
             # isolation_level=None: we issue BEGIN IMMEDIATE/COMMIT ourselves.
             conn = sqlite3.connect(

@@ -7,7 +7,13 @@ See docs/sdk.md and examples/agent_worker.py.
 from __future__ import annotations
 
 from streams.sdk.owner import RISKS, EffectOutcome, Owner, Risk
-from streams.sdk.reporter import EffectBoundary, OwnershipReporter, Report, ReporterSettings
+from streams.sdk.reporter import (
+    EffectBoundary,
+    OwnershipReporter,
+    Report,
+    ReporterSettings,
+    ReporterStats,
+)
 
 __all__ = [
     "RISKS",
@@ -17,5 +23,6 @@ __all__ = [
     "OwnershipReporter",
     "Report",
     "ReporterSettings",
+    "ReporterStats",
     "Risk",
 ]

@@ -21,6 +21,8 @@ unknown and only the attempt stands, which is what the detector should see.
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -36,18 +38,41 @@ from streams.core.validate import to_event
 from streams.errors import BrokerError, StoreError
 from streams.fences.lease import Lease, LeaseStore, Stamp, check_lease_args
 from streams.fences.sink import EffectSink, Receipt
+from streams.kafka.admin import TopicAdmin
 from streams.kafka.clients import Producer
-from streams.kafka.connection import KafkaConnection
-from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
+from streams.kafka.connection import (
+    LIBRDKAFKA_LOGGER,
+    KafkaConnection,
+    SettingsError,
+    split_servers,
+)
+from streams.kafka.errors import watch_credentials
+from streams.kafka.topics import DEFAULT_EVENTS_TOPIC, validate_topic_name
 from streams.sdk.hooks import observers
 
 if TYPE_CHECKING:
     from streams.sdk.owner import Keeper, Owner
 
-__all__ = ["EffectBoundary", "OwnershipReporter", "Report", "ReporterSettings"]
+__all__ = [
+    "SDK_LOGGER",
+    "EffectBoundary",
+    "OwnershipReporter",
+    "Report",
+    "ReporterSettings",
+    "ReporterStats",
+]
 
 DEFAULT_TOPIC = DEFAULT_EVENTS_TOPIC
 _MAX_KEPT_ERRORS = 20
+#: The SDK's own log: one line per change of the link to Kafka (lost, back)
+#: and one per batch of undelivered evidence nobody else was told about.
+SDK_LOGGER = logging.getLogger("fencewatch.sdk")
+#: librdkafka errors (error callback) that mean "no broker to talk to": the
+#: link is lost. Not ``_TRANSPORT`` alone: one broker of several going away,
+#: or an idle connection the broker closed, loses nothing.
+_LINK_DOWN = frozenset({"_ALL_BROKERS_DOWN", "_RESOLVE", "_AUTHENTICATION", "_SSL"})
+#: Delivery failures that say the same (the event waited past its timeout).
+_DELIVERY_DOWN = frozenset({"_MSG_TIMED_OUT", "_TIMED_OUT", "_TRANSPORT", *_LINK_DOWN})
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +92,147 @@ class ReporterSettings:
     # How long produce() may wait for room in the local queue before failing.
     queue_full_wait_s: float = 5.0
     extra: Mapping[str, str] = field(default_factory=dict)
+    #: Seconds to reach a broker at construction (None: the connection's,
+    #: 10 s by default), as every CLI command does.
+    connect_timeout_s: float | None = None
+    #: Check at construction that a broker answers (one clear error instead
+    #: of a worker that runs on while its evidence goes nowhere).
+    check_broker: bool = True
+
+    def __post_init__(self) -> None:
+        # Every field checked here, naming it: a mistake surfaces where the
+        # settings are written, not as a producer that never connects.
+        def bad(name: str, why: str) -> SettingsError:
+            return SettingsError(f"ReporterSettings.{name}: {why}")
+
+        servers = self.bootstrap_servers
+        if isinstance(servers, KafkaConnection):
+            try:
+                servers.validate()
+            except SettingsError as exc:
+                raise bad("bootstrap_servers", str(exc)) from None
+        elif isinstance(servers, str):
+            try:
+                split_servers(servers)
+            except ValueError as exc:
+                raise bad("bootstrap_servers", str(exc)) from None
+        else:
+            raise bad(
+                "bootstrap_servers",
+                f"must be HOST:PORT[,...] or a KafkaConnection, got {type(servers).__name__}",
+            )
+        if not isinstance(self.worker_id, str) or not 1 <= len(self.worker_id) <= 256:
+            raise bad("worker_id", f"must be a string of 1-256 characters, got {self.worker_id!r}")
+        if not isinstance(self.topic, str):
+            raise bad("topic", f"must be a string, got {type(self.topic).__name__}")
+        try:
+            validate_topic_name(self.topic)
+        except ValueError as exc:
+            raise bad("topic", str(exc)) from None
+        if self.run_id is not None and (
+            not isinstance(self.run_id, str) or not 1 <= len(self.run_id) <= 256
+        ):
+            raise bad(
+                "run_id", f"must be None or a string of 1-256 characters, got {self.run_id!r}"
+            )
+        if not _is_int(self.linger_ms) or not 0 <= self.linger_ms <= 900_000:
+            raise bad("linger_ms", f"must be an integer in 0..900000, got {self.linger_ms!r}")
+        if not _is_int(self.delivery_timeout_ms) or not 1 <= self.delivery_timeout_ms <= 2**31 - 1:
+            raise bad(
+                "delivery_timeout_ms",
+                f"must be a positive integer of milliseconds, got {self.delivery_timeout_ms!r}",
+            )
+        if not _is_number(self.queue_full_wait_s) or not 0 <= self.queue_full_wait_s <= 3600:
+            raise bad(
+                "queue_full_wait_s", f"must be seconds in [0, 3600], got {self.queue_full_wait_s!r}"
+            )
+        if self.connect_timeout_s is not None and (
+            not _is_number(self.connect_timeout_s) or not 0 < self.connect_timeout_s <= 300
+        ):
+            raise bad(
+                "connect_timeout_s",
+                f"must be None or seconds in (0, 300], got {self.connect_timeout_s!r}",
+            )
+        if not isinstance(self.extra, Mapping) or not all(isinstance(k, str) for k in self.extra):
+            raise bad("extra", "must be a mapping of librdkafka setting names to values")
+        if not isinstance(self.check_broker, bool):
+            raise bad("check_broker", f"must be True or False, got {self.check_broker!r}")
+
+    @property
+    def connection(self) -> KafkaConnection:
+        """The connection these settings describe (with ``connect_timeout_s``)."""
+        conn = self.bootstrap_servers
+        if isinstance(conn, str):
+            conn = KafkaConnection(conn)
+        if self.connect_timeout_s is not None:
+            conn = conn.replace(connect_timeout=float(self.connect_timeout_s))
+        return conn
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return _is_int(value) or (isinstance(value, float) and math.isfinite(value))
+
+
+@dataclass(frozen=True, slots=True)
+class ReporterStats:
+    """Counts since the reporter started: events handed to the producer
+    (``published``), acknowledged by Kafka (``delivered``), and refused or
+    timed out (``undelivered``: evidence lost); ``broker_up`` is False from
+    the moment the link to Kafka was seen lost until a delivery succeeds."""
+
+    published: int
+    delivered: int
+    undelivered: int
+    broker_up: bool
+
+
+class _ClientLog:
+    """librdkafka's log for the SDK's clients: every failed connection
+    attempt is a line there, many a second. Passed on to the
+    ``streams.kafka.librdkafka`` logger only when that is enabled for debug;
+    otherwise dropped: the reporter's own state lines say what matters."""
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        if LIBRDKAFKA_LOGGER.isEnabledFor(logging.DEBUG):
+            LIBRDKAFKA_LOGGER.log(level, msg, *args)
+
+
+_CLIENT_LOG = _ClientLog()
+
+
+def _quiet_client(on_error: Callable[[Any], None] | None) -> dict[str, Any]:
+    """The producer settings that keep librdkafka's retries out of the
+    application's log (and, given ``on_error``, feed the link state)."""
+    conf: dict[str, Any] = {"logger": _CLIENT_LOG}
+    if on_error is not None:
+        conf["error_cb"] = on_error
+    return conf
+
+
+def _event_type(value: object) -> EventType:
+    if isinstance(value, EventType):
+        return value
+    if not isinstance(value, str):
+        raise TypeError(f"etype must be an EventType or its string, got {type(value).__name__}")
+    try:
+        return EventType(value)
+    except ValueError:
+        known = ", ".join(t.value for t in EventType)
+        raise ValueError(f"etype: unknown event type {value!r} (one of {known})") from None
+
+
+def _check_str(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+
+
+def _check_epoch(value: object, name: str = "epoch") -> None:
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,36 +275,107 @@ class OwnershipReporter:
         settings: ReporterSettings,
         *,
         leases: LeaseStore | None = None,
+        on_undelivered: Callable[[int, str], object] | None = None,
+        on_broker: Callable[[bool, str], object] | None = None,
     ) -> None:
-        if not settings.worker_id or len(settings.worker_id) > 256:
-            raise ValueError("worker_id must be 1-256 characters")
+        """``on_undelivered(count, errors)`` is called once per batch of
+        events Kafka refused or never acknowledged (when :meth:`flush` or
+        :meth:`close` finds them); ``on_broker(up, detail)`` once per change
+        of the link to Kafka (lost, back). Both run on the thread that polls
+        the producer (a publishing or flushing thread) and must be quick."""
+        if not isinstance(settings, ReporterSettings):
+            raise TypeError(f"settings must be a ReporterSettings, got {type(settings).__name__}")
         self.settings = settings
         self.leases = leases
+        self._on_undelivered = on_undelivered
+        self._on_broker = on_broker
+        conn = settings.connection
+        if settings.check_broker:
+            # The CLI's probe: TCP to a bootstrap server, then one metadata
+            # answer, both within the connect timeout; one line if not.
+            TopicAdmin(conn.replace(extra={**conn.extra, **_quiet_client(None)}))
+        self._lock = threading.Lock()
+        self._broker_up = True
+        self._published = self._delivered = self._undelivered = 0
         conf: dict[str, Any] = {
             **settings.extra,
             "linger.ms": settings.linger_ms,
             "delivery.timeout.ms": settings.delivery_timeout_ms,
+            **_quiet_client(self._on_client_error(conn.bootstrap_servers)),
         }
         # Idempotent, acks=all: the layer's producer enforces both.
-        self._producer = Producer(settings.bootstrap_servers, conf)
+        self._producer = Producer(conn, conf)
         # Delivery failures arrive on the poll thread; kept (bounded) until
         # the next flush() reports them.
         self._failed = 0
-        self._errors: list[str] = []
+        # Distinct delivery errors since the last flush, with their counts.
+        self._errors: dict[str, int] = {}
         self._closed = False
         self._keeper: Keeper | None = None
         self._keeper_lock = threading.Lock()
 
+    # -- the link to Kafka: one line per change -----------------------------
+
+    def _on_client_error(self, bootstrap: str) -> Callable[[Any], None]:
+        credentials = watch_credentials(bootstrap)
+
+        def on_error(err: Any) -> None:
+            credentials(err)  # a refused login is still reported as such
+            name = str(err.name())
+            if name in _LINK_DOWN:
+                self._link(False, f"{name}: {err.str()}")
+
+        return on_error
+
+    def _link(self, up: bool, detail: str) -> None:
+        with self._lock:
+            if self._broker_up == up:
+                return
+            self._broker_up = up
+        servers = self.settings.connection.bootstrap_servers
+        who = f"fencewatch reporter {self.settings.worker_id!r}"
+        if up:
+            SDK_LOGGER.warning("%s: broker %s is back", who, servers)
+        else:
+            SDK_LOGGER.warning(
+                "%s: lost the broker %s (%s); events wait in the producer for up to %d ms",
+                who,
+                servers,
+                detail,
+                self.settings.delivery_timeout_ms,
+            )
+        if self._on_broker is not None:
+            self._on_broker(up, detail)
+
+    def stats(self) -> ReporterStats:
+        """Counts since the start (a metric to export: ``undelivered`` is
+        evidence the detector will never see)."""
+        with self._lock:
+            return ReporterStats(
+                self._published, self._delivered, self._undelivered, self._broker_up
+            )
+
     # -- the port the lease store uses -----------------------------------
 
-    def publish(self, event: Event) -> None:
+    def publish(self, event: Event | Mapping[str, Any]) -> None:
         """Validate and produce one event (asynchronously; :meth:`flush` waits).
-        Raises InvalidEvent for an event that breaks the contract, BrokerError
-        when Kafka refuses it or the local queue stays full."""
+        ``event`` is an :class:`Event` or its JSON object as a dict (SPEC §2,
+        validated as the audit validates a line). Raises TypeError for
+        anything else, InvalidEvent (a ValueError naming the field) for an
+        event that breaks the contract, BrokerError when Kafka refuses it or
+        the local queue stays full."""
         if self._closed:
             raise RuntimeError("reporter is closed")
-        doc = event_to_dict(event)
-        to_event(doc)  # never publish what the processor would reject
+        if isinstance(event, Event):
+            doc = event_to_dict(event)
+            to_event(doc)  # never publish what the processor would reject
+        elif isinstance(event, Mapping):
+            event = to_event(dict(event))
+            doc = event_to_dict(event)
+        else:
+            raise TypeError(
+                f"event must be a fencewatch.Event or a dict, got {type(event).__name__}"
+            )
         value = orjson.dumps(doc)
         key = event.workflow_key.encode("utf-8")
         waited = 0.0
@@ -156,21 +393,32 @@ class OwnershipReporter:
                     ) from None
                 self._producer.poll(0.1)
                 waited += 0.1
+        with self._lock:
+            self._published += 1
         self._producer.poll(0)
         for observe in observers():  # e.g. streams.integrations.otel
             observe(event)
 
     def _on_delivery(self, err: BrokerError | None) -> None:
-        if err is not None:
+        if err is None:
+            with self._lock:
+                self._delivered += 1
+            self._link(True, "delivered")
+            return
+        with self._lock:
+            self._undelivered += 1
             self._failed += 1
-            if len(self._errors) < _MAX_KEPT_ERRORS:
-                self._errors.append(f"{err.code}: {err}")
+            text = f"{err.code}: {err}"
+            if text in self._errors or len(self._errors) < _MAX_KEPT_ERRORS:
+                self._errors[text] = self._errors.get(text, 0) + 1
+        if err.code in _DELIVERY_DOWN:
+            self._link(False, f"{err.code}: {err}")
 
     # -- helpers ----------------------------------------------------------
 
     def emit(
         self,
-        etype: EventType,
+        etype: EventType | str,
         key: str,
         epoch: int,
         *,
@@ -186,7 +434,23 @@ class OwnershipReporter:
         ``unstamped`` (why: e.g. ``store_unavailable``) no stamp is asked for:
         the event goes without a seq, and ``attrs.unstamped`` says why — it is
         then ordered by arrival (SPEC §3), which lowers the confidence of the
-        key's findings; used only when the store cannot be reached."""
+        key's findings; used only when the store cannot be reached.
+
+        ``etype`` is an :class:`EventType` or its string (``"progress"``).
+        A wrong type of argument raises TypeError, a value the contract
+        refuses ValueError (InvalidEvent), each naming the argument."""
+        etype = _event_type(etype)
+        _check_str("key", key)
+        _check_epoch(epoch)
+        for name, value in (("effect_key", effect_key), ("sink", sink), ("unstamped", unstamped)):
+            if value is not None:
+                _check_str(name, value)
+        if attrs is not None and not isinstance(attrs, Mapping):
+            raise TypeError(f"attrs must be a dict or None, got {type(attrs).__name__}")
+        if seq is not None:
+            _check_epoch(seq, "seq")
+        if stamp is not None and not isinstance(stamp, Stamp):
+            raise TypeError(f"stamp must be a Stamp or None, got {type(stamp).__name__}")
         if unstamped is not None:
             attrs = {**(attrs or {}), "unstamped": unstamped}
         elif stamp is None and seq is None and self.leases is not None:
@@ -203,7 +467,7 @@ class OwnershipReporter:
             run_id=self.settings.run_id,
             # Informational only: worker clocks never order anything.
             ts=datetime.now(UTC).isoformat(timespec="milliseconds"),
-            attrs=attrs,
+            attrs=dict(attrs) if attrs is not None else None,
         )
         self.publish(event)
         if stamp is None:
@@ -357,13 +621,18 @@ class OwnershipReporter:
     def flush(self, timeout: float = 30.0) -> None:
         """Wait for every event to be acknowledged. Raises BrokerError when
         some are still undelivered after ``timeout`` or failed since the last
-        flush (the count and the first errors are in the message)."""
+        flush (the message has the count and the distinct errors, each with
+        how often it occurred)."""
         remaining = self._producer.flush(timeout)
-        failed, errors = self._failed, self._errors
-        self._failed, self._errors = 0, []
+        with self._lock:
+            failed, errors = self._failed, self._errors
+            self._failed, self._errors = 0, {}
         if failed:
+            detail = "; ".join(f"{text} (x{n})" if n > 1 else text for text, n in errors.items())
+            self._report_undelivered(failed, detail)
             raise BrokerError(
-                f"{failed} event(s) were not delivered: {'; '.join(errors)}", code="_DELIVERY"
+                f"{failed} event(s) were not delivered to {self.settings.topic}: {detail}",
+                code="_DELIVERY",
             )
         if remaining:
             raise BrokerError(
@@ -371,6 +640,11 @@ class OwnershipReporter:
                 code="_TIMED_OUT",
                 retriable=True,
             )
+
+    def _report_undelivered(self, count: int, detail: str) -> None:
+        # Once per batch, before the BrokerError that says the same to the caller.
+        if self._on_undelivered is not None:
+            self._on_undelivered(count, detail)
 
     def close(self, timeout: float = 30.0) -> None:
         """Close the owners still open (release, ``lease_released``; their
@@ -397,9 +671,12 @@ class OwnershipReporter:
         return self
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
-        # Do not let a flush failure hide the exception that ended the block.
+        # Do not let a flush failure hide the exception that ended the block;
+        # say it in one log line instead, since nobody else will.
         if exc_type is None:
             self.close()
         else:
-            with suppress(BrokerError):
+            try:
                 self.close()
+            except BrokerError as exc:
+                SDK_LOGGER.warning("fencewatch reporter %r: %s", self.settings.worker_id, exc)

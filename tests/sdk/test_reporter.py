@@ -150,12 +150,19 @@ def test_invalid_event_is_never_published(
 
 
 def test_undeliverable_events_surface_as_broker_error_on_flush() -> None:
-    """With no broker listening, flush raises BrokerError rather than losing events silently."""
+    """With no broker listening (and the construction check off), flush raises
+    BrokerError rather than losing events silently."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens here
     rep = OwnershipReporter(
-        ReporterSettings(f"127.0.0.1:{port}", "alpha", delivery_timeout_ms=1500, linger_ms=0)
+        ReporterSettings(
+            f"127.0.0.1:{port}",
+            "alpha",
+            delivery_timeout_ms=1500,
+            linger_ms=0,
+            check_broker=False,
+        )
     )
     rep.progress("k", 1)
     with pytest.raises(BrokerError) as info:

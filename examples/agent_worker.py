@@ -2,8 +2,8 @@
 """A minimal agent worker: acquire a lease, checkpoint, apply one effect
 through a fenced (or, for contrast, unfenced) sink, release.
 
-    KAFKA_BOOTSTRAP=127.0.0.1:9092 python examples/agent_worker.py \
-        --db .run/agent.db --key tenant/export/2026-07-26 --worker alpha \
+    FENCEWATCH_BOOTSTRAP_SERVERS=127.0.0.1:9092 python examples/agent_worker.py \
+        --db .run/agent.db --key tenant/sdk-export/2026-07-26 --worker alpha \
         --effect release-index [--steps 3] [--step-seconds 1] [--ttl 5] [--unfenced]
         [--tool-seconds 5] [--topic ownership.events] [--json]
 

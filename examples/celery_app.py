@@ -1,7 +1,8 @@
 """A Celery app with one fenced task: the classic acks_late duplicate, caught
 (needs the `celery` extra and a Redis server).
 
-    export FENCEWATCH_REDIS_URL=redis://127.0.0.1:6379/0 KAFKA_BOOTSTRAP=127.0.0.1:9092
+    export FENCEWATCH_REDIS_URL=redis://127.0.0.1:6379/0
+    export FENCEWATCH_BOOTSTRAP_SERVERS=127.0.0.1:9092
     export FENCEWATCH_FENCES_DB=.run/celery-fences.db FENCEWATCH_VISIBILITY_S=3
     cd examples
     celery -A celery_app worker --pool=solo -n alpha@%h -Q exports &     # worker 1
@@ -11,7 +12,7 @@
                            # 3 s later Redis gives the unacknowledged message to beta,
                            # beta takes the lease at epoch 2 and publishes
     kill -CONT %1          # alpha wakes: its publish is REFUSED by the fence
-    fencewatch audit --topic ownership.events --bootstrap-servers $KAFKA_BOOTSTRAP
+    fencewatch audit --topic ownership.events   # reads FENCEWATCH_BOOTSTRAP_SERVERS too
                            # stale_attempt, epoch 1 (alpha@...), sink outcome: rejected
 
 The other classic case, alive but slow: the first worker is still running
@@ -31,7 +32,7 @@ default `fence_risk`) and `search-index` (deferrable: committed once the lease
 store answers again if it is away), in a SQLite file shared by the workers.
 The task prints its steps as JSON lines (tests/integrations/test_celery.py
 reads them). Settings come from the environment: FENCEWATCH_REDIS_URL,
-KAFKA_BOOTSTRAP, FENCEWATCH_TOPIC (ownership.events), FENCEWATCH_FENCES_DB,
+FENCEWATCH_BOOTSTRAP_SERVERS, FENCEWATCH_TOPIC (ownership.events), FENCEWATCH_FENCES_DB,
 FENCEWATCH_VISIBILITY_S (3), FENCEWATCH_BUSY_S (0, per worker).
 """
 
@@ -87,7 +88,7 @@ def stores() -> tuple[SqlLeaseStore, FencedSink, FencedSink]:
 
 def make_reporter(worker_id: str) -> OwnershipReporter:
     settings = ReporterSettings(
-        os.environ["KAFKA_BOOTSTRAP"],
+        os.environ["FENCEWATCH_BOOTSTRAP_SERVERS"],
         worker_id,
         topic=os.environ.get("FENCEWATCH_TOPIC", "ownership.events"),
     )

@@ -6,7 +6,7 @@ effect anyway; what the destination does about it depends on the boundary.
     python examples/fence_boundaries.py cas            # compare-and-set fence
     python examples/fence_boundaries.py idempotency    # idempotency key
     python examples/fence_boundaries.py staged         # staged promotion
-    KAFKA_BOOTSTRAP=127.0.0.1:9092 \\
+    FENCEWATCH_BOOTSTRAP_SERVERS=127.0.0.1:9092 \\
     python examples/fence_boundaries.py outbox         # transactional outbox (needs Kafka)
     python examples/fence_boundaries.py reconcile      # reconcile by effect key + human review
     python examples/fence_boundaries.py all            # every one that can run here
@@ -33,7 +33,7 @@ from fencewatch import (
     open_database,
 )
 
-KEY = "tenant/export/2026-07-26"
+KEY = "tenant/fences-export/2026-07-26"
 
 
 def _takeover(leases: SqlLeaseStore, key: str) -> tuple[int, int]:
@@ -112,9 +112,11 @@ def outbox(db: Database, prefix: str) -> None:
     newer owner fences; the consumer re-checks the epoch before applying."""
     from fencewatch import EffectApplier, Outbox, OutboxProducer, OutboxSettings
 
-    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    bootstrap = os.environ.get("FENCEWATCH_BOOTSTRAP_SERVERS")
     if not bootstrap:
-        raise SystemExit("outbox: set KAFKA_BOOTSTRAP (scripts/kafka-local start prints it)")
+        raise SystemExit(
+            "outbox: set FENCEWATCH_BOOTSTRAP_SERVERS (scripts/kafka-local start prints it)"
+        )
     topic = f"fence-boundaries-{uuid.uuid4().hex[:8]}"
     leases = SqlLeaseStore(db, prefix=prefix)
     box = Outbox(db, prefix=prefix)
@@ -217,7 +219,7 @@ def main() -> int:
     ap.add_argument("--db", help="database URL (default: a throwaway SQLite file)")
     args = ap.parse_args()
     names = list(STORIES) if args.story == "all" else [args.story]
-    if args.story == "all" and not os.environ.get("KAFKA_BOOTSTRAP"):
+    if args.story == "all" and not os.environ.get("FENCEWATCH_BOOTSTRAP_SERVERS"):
         names.remove("outbox")
     with tempfile.TemporaryDirectory() as tmp:
         db = open_database(args.db or f"sqlite:///{Path(tmp) / 'boundaries.db'}")

@@ -2,7 +2,7 @@
 """A LangGraph worker whose graph thread is owned and whose effect is fenced
 (needs the `langgraph` extra; no model calls: every node is deterministic).
 
-    KAFKA_BOOTSTRAP=127.0.0.1:9092 python examples/langgraph_worker.py \
+    FENCEWATCH_BOOTSTRAP_SERVERS=127.0.0.1:9092 python examples/langgraph_worker.py \
         --fences .run/fences.db --checkpoints .run/graph.db --thread report-2026-07-26 \
         --worker alpha [--ttl 2] [--tool-seconds 3] [--send-seconds 3] [--wait 30]
         [--topic ownership.events]
@@ -23,7 +23,7 @@ The split brain, by hand (tests/integrations/test_langgraph.py runs it):
     python examples/langgraph_worker.py ... --worker beta
                                 # beta resumes the thread at `publish`, commits (epoch 2)
     kill -CONT %1; wait         # alpha wakes, the ledger's compare-and-set REFUSES it
-    fencewatch audit --topic ownership.events --bootstrap-servers $KAFKA_BOOTSTRAP
+    fencewatch audit --topic ownership.events   # reads FENCEWATCH_BOOTSTRAP_SERVERS too
                                 # stale_attempt, epoch 1 (alpha), sink outcome: rejected
 
 (With `--tool-seconds 5` instead, alpha freezes before the effect; when it
@@ -128,7 +128,7 @@ def build(db: Database, worker: str, tool_seconds: float, send_seconds: float) -
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP"))
+    ap.add_argument("--bootstrap-servers", default=os.environ.get("FENCEWATCH_BOOTSTRAP_SERVERS"))
     ap.add_argument("--topic", default="ownership.events")
     ap.add_argument("--fences", required=True, help="SQLite file: lease store and ledger")
     ap.add_argument("--checkpoints", required=True, help="SQLite file: LangGraph checkpoints")
@@ -140,7 +140,7 @@ def main() -> int:
     ap.add_argument("--wait", type=float, default=30.0, help="wait this long for a held thread")
     args = ap.parse_args()
     if not args.bootstrap_servers:
-        print("give --bootstrap-servers or KAFKA_BOOTSTRAP", file=sys.stderr)
+        print("give --bootstrap-servers or FENCEWATCH_BOOTSTRAP_SERVERS", file=sys.stderr)
         return 2
 
     db = open_database(f"sqlite:///{args.fences}")

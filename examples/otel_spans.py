@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from fencewatch.integrations.otel import OtlpJsonFileExporter, OwnershipSpanProcessor
 
-KEY = "tenant/export/2026-07-26"
+KEY = "tenant/otel-export/2026-07-26"
 
 
 def fw(kind: str, epoch: int, worker: str, seq: int, effect: str | None = None) -> dict:

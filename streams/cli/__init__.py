@@ -10,12 +10,14 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 __all__ = ["main"]
 
 # Subcommand modules, imported lazily so that `fencewatch audit` on a file never
 # pays for (or needs) the Kafka client libraries.
 _COMMANDS: tuple[str, ...] = ("audit", "topics", "run", "demo", "findings", "status", "verify")
+_COMMANDS += ("publish",)
 
 
 def _version() -> str:
@@ -25,8 +27,17 @@ def _version() -> str:
     return f"fencewatch {__version__} (detector: {native_summary()})"
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line naming the flag, not the whole usage (a
+    typo in ``--kind`` used to print 20 lines before the error). Subcommand
+    parsers inherit this class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fencewatch",
         description="Stale-owner (split-brain) detection and fencing for agents and workflows.",
     )

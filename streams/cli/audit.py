@@ -292,6 +292,35 @@ def _time_ms(text: str) -> int:
     return int(dt.timestamp() * 1000)
 
 
+def _range_problem(args: argparse.Namespace) -> str | None:
+    """An empty replay range asked for (was: an empty report, exit 0)."""
+    lo, hi = args.from_offset, args.to_offset
+    if lo is not None and hi is not None and lo >= hi:
+        return f"--to-offset {hi} must be greater than --from-offset {lo}: nothing to replay"
+    if args.since is not None and args.until is not None:
+        try:
+            empty = _time_ms(args.since) >= _time_ms(args.until)
+        except ValueError as exc:
+            return str(exc)
+        if empty:
+            return f"--until {args.until} must be after --since {args.since}: nothing to replay"
+    return None
+
+
+def _output_problem(path: str | None) -> str | None:
+    """Why ``-o PATH`` could not be written, checked without creating it."""
+    if not path:
+        return None
+    parent = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        return f"cannot write {path}: it is a directory"
+    if not os.path.isdir(parent):
+        return f"cannot write {path}: no directory {parent}"
+    exists = os.path.exists(path)
+    ok = os.access(path, os.W_OK) if exists else os.access(parent, os.W_OK | os.X_OK)
+    return None if ok else f"cannot write {path}: permission denied"
+
+
 def _bound(offset: int | None, time_text: str | None, default: Any) -> Any:
     from streams.kafka.reader import Offset, Timestamp
 
@@ -461,10 +490,15 @@ def _audit(args: argparse.Namespace) -> int:
     ):
         _err("--from-offset/--to-offset/--since/--until apply to --topic only")
         return 2
+    problem = _range_problem(args) or _output_problem(args.output)
+    if problem:  # before reading anything: a long read must not end in a usage error
+        _err(problem)
+        return 2
     try:
         detector = Detector(DetectorConfig(max_events_per_key=args.max_events_per_key))
     except ValueError as exc:
-        _err(str(exc))
+        # The detector names its parameter; the user gave the flag.
+        _err(str(exc).replace("max_events_per_key", "--max-events-per-key"))
         return 2
     if native_summary() == "stale":
         _err(

@@ -101,6 +101,14 @@ def register(subparsers: Any) -> None:
     )
     fixture.add_argument("--path", action="store_true", help="print the file's path only")
     fixture.set_defaults(handler=_fixture)
+    files = sub.add_parser(
+        "files",
+        help="print the directory holding examples/ and deploy/ (e.g. cp -r \"$(fencewatch "
+        "demo files)/examples\" .)",
+        description="Where the example workers (examples/) and the Prometheus and Grafana "
+        "files (deploy/) are: inside the installed package, or the checkout.",
+    )
+    files.set_defaults(handler=_files)
 
     split = sub.add_parser(
         "split-brain",
@@ -194,6 +202,17 @@ def _demo(run: Any, args: argparse.Namespace) -> int:
         print(f"fencewatch demo: FAILED: {exc}", file=sys.stderr)
         return 1
     return 0 if ok else 1
+
+
+def _files(args: argparse.Namespace) -> int:
+    from streams.fixtures import project_files
+
+    try:
+        print(project_files())
+    except FileNotFoundError as exc:
+        print(f"fencewatch demo files: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _fixture(args: argparse.Namespace) -> int:

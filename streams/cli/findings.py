@@ -8,7 +8,9 @@ before marked as such. ``--exec``/``--webhook`` hand every revision to a hook
 hook took it.
 
 Exit status: 0; 2 for a usage error, an unreachable broker, or a topic that
-holds no findings.
+holds no findings; 3 when alert hooks delivered nothing (every finding
+dead-lettered); 130 after Ctrl-C (a second Ctrl-C stops the hook deliveries
+at once).
 """
 
 from __future__ import annotations
@@ -104,12 +106,32 @@ def render_finding_line(f: Finding, previous_revision: int | None = None) -> str
     )
 
 
-@contextmanager
-def _stop_on_signals(stop: Any) -> Iterator[None]:
-    def handle(_sig: int, _frame: FrameType | None) -> None:
-        stop()
+class _Stop:
+    """SIGTERM/SIGINT: the first stops the reader (queued deliveries drain,
+    positions are committed); a second one stops the hook deliveries at once
+    (what was not delivered stays uncommitted, so a restart sends it)."""
 
-    old = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+        self.sender: Any = None
+        self.signals: list[int] = []
+
+    @property
+    def interrupted(self) -> bool:
+        """Ctrl-C (SIGINT) was the first signal: exit 130, as audit and demo."""
+        return bool(self.signals) and self.signals[0] == signal.SIGINT
+
+    def handle(self, sig: int, _frame: FrameType | None) -> None:
+        self.signals.append(sig)
+        if len(self.signals) == 1:
+            self.consumer.stop()
+        elif self.sender is not None:
+            self.sender.stop_now()
+
+
+@contextmanager
+def _stop_on_signals(stop: _Stop) -> Iterator[None]:
+    old = {s: signal.signal(s, stop.handle) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
@@ -160,10 +182,12 @@ def _main(args: argparse.Namespace) -> int:
     except (ValueError, FencewatchError) as exc:
         _err(str(exc))
         return 2
+    stop = _Stop(consumer)
+    status = 0
     try:
-        with consumer, _stop_on_signals(consumer.stop):
+        with consumer, _stop_on_signals(stop):
             if hooked:
-                _hooked(consumer, args)
+                status = _hooked(consumer, args, stop)
             elif args.follow:
                 _follow(consumer, args.format)
             else:
@@ -173,7 +197,10 @@ def _main(args: argparse.Namespace) -> int:
         return 2
     except BrokenPipeError:  # `fencewatch findings | head`
         return 0
-    return _not_findings_check(consumer)
+    checked = _not_findings_check(consumer)
+    if checked:
+        return checked
+    return 130 if stop.interrupted else status
 
 
 def _not_findings_check(consumer: Any) -> int:
@@ -181,9 +208,15 @@ def _not_findings_check(consumer: Any) -> int:
     if st.not_findings:
         first = st.errors[0] if st.errors else ""
         if st.not_findings == st.records:
+            from streams.findings.contents import reader_hint
+
+            topic = consumer.settings.topic
+            hint = reader_hint(st.other_kind, topic) or (
+                "; for an events topic use fencewatch audit --topic"
+            )
             _err(
-                f"{consumer.settings.topic} holds no findings ({st.not_findings} other "
-                f"records; first: {first}); for an events topic use fencewatch audit --topic"
+                f"{topic} holds no findings ({st.not_findings} other "
+                f"records; first: {first}){hint}"
             )
             return 2
         _err(f"skipped {st.not_findings} records that are not findings (first: {first})")
@@ -201,6 +234,13 @@ def _show(consumer: Any, fmt: str) -> None:
         for f in latest:
             print(render_finding_line(f))
         print(f"{len(latest)} finding(s) on {consumer.settings.topic}")
+    sel = consumer.settings.filter
+    if not latest and (sel.workflows or sel.prefix):
+        asked = ", ".join(repr(w) for w in sorted(sel.workflows)) or f"prefix {sel.prefix!r}"
+        _err(
+            f"no finding of {asked}: --workflow takes an exact key, --prefix a start "
+            "(fencewatch status lists the workflows)"
+        )
 
 
 def _emit(d: Any, fmt: str) -> None:
@@ -216,7 +256,12 @@ def _follow(consumer: Any, fmt: str) -> None:
         _emit(d, fmt)
 
 
-def _hooked(consumer: Any, args: argparse.Namespace) -> None:
+#: Exit status of a hooked read in which no delivery succeeded (every
+#: finding dead-lettered): a wrong URL or a broken command must not look fine.
+ALL_DELIVERIES_FAILED = 3
+
+
+def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop) -> int:
     from streams.findings import DeadLetterFile, ExecTarget, HookSender, RetryPolicy, WebhookTarget
 
     lanes = args.hook_lanes if args.hook_lanes is not None else (4 if args.webhook else 1)
@@ -235,15 +280,27 @@ def _hooked(consumer: Any, args: argparse.Namespace) -> None:
         dead_letters=DeadLetterFile(Path(args.dead_letter)),
         max_in_flight=args.max_in_flight,
     )
+    stop.sender = sender
     try:
         while not consumer.stopping and not consumer.finished:
             d = consumer.poll(0.5)
             if d is None:
                 continue
             _emit(d, args.format)
-            sender.submit(d)
+            if not sender.submit(d, stopping=lambda: consumer.stopping):
+                break
     finally:
+        pending = sender.pending
+        if stop.signals and pending:
+            _err(
+                f"stopping: waiting up to 30 s for {pending} finding delivery(ies) in progress "
+                "(Ctrl-C again to stop now; what is not delivered is not committed)"
+            )
         sender.close()
         st = sender.stats
         if st.dead_lettered:
             _err(f"{st.dead_lettered} finding(s) written to the dead letters {args.dead_letter}")
+    if st.dead_lettered and not st.delivered:
+        _err(f"no finding was delivered (exit {ALL_DELIVERIES_FAILED})")
+        return ALL_DELIVERIES_FAILED
+    return 0

@@ -65,6 +65,13 @@ def register(subparsers: Any) -> None:
     a("--log-level", help="debug, info (default), warning, error; debug shows client logs")
     a("--metrics-port", type=int, help="port of /metrics and /health; 0 disables (default)")
     a("--metrics-host", help="address /metrics binds (default 127.0.0.1; 0.0.0.0 in a container)")
+    a(
+        "--create-topics",
+        action="store_true",
+        default=None,
+        help="create topics named by a flag that do not exist yet (default: only the default "
+        "topics are created; FENCEWATCH_CREATE_TOPICS=true)",
+    )
     p.set_defaults(handler=_run)
 
 
@@ -121,9 +128,62 @@ def _run(args: argparse.Namespace) -> int:
         # is the one line this command prints (the admin client probes TCP,
         # then asks for metadata, within the connect timeout). Checked before
         # the data directory is made, so a wrong address leaves nothing behind.
-        TopicAdmin(settings.kafka)
+        admin = TopicAdmin(settings.kafka)
+        create = args.create_topics or _env_true("FENCEWATCH_CREATE_TOPICS")
+        unasked = _unasked_topics(admin, settings, create=create)
+        if unasked:
+            print(
+                f"fencewatch run: topic {', '.join(unasked)} does not exist on "
+                f"{settings.kafka.bootstrap_servers}: check the name, or give --create-topics "
+                "to create it",
+                file=sys.stderr,
+            )
+            return 2
+        _create_topics(settings)
         state = prepare_local_state(settings)
         print(f"fencewatch run: local state in {state}", file=sys.stderr)
         return run_worker(settings)
     except FencewatchError as exc:
         return report_kafka_failure("run", exc)
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _unasked_topics(admin: Any, settings: Any, *, create: bool) -> list[str]:
+    """The topics named (by a flag or variable) other than their default that
+    do not exist: a typo there must not quietly create a topic (and its DLQ)
+    that nothing else reads. Empty with ``--create-topics``."""
+    from streams.kafka.topics import dlq_topic_for
+
+    if create:
+        return []
+    defaults = {
+        settings.events_topic: DEFAULT_EVENTS_TOPIC,
+        settings.findings_topic: DEFAULT_FINDINGS_TOPIC,
+        settings.status_topic: DEFAULT_STATUS_TOPIC,
+        settings.dlq: dlq_topic_for(settings.events_topic),
+    }
+    named = [name for name, default in defaults.items() if name != default]
+    existing = admin.partitions(named)
+    return [name for name in named if name not in existing]
+
+
+def _create_topics(settings: Any) -> None:
+    """Create the missing topics now, one line each, so that the log says
+    what this run added to the cluster (the worker then finds them all)."""
+    from streams.kafka.topics import ensure_topics
+
+    for result in ensure_topics(
+        settings.kafka,
+        settings.topic_names,
+        partitions=settings.partitions,
+        replication_factor=settings.replication,
+    ):
+        if result.created:
+            print(
+                f"fencewatch run: created topic {result.name} "
+                f"({result.partitions} partitions)",
+                file=sys.stderr,
+            )

@@ -105,4 +105,21 @@ def _main(args: argparse.Namespace) -> int:
             print(render_status_line(d))
         n_open = sum(1 for d in rows if d.get("open"))
         print(f"{len(rows)} workflow(s), {n_open} with open findings ({topic})")
+    if not rows and (args.workflow or args.prefix):
+        _err(_no_match_hint(args, list(docs), topic))
     return 0
+
+
+def _no_match_hint(args: argparse.Namespace, keys: list[str], topic: str) -> str:
+    """Why a selection printed nothing: the keys it asked for, and some that are there."""
+    wanted = [repr(k) for k in args.workflow]
+    if args.prefix:
+        wanted.append(f"prefix {args.prefix!r}")
+    asked = ", ".join(wanted)
+    if not keys:
+        return f"no workflow matches {asked}: {topic} holds no workflow yet"
+    sample = ", ".join(repr(k) for k in sorted(keys)[:3])
+    return (
+        f"no workflow matches {asked} ({len(keys)} on {topic}, e.g. {sample}); "
+        "--workflow takes an exact key, --prefix a start"
+    )

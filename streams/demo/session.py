@@ -55,8 +55,10 @@ class DemoSettings:
     def __post_init__(self) -> None:
         if not self.bootstrap_servers.strip():
             raise ValueError("bootstrap servers are required")
-        if self.timeout <= 0 or self.partitions < 1:
-            raise ValueError("timeout and partitions must be positive")
+        if self.timeout <= 0:
+            raise ValueError(f"--timeout must be positive, got {self.timeout:g}")
+        if self.partitions < 1:
+            raise ValueError(f"partitions must be at least 1, got {self.partitions}")
 
 
 class DemoSession:
@@ -104,6 +106,7 @@ class DemoSession:
             "-m",
             "streams",
             "run",
+            "--create-topics",  # this run's own topics
             "--bootstrap-servers",
             s.bootstrap_servers,
             "--events-topic",

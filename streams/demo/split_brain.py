@@ -65,7 +65,7 @@ class SplitBrainPlan:
 
     def __post_init__(self) -> None:
         if self.ttl <= 0 or self.tool_seconds <= 0:
-            raise ValueError("ttl and tool_seconds must be positive")
+            raise ValueError("--ttl and --tool-seconds must be positive")
 
 
 class _Story:

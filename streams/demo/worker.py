@@ -71,9 +71,9 @@ class WorkerPlan:
 
     def __post_init__(self) -> None:
         if self.steps < 0 or self.step_seconds < 0 or self.tool_seconds < 0:
-            raise ValueError("steps and durations must not be negative")
+            raise ValueError("--steps, --step-seconds and --tool-seconds must not be negative")
         if self.wait_seconds <= 0:
-            raise ValueError("wait_seconds must be positive")
+            raise ValueError("--wait-seconds must be positive")
 
 
 @dataclass(frozen=True, slots=True)

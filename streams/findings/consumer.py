@@ -38,6 +38,7 @@ from typing import Protocol
 
 from streams.core.findings import Finding
 from streams.errors import FencewatchError
+from streams.findings.contents import record_kind
 from streams.findings.select import (
     DEFAULT_MAX_TRACKED,
     FindingFilter,
@@ -141,6 +142,9 @@ class ConsumerStats:
     #: Records that are not findings, and the first reasons.
     not_findings: int = 0
     errors: list[str] = field(default_factory=list)
+    #: What the first record that is not a finding is (see
+    #: :func:`streams.findings.contents.record_kind`), if known.
+    other_kind: str | None = None
     #: Finding ids the revision tracker forgot at its bound.
     forgotten: int = 0
     #: Asynchronous commits the broker did not store (each is made again),
@@ -250,6 +254,8 @@ class FindingsConsumer:
             finding = decode_finding(rec.value)
         except NotAFinding as exc:
             st.not_findings += 1
+            if st.not_findings == 1:
+                st.other_kind = record_kind(rec.value)
             if len(st.errors) < _MAX_KEPT_ERRORS:
                 st.errors.append(f"{self.settings.topic}/{rec.partition}@{rec.offset}: {exc}")
             return None

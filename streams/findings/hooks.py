@@ -29,9 +29,11 @@ import os
 import queue
 import subprocess
 import threading
+import time
 import urllib.parse
 import zlib
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -271,6 +273,7 @@ class HookSender:
         self.dead_letters = dead_letters
         self._done = done
         self._abort = threading.Event()
+        self._stop_now = threading.Event()
         self._failure: BaseException | None = None
         per_lane = max(1, max_in_flight // len(lanes))
         self._lanes = [_Lane(self, t, per_lane, i) for i, t in enumerate(lanes)]
@@ -282,19 +285,35 @@ class HookSender:
             total = total + lane.stats
         return total
 
-    def submit(self, delivery: Delivery) -> None:
+    @property
+    def pending(self) -> int:
+        """Deliveries queued or being tried (not yet delivered or dead-lettered)."""
+        return sum(lane.queue.qsize() + lane.busy for lane in self._lanes)
+
+    def submit(self, delivery: Delivery, *, stopping: Callable[[], bool] | None = None) -> bool:
         """Queue ``delivery`` on its finding's lane; blocks while that lane's
-        share of ``max_in_flight`` is queued. Raises a sender's fatal error
-        (a dead-letter file that cannot be written), if any."""
+        share of ``max_in_flight`` is queued, unless ``stopping()`` turns true
+        (then returns False: not queued, so not acknowledged). Raises a
+        sender's fatal error (a dead-letter file that cannot be written), if
+        any."""
         lanes = self._lanes
         lane = lanes[zlib.crc32(delivery.finding.finding_id.encode()) % len(lanes)]
         while True:
             self._raise_failure()
             try:
                 lane.queue.put(delivery, timeout=0.2)
-                return
+                return True
             except queue.Full:
-                continue
+                if stopping is not None and stopping():
+                    return False
+
+    def stop_now(self) -> None:
+        """Give up the queued deliveries (they stay unacknowledged): a lane
+        stops after its current attempt, and :meth:`close` returns at once
+        without waiting for a lane still in an attempt. Safe from a signal
+        handler."""
+        self._stop_now.set()
+        self._abort.set()
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -305,25 +324,42 @@ class HookSender:
         stop and close the targets that have a ``close()`` (the webhook's
         connections); what is left is not acknowledged. Raises the fatal
         error, if any."""
+        # Waits in short slices, so that stop_now() (a second Ctrl-C) ends it.
+        deadline = time.monotonic() + drain_timeout_s
         for lane in self._lanes:
-            try:
-                lane.queue.put(None, timeout=drain_timeout_s)
-            except queue.Full:
-                self._abort.set()
-        for lane in self._lanes:
-            lane.thread.join(drain_timeout_s)
-        if any(lane.thread.is_alive() for lane in self._lanes):
+            while not self._stop_now.is_set():
+                try:
+                    lane.queue.put(None, timeout=0.1)
+                    break
+                except queue.Full:
+                    if time.monotonic() >= deadline:
+                        self._abort.set()
+                        with suppress(queue.Empty):  # room for the end marker
+                            lane.queue.get_nowait()
+        self._join(deadline)
+        if not self._stop_now.is_set() and any(lane.thread.is_alive() for lane in self._lanes):
             self._abort.set()
-            for lane in self._lanes:
-                lane.thread.join(5.0)
+            self._join(time.monotonic() + 5.0)
         for lane in self._lanes:
+            if lane.thread.is_alive():  # stopped now, mid-attempt: its target is in use
+                continue
             # A target with a connection (WebhookTarget) lets it go: a sender
             # closed in a long-running process must not hold a socket per lane.
             close = getattr(lane.target, "close", None)
             if callable(close):
                 close()
+        if self._stop_now.is_set():
+            return  # a lane may still be appending a dead letter; the process ends
         self.dead_letters.close()
         self._raise_failure()
+
+    def _join(self, deadline: float) -> None:
+        for lane in self._lanes:
+            while lane.thread.is_alive() and not self._stop_now.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                lane.thread.join(min(0.1, remaining))
 
 
 class _Lane:
@@ -333,6 +369,8 @@ class _Lane:
         self.sender = sender
         self.target = target
         self.stats = HookStats()
+        #: 1 while a delivery is being tried (for ``HookSender.pending``).
+        self.busy = 0
         self.queue: queue.Queue[Delivery | None] = queue.Queue(maxsize=size)
         self.thread = threading.Thread(
             target=self._loop, name=f"fencewatch-hook-{index}", daemon=True
@@ -346,8 +384,12 @@ class _Lane:
                 item = self.queue.get()
                 if item is None or sender._abort.is_set():
                     return
-                if self._deliver(item):
-                    sender._done(item)
+                self.busy = 1
+                try:
+                    if self._deliver(item):
+                        sender._done(item)
+                finally:
+                    self.busy = 0
         except BaseException as exc:  # reported to the polling thread by submit()/close()
             sender._failure = exc
 

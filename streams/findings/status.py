@@ -16,6 +16,7 @@ import orjson
 from streams.core.records import SEVERITY_RANK, Severity
 from streams.core.status import WorkflowStatus
 from streams.errors import FencewatchError
+from streams.findings.contents import reader_command, record_kind
 from streams.kafka.connection import KafkaConnection
 from streams.kafka.tail import TopicTail
 from streams.kafka.topics import DEFAULT_STATUS_TOPIC
@@ -62,6 +63,13 @@ def read_status(
                 # The typed record (streams.core.status) checks every field is there.
                 WorkflowStatus.from_dict(doc)
             except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+                kind = record_kind(rec.value)
+                # The wrong topic: name the command that reads it.
+                if kind is not None and kind != "status records":
+                    raise StatusTopicError(
+                        f"{topic} holds {kind}, not status records (SPEC §8): "
+                        f"read it with {reader_command(kind, topic)}"
+                    ) from None
                 detail = f"{exc.args[0]}: is required" if isinstance(exc, KeyError) else str(exc)
                 raise StatusTopicError(
                     f"{topic}/{rec.partition}@{rec.offset} is not a status record (SPEC §8): "

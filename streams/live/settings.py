@@ -130,7 +130,12 @@ class LiveSettings:
             raise SettingsError("store must be memory:// or rocksdb://")
         if not 1 <= self.heartbeat_interval < self.session_timeout:
             raise SettingsError("heartbeat interval must be >= 1 s and below the session timeout")
-        if self.max_events_per_key < 1 or self.max_event_bytes < 1 or self.state_cache_keys < 0:
+        if self.max_events_per_key < 8:  # the detector's minimum (streams.core.detector)
+            raise SettingsError(
+                "--max-events-per-key (FENCEWATCH_MAX_EVENTS_PER_KEY) must be at least 8, "
+                f"got {self.max_events_per_key}"
+            )
+        if self.max_event_bytes < 1 or self.state_cache_keys < 0:
             raise SettingsError("limits must be positive")
         if self.log_level.lower() not in _LOG_LEVELS:
             raise SettingsError(f"log level must be one of {', '.join(_LOG_LEVELS)}")

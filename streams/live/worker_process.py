@@ -75,6 +75,8 @@ class WorkerProcess:
         self.log_path = log_path
         full = dict(os.environ)
         full.update(env)
+        # The harness names its own (run-unique) topics: creating them is asked for.
+        full.setdefault("FENCEWATCH_CREATE_TOPICS", "true")
         full["FENCEWATCH_METRICS_PORT"] = str(self.port)
         self.log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.started = time.monotonic()

@@ -15,10 +15,11 @@ from streams.core.whatif import ADDED, REMOVED, Change, WhatIf
 __all__ = ["change_text", "confidence_reason", "describe", "render_text"]
 
 _LABEL = {
-    Severity.CRITICAL: "CRITICAL",
-    Severity.INCIDENT: "INCIDENT",
-    Severity.WARNING: "WARNING ",
-    Severity.DIAGNOSTIC: "DIAG    ",
+    # The severity's own word, as the demo and `findings` print it.
+    Severity.CRITICAL: "CRITICAL  ",
+    Severity.INCIDENT: "INCIDENT  ",
+    Severity.WARNING: "WARNING   ",
+    Severity.DIAGNOSTIC: "DIAGNOSTIC",
 }
 # ANSI colours, used only when the CLI says the output is a terminal.
 _COLOUR = {
@@ -223,10 +224,10 @@ def render_text(
             label = _LABEL[f.severity]
             if colour:
                 label = f"{_COLOUR[f.severity]}{label}{_RESET}"
-            lines.append(f"  {label}  {f.kind.value:<18} {_at(f):<10} {describe(f)}")
-            lines.append(f"            confidence: {confidence_reason(f)}")
-            lines.append(f"            action: {f.action}")
-            lines.append(f"            {_status(health[f.finding_id])}")
+            lines.append(f"  {label} {f.kind.value:<18} {_at(f):<10} {describe(f)}")
+            lines.append(f"             confidence: {confidence_reason(f)}")
+            lines.append(f"             action: {f.action}")
+            lines.append(f"             {_status(health[f.finding_id])}")
         lines.append("")
     lines.extend(_destination_lines(replay.destinations(), colour=colour))
     if what_if is not None:

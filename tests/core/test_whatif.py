@@ -153,7 +153,7 @@ def test_cli_text_reports_what_if_after_the_real_findings(
     code = main(["audit", "--what-if-fenced", "release-bucket", str(FIXTURE)])
     out = capsys.readouterr().out
     assert code == 1
-    real = out.index("CRITICAL  conflicting_commit")
+    real = out.index("CRITICAL   conflicting_commit")
     section = out.index("what if release-bucket had enforced the fence (1 stale commit refused")
     assert real < section
     assert "sink outcome committed -> rejected, a rejected near miss" in out[section:]

@@ -27,7 +27,7 @@ def test_the_four_database_stories_end_as_documented() -> None:
     """cas refuses the late write; the idempotency key stops only the repeated
     key; staged promotion shows only the current owner's rows; reconcile ends
     in a conflicting_commit for a person to verify."""
-    out = _run("all", {"KAFKA_BOOTSTRAP": ""})
+    out = _run("all", {"FENCEWATCH_BOOTSTRAP_SERVERS": ""})
     assert "alpha (epoch 1) late write: rejected (stale_epoch, current 2)" in out
     assert "rows: [(2, b'from beta')]" in out
     assert "charges invoice-42 late: duplicate" in out
@@ -42,7 +42,7 @@ def test_the_four_database_stories_end_as_documented() -> None:
 def test_the_outbox_story_against_the_broker(kafka_bootstrap: str) -> None:
     """The outbox story: the displaced owner cannot stage, the current one's
     effect goes through Kafka and is applied by the consuming fence."""
-    out = _run("outbox", {"KAFKA_BOOTSTRAP": kafka_bootstrap})
+    out = _run("outbox", {"FENCEWATCH_BOOTSTRAP_SERVERS": kafka_bootstrap})
     assert "alpha (epoch 1) stages late: rejected" in out
     assert "beta publishes 1 effect(s)" in out
     assert "the consumer applies it: committed" in out

@@ -113,13 +113,72 @@ def _status(key: str, worst: str | None, n_open: int, epoch: int = 2) -> bytes:
 
 
 def test_status_on_a_topic_of_other_records_is_one_line_exit_2(
-    kafka_bootstrap: str, findings_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
+    kafka_bootstrap: str, unique_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`status` pointed at the findings topic names the first record and the missing field."""
-    topic = findings_topic()
+    """`status` on records of no known kind names the first record and the missing field."""
+    topic = unique_topic(1, prefix="other")
+    produce_raw(kafka_bootstrap, topic, [b'{"workflow_key": "wf/x", "hello": 1}'])
     assert main(["status", "--bootstrap-servers", kafka_bootstrap, "--topic", topic]) == 2
     err = capsys.readouterr().err
     assert "is not a status record" in err and "is required" in err and err.count("\n") == 1
+
+
+def test_status_on_the_findings_topic_names_fencewatch_findings(
+    kafka_bootstrap: str, findings_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`status --topic <findings>`: one line saying it holds findings and the command to use
+    (was: `acquired_seq: is required`)."""
+    topic = findings_topic()
+    assert main(["status", "--bootstrap-servers", kafka_bootstrap, "--topic", topic]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"fencewatch status: {topic} holds findings, not status records (SPEC §8): "
+        f"read it with fencewatch findings --topic {topic}\n"
+    )
+
+
+def test_findings_on_the_status_topic_names_fencewatch_status(
+    kafka_bootstrap: str, unique_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`findings --topic <status>` points at `fencewatch status`, not at `audit --topic`."""
+    topic = unique_topic(1, prefix="status", config={"cleanup.policy": "compact"})
+    _produce_status(kafka_bootstrap, topic, "wf/x")
+    assert main(["findings", "--bootstrap-servers", kafka_bootstrap, "--topic", topic]) == 2
+    err = capsys.readouterr().err
+    assert f"read it with fencewatch status --topic {topic}" in err
+    assert "audit" not in err and err.count("\n") == 1
+
+
+def _produce_status(bootstrap: str, topic: str, key: str) -> None:
+    """One status record, keyed (a compacted topic refuses records without a key)."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap})
+    p.produce(topic, _status(key, "critical", 1), key=key.encode())
+    assert p.flush(30) == 0
+
+
+def test_a_workflow_that_matches_nothing_gets_a_hint(
+    kafka_bootstrap: str,
+    findings_topic: Callable[..., str],
+    unique_topic: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`status --workflow nope` and `findings --workflow nope` say why nothing is listed
+    (and `status` names keys that are there), not just "0 ..."."""
+    status = unique_topic(1, prefix="status", config={"cleanup.policy": "compact"})
+    _produce_status(kafka_bootstrap, status, "wf/x")
+    assert main(
+        ["status", "--bootstrap-servers", kafka_bootstrap, "--topic", status, "--workflow", "nope"]
+    ) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert "no workflow matches 'nope' (1 on" in err and "'wf/x'" in err and "--prefix" in err
+    topic = findings_topic()
+    assert main(
+        ["findings", "--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--workflow", "no"]
+    ) == 0  # fmt: skip
+    err = capsys.readouterr().err
+    assert "no finding of 'no': --workflow takes an exact key" in err
 
 
 def test_status_prints_worst_first_last_record_per_key_wins(
@@ -197,6 +256,7 @@ def test_verify_takes_the_current_epoch_from_the_status_topic(
     events = unique_topic(1, prefix="events")
     p = Producer({"bootstrap.servers": kafka_bootstrap})
     p.produce(status, _status("wf/x", "critical", 1, epoch=7), key=b"wf/x")
+    p.produce(events, _attempt("wf/x", "fx"), key=b"wf/x")  # the evidence verify looks for
     assert p.flush(30) == 0
     rc = main(
         ["verify", "--bootstrap-servers", kafka_bootstrap, "--status-topic", status,
@@ -207,6 +267,7 @@ def test_verify_takes_the_current_epoch_from_the_status_topic(
 
     tail = TopicTail(kafka_bootstrap, events, stop_at_end=True)
     try:
+        tail.poll(10)  # the effect_attempted produced above
         rec = tail.poll(10)
     finally:
         tail.close()
@@ -215,6 +276,69 @@ def test_verify_takes_the_current_epoch_from_the_status_topic(
     assert (ev["type"], ev["epoch"], ev["worker_id"], ev["effect_key"]) == (
         "outcome_verified", 7, "person:carol", "fx",
     )  # fmt: skip
+
+
+def _attempt(key: str, effect: str, epoch: int = 7) -> bytes:
+    return json.dumps(
+        {"type": "effect_attempted", "workflow_key": key, "epoch": epoch, "worker_id": "w",
+         "effect_key": effect}
+    ).encode()  # fmt: skip
+
+
+def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    from streams.kafka import end_offsets
+
+    return dict(end_offsets(bootstrap, topic))
+
+
+def test_verify_refuses_an_effect_the_workflow_has_no_evidence_of(
+    kafka_bootstrap: str, unique_topic: Callable[..., str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped --effect is one line naming the effects there, exit 2, nothing
+    published; --force publishes it; the right effect key publishes."""
+    events = unique_topic(1, prefix="events")
+    other = unique_topic(1, prefix="events")
+    produce_raw(kafka_bootstrap, events, [_attempt("wf/y", "send invoice 7"), _attempt("z", "x")])
+    base = ["verify", "--bootstrap-servers", kafka_bootstrap, "--events-topic", events,
+            "--workflow", "wf/y", "--by", "dana", "--epoch", "7"]  # fmt: skip
+    before = _end_offsets(kafka_bootstrap, events)
+    assert main([*base, "--effect", "send invoice 8"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "fencewatch verify: workflow 'wf/y' has no evidence of effect 'send invoice 8' (its "
+        f"effects on {events}: 'send invoice 7'); check --workflow and --effect, or give "
+        "--force to record it anyway\n"
+    )
+    assert _end_offsets(kafka_bootstrap, events) == before  # nothing published
+    assert main([*base[:4], other, *base[5:], "--effect", "x"]) == 2
+    assert f"{other} holds no event of it" in capsys.readouterr().err
+    assert main([*base, "--effect", "send invoice 7"]) == 0
+    assert main([*base, "--effect", "send invoice 8", "--force"]) == 0
+    assert sum(_end_offsets(kafka_bootstrap, events).values()) == sum(before.values()) + 2
+
+
+def test_verify_with_epoch_and_a_wrong_broker_answers_within_the_connect_timeout(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--epoch and a "broker" that accepts TCP and never answers: one line within about
+    --connect-timeout (was 30 s of silence: nothing asked the broker before the producer's
+    wait)."""
+    import socket
+    import time
+
+    with socket.socket() as silent:  # connections complete in the backlog, nothing answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        rc = main(
+            ["verify", "--bootstrap-servers", f"127.0.0.1:{port}", "--connect-timeout", "2",
+             "--workflow", "wf/y", "--effect", "e", "--by", "dana", "--epoch", "7"]
+        )  # fmt: skip
+        took = time.monotonic() - started
+    assert rc == 2 and took < 5, took
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"127.0.0.1:{port}" in err
 
 
 def test_no_position_is_stored_unless_group_names_one(

@@ -53,12 +53,14 @@ def _status(h: LiveHarness, capsys: pytest.CaptureFixture[str]) -> dict[str, str
     return out
 
 
-def _verify(h: LiveHarness, effect: str, capsys: pytest.CaptureFixture[str]) -> None:
+def _verify(
+    h: LiveHarness, effect: str, capsys: pytest.CaptureFixture[str], *extra: str
+) -> None:
     # No --epoch: verify reads the current epoch (18) from the live status topic.
     rc = main(
         ["verify", "--bootstrap-servers", h.bootstrap, "--events-topic", h.events,
          "--status-topic", h.status, "--workflow", "export-ledger", "--effect", effect,
-         "--by", "alice"]
+         "--by", "alice", *extra]
     )  # fmt: skip
     out = capsys.readouterr().out
     assert rc == 0 and "by person:alice" in out
@@ -91,7 +93,8 @@ def test_verify_clears_only_what_is_fenced_and_verified(
     assert set(_health(h, capsys).values()) == {"open"}, "fenced but not verified: open"
     assert _status(h, capsys) == _health(h, capsys)
 
-    _verify(h, "some other effect", capsys)
+    # An effect the workflow never had: refused unless --force (the person means it).
+    _verify(h, "some other effect", capsys, "--force")
     verified = json.loads(h.read(h.events)[-1].value or b"")
     assert verified["type"] == "outcome_verified"
     assert (verified["worker_id"], verified["epoch"]) == ("person:alice", 18)

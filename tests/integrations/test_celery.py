@@ -28,7 +28,7 @@ def _env(redis_url: str, bootstrap: str, topic: str, tmp: Path) -> dict[str, str
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(EXAMPLES), os.environ.get("PYTHONPATH", "")]),
         "FENCEWATCH_REDIS_URL": redis_url,
-        "KAFKA_BOOTSTRAP": bootstrap,
+        "FENCEWATCH_BOOTSTRAP_SERVERS": bootstrap,
         "FENCEWATCH_TOPIC": topic,
         "FENCEWATCH_FENCES_DB": str(tmp / "fences.db"),
         "FENCEWATCH_VISIBILITY_S": "3",

@@ -24,7 +24,7 @@ from streams.sdk import OwnershipReporter, ReporterSettings
 
 from .conftest import replay_topic
 
-KEY = "tenant/export/2026-07-26"
+KEY = "tenant/otel-export/2026-07-26"
 
 
 def _fw(kind: str, epoch: int, worker: str, effect: str | None = None, **more: Any) -> dict:

@@ -1,8 +1,10 @@
-"""A plain install works (issue 9): the wheel, installed non-editable with the
-``kafka`` extra into a fresh virtualenv, run from a directory outside the
-checkout: ``--version``, ``audit`` of the packaged fixture, ``run`` on a closed
-port (one line, no state left), ``run`` until ``/health`` is ok, ``demo live``,
-and the rocksdb extra's one-line hint."""
+"""A plain install works (issues 9, 23): the wheel, installed non-editable with
+the ``kafka`` extra into a fresh virtualenv, run from a directory outside the
+checkout: ``--version``, ``python -m fencewatch``, ``audit`` of the packaged
+fixture, the packaged examples and deploy files, ``run`` on a closed port (one
+line, no state left) and on a mistyped topic, ``run`` until ``/health`` is ok,
+``publish`` of the fixture (and of an invalid line), ``demo live``, and the
+rocksdb extra's one-line hint."""
 
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ import time
 import urllib.request
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from streams.kafka import TopicAdmin
+from streams.kafka import TopicAdmin, TopicSpec, end_offsets
 from streams.live.worker_process import free_port, is_ready
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,6 +91,17 @@ def test_installed_wheel_works_from_outside_the_checkout(
 
     version = cli("--version")
     assert version.returncode == 0 and version.stdout.startswith("fencewatch 0."), version
+    as_module = subprocess.run(
+        [str(bin_dir / "python"), "-m", "fencewatch", "--version"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert as_module.returncode == 0 and as_module.stdout == version.stdout, as_module
+
+    files = Path(cli("demo", "files").stdout.strip())
+    assert files.is_relative_to(tmp_path / "venv"), files  # packaged, not the checkout
+    assert (files / "examples" / "agent_worker.py").is_file()
+    assert (files / "deploy" / "prometheus" / "alerts.yml").is_file()
+    assert (files / "deploy" / "grafana" / "dashboards" / "fencewatch.json").is_file()
 
     where = cli("demo", "fixture", "--path").stdout.strip()
     assert where.startswith(str(tmp_path / "venv")), where  # the packaged copy, not the checkout
@@ -108,7 +122,13 @@ def test_installed_wheel_works_from_outside_the_checkout(
         "pip install 'fencewatch[rocksdb]'"
     ]
 
+    typo = cli("run", "--bootstrap-servers", kafka_bootstrap, "--events-topic", "pkg.evnts")
+    assert typo.returncode == 2 and len(typo.stderr.splitlines()) == 1, typo.stderr
+    assert "topic pkg.evnts does not exist" in typo.stderr
+    assert TopicAdmin(kafka_bootstrap).partitions(["pkg.evnts", "pkg.evnts.dlq"]) == {}
+
     _run_until_healthy(fencewatch, kafka_bootstrap, work, env)
+    _publish(cli, kafka_bootstrap, where, work)
 
     demo = cli("demo", "live", "--bootstrap-servers", kafka_bootstrap, timeout=240)
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
@@ -121,7 +141,8 @@ def _run_until_healthy(fencewatch: str, bootstrap: str, work: Path, env: dict[st
     log = work / "run.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [fencewatch, "run", "--bootstrap-servers", bootstrap, "--events-topic", topics[0],
+            [fencewatch, "run", "--create-topics", "--bootstrap-servers", bootstrap,
+             "--events-topic", topics[0],
              "--findings-topic", topics[1], "--status-topic", topics[3], "--app-id",
              f"pkg-{tag}", "--metrics-port", str(port)],
             cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -147,3 +168,23 @@ def _run_until_healthy(fencewatch: str, bootstrap: str, work: Path, env: dict[st
             proc.kill()
             proc.wait()
         TopicAdmin(bootstrap).delete([*topics, f"pkg-{tag}-owner-state-changelog"])
+
+
+def _publish(cli: Any, bootstrap: str, fixture: str, work: Path) -> None:
+    """`fencewatch publish` of the packaged fixture plus one invalid line: the 16 events
+    sent, the invalid line named by line and field, exit 1."""
+    topic = f"pkg-publish-{uuid.uuid4().hex[:10]}"
+    admin = TopicAdmin(bootstrap)
+    admin.ensure([TopicSpec(topic, 1)])
+    try:
+        events = work / "events.jsonl"
+        events.write_bytes(Path(fixture).read_bytes() + b'{"type": "progress"}\n')
+        sent = cli("publish", "--bootstrap-servers", bootstrap, "--topic", topic, str(events))
+        assert sent.returncode == 1, sent.stderr
+        assert sent.stdout == f"published 16 event(s) to {topic}; 1 invalid line(s) not sent\n"
+        assert sent.stderr == (
+            f"fencewatch publish: {events}:17: workflow_key: is required (not sent)\n"
+        )
+        assert end_offsets(bootstrap, topic) == {0: 16}
+    finally:
+        admin.delete([topic])

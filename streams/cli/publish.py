@@ -1,0 +1,241 @@
+"""``fencewatch publish FILE...|-``: JSON Lines events into the events topic.
+
+Each line is validated as the audit validates it (:func:`parse_event`, SPEC
+§2 and §7); a valid event is produced as its exact bytes, keyed by its
+``workflow_key`` (so a key's events stay in one partition, in file order),
+through the idempotent producer (``acks=all``: a retry never duplicates a
+record). An invalid line is reported (``FILE:LINE: field: reason``) and never
+sent; its valid neighbours still are. Blank lines are skipped.
+
+Exit status: 0 every event sent; 1 some lines were invalid (every valid one
+was sent); 2 usage error, unreadable file, missing topic, broker failure or
+events not acknowledged; 130 Ctrl-C (what was queued is still flushed and
+counted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import stat
+import sys
+from collections.abc import Iterator
+from typing import IO, Any
+
+from streams.cli.kafka_args import (
+    add_connection_args,
+    add_kafka_config_arg,
+    connection_from_args,
+    kafka_config,
+)
+from streams.core.validate import DEFAULT_MAX_EVENT_BYTES
+from streams.errors import FencewatchError
+from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
+
+__all__ = ["register"]
+
+#: Invalid lines printed one by one; past this only their count is given.
+MAX_REPORTED = 20
+INVALID = 1
+FAILURE = 2
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "publish",
+        help="publish JSON Lines events (files or -) to the events topic",
+        description=(
+            "Validate each line as the audit does and publish the valid events to the events "
+            "topic, keyed by workflow_key; invalid lines are reported and not sent. "
+            "Exit 0 all sent, 1 some lines invalid, 2 failure."
+        ),
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="JSON Lines files, or - for stdin")
+    p.add_argument("--topic", default=None, help=f"events topic (default {DEFAULT_EVENTS_TOPIC})")
+    p.add_argument(
+        "--max-event-bytes",
+        type=int,
+        default=DEFAULT_MAX_EVENT_BYTES,
+        metavar="N",
+        help=f"longest event line accepted (default {DEFAULT_MAX_EVENT_BYTES})",
+    )
+    add_connection_args(p)
+    add_kafka_config_arg(p)
+    p.set_defaults(handler=_main)
+
+
+def _err(msg: str) -> None:
+    print(f"fencewatch publish: {msg}", file=sys.stderr)
+
+
+def _lines(fh: IO[bytes], limit: int) -> Iterator[tuple[int, bytes | None]]:
+    """``(line number, line)`` of a binary stream; a line longer than
+    ``limit`` comes as ``None`` (and is never held whole in memory)."""
+    number = 0
+    while True:
+        line = fh.readline(limit + 2)
+        if not line:
+            return
+        number += 1
+        if len(line) == limit + 2 and not line.endswith(b"\n"):
+            while line and not line.endswith(b"\n"):  # skip the rest of the long line
+                line = fh.readline(1 << 16)
+            yield number, None
+            continue
+        yield number, line
+
+
+class _Publisher:
+    """Validates lines, queues the valid ones, counts what the broker acknowledged."""
+
+    def __init__(self, producer: Any, topic: str, max_bytes: int) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.max_bytes = max_bytes
+        self.queued = 0
+        self.sent = 0
+        self.invalid = 0
+        self.failed = 0
+        self.first_failure: str | None = None
+
+    def _delivered(self, err: Any) -> None:
+        # Called from producer.poll/flush, on this thread.
+        if err is None:
+            self.sent += 1
+            return
+        self.failed += 1
+        if self.first_failure is None:
+            self.first_failure = str(err)
+
+    def invalid_line(self, where: str, reason: str) -> None:
+        self.invalid += 1
+        if self.invalid <= MAX_REPORTED:
+            _err(f"{where}: {reason} (not sent)")
+
+    def feed(self, name: str, fh: IO[bytes], progress: Any) -> None:
+        from streams.core.validate import InvalidEvent, parse_event
+
+        for number, line in _lines(fh, self.max_bytes):
+            progress.bytes_read(0 if line is None else len(line), self.queued)
+            if line is None:
+                limit = self.max_bytes
+                self.invalid_line(f"{name}:{number}", f"(record): line over {limit} bytes")
+                continue
+            data = line.strip()
+            if not data:
+                continue
+            try:
+                event = parse_event(data, max_bytes=self.max_bytes)
+            except InvalidEvent as exc:
+                self.invalid_line(f"{name}:{number}", str(exc))
+                continue
+            self._produce(data, event.workflow_key.encode())
+
+    def _produce(self, value: bytes, key: bytes) -> None:
+        while True:
+            try:
+                self.producer.produce(self.topic, value, key=key, on_delivery=self._delivered)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain it
+                self.producer.poll(0.1)
+        self.queued += 1
+        self.producer.poll(0)
+
+
+def _open(name: str) -> IO[bytes]:
+    if name == "-":
+        return sys.stdin.buffer
+    return open(name, "rb")
+
+
+def _main(args: argparse.Namespace) -> int:
+    from streams.cli.progress import audit_progress
+    from streams.kafka.admin import TopicAdmin
+    from streams.kafka.clients import Producer
+
+    topic = args.topic or DEFAULT_EVENTS_TOPIC
+    if args.max_event_bytes < 1:
+        _err("--max-event-bytes must be at least 1")
+        return FAILURE
+    if args.files.count("-") > 1:
+        _err("- (stdin) may be given once")
+        return FAILURE
+    for name in args.files:  # every file readable before anything is sent
+        if name != "-":
+            try:
+                open(name, "rb").close()
+            except OSError as exc:
+                _err(f"{name}: {exc.strerror or exc}")
+                return FAILURE
+    try:
+        conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
+        # Reachable within --connect-timeout, and the topic exists: a typo in
+        # --topic must not create a topic through the broker's auto-creation.
+        if topic not in TopicAdmin(conn).partitions([topic]):
+            _err(
+                f"topic {topic} does not exist on {conn.bootstrap_servers}: "
+                "create it with fencewatch topics create (or give --topic)"
+            )
+            return FAILURE
+        producer = Producer(conn, {"linger.ms": 20})
+    except (ValueError, FencewatchError) as exc:
+        _err(str(exc))
+        return FAILURE
+    if "-" in args.files and sys.stdin.isatty():
+        _err("reading events from stdin (end with Ctrl-D)")
+    pub = _Publisher(producer, topic, args.max_event_bytes)
+    progress = audit_progress(sys.stderr)
+    interrupted = False
+    try:
+        for name in args.files:
+            fh = _open(name)
+            try:
+                progress.file("stdin" if name == "-" else name, _size(fh))
+                pub.feed("stdin" if name == "-" else name, fh, progress)
+            finally:
+                if fh is not sys.stdin.buffer:
+                    fh.close()
+    except KeyboardInterrupt:
+        interrupted = True
+    except OSError as exc:
+        progress.close()
+        _err(f"reading input: {exc.strerror or exc}")
+        unacked = producer.flush(conn.connect_timeout)
+        _summary(pub, topic, unacked)
+        return FAILURE
+    finally:
+        progress.close()
+    try:
+        unacked = producer.flush(conn.connect_timeout + 5)
+    except FencewatchError as exc:
+        _err(str(exc))
+        return FAILURE
+    _summary(pub, topic, unacked)
+    if interrupted:
+        return 130
+    if pub.failed or unacked:
+        return FAILURE
+    return INVALID if pub.invalid else 0
+
+
+def _size(fh: IO[bytes]) -> int | None:
+    """A regular file's size (the progress bar's total); None for a pipe."""
+    try:
+        st = os.fstat(fh.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def _summary(pub: _Publisher, topic: str, unacked: int) -> None:
+    if pub.invalid > MAX_REPORTED:
+        _err(f"... and {pub.invalid - MAX_REPORTED} more invalid line(s)")
+    line = f"published {pub.sent} event(s) to {topic}"
+    if pub.invalid:
+        line += f"; {pub.invalid} invalid line(s) not sent"
+    print(line)
+    lost = pub.failed + unacked
+    if lost:
+        first = f" (first: {pub.first_failure})" if pub.first_failure else ""
+        _err(f"{lost} event(s) not acknowledged by the broker{first}")

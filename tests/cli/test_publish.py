@@ -1,0 +1,101 @@
+"""`fencewatch publish`: JSON Lines into the events topic, validated as the audit
+validates, keyed by workflow key (issue 23)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from streams.cli import main
+from streams.cli.publish import _lines
+from streams.kafka import TopicAdmin, iter_topic
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = REPO / "examples" / "reference.jsonl"
+
+
+def _records(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
+    return [(key, value) for key, value, _p, _o in iter_topic(bootstrap, topic)]
+
+
+def test_invalid_lines_are_reported_by_line_and_field_and_never_sent(
+    kafka_bootstrap: str,
+    unique_topic: Callable[..., str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A bad line between good ones: reported as FILE:LINE: field: reason, not sent; every
+    valid line sent as is, keyed by its workflow_key; the count said; exit 1."""
+    topic = unique_topic(3, prefix="publish")
+    good = [ln for ln in FIXTURE.read_bytes().splitlines() if ln.strip()]
+    bad = b'{"type": "progress", "workflow_key": "wf/a", "worker_id": "w"}'
+    path = tmp_path / "mixed.jsonl"
+    path.write_bytes(b"\n".join([good[0], bad, b"", b"not json", *good[1:]]) + b"\n")
+    rc = main(["publish", "--bootstrap-servers", kafka_bootstrap, "--topic", topic, str(path)])
+    captured = capsys.readouterr()
+    assert rc == 1
+    first, second = captured.err.splitlines()
+    assert first == f"fencewatch publish: {path}:2: epoch: is required (not sent)"
+    assert second.startswith(f"fencewatch publish: {path}:4: (record): malformed JSON: ")
+    assert second.endswith(" (not sent)")
+    assert captured.out == (
+        f"published {len(good)} event(s) to {topic}; 2 invalid line(s) not sent\n"
+    )
+    got = _records(kafka_bootstrap, topic)
+    assert sorted(v for _k, v in got if v) == sorted(good)
+    assert all(k == json.loads(v or b"")["workflow_key"].encode() for k, v in got)
+
+
+def test_stdin_through_python_m_fencewatch_exits_0(
+    kafka_bootstrap: str, unique_topic: Callable[..., str]
+) -> None:
+    """`python -m fencewatch publish -` reads stdin; all valid: exit 0, the count on stdout."""
+    topic = unique_topic(1, prefix="publish")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEWATCH_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "fencewatch", "publish", "--bootstrap-servers", kafka_bootstrap,
+         "--topic", topic, "-"],
+        input=FIXTURE.read_bytes(), capture_output=True, cwd=REPO,
+        env={**env, "PYTHONPATH": str(REPO)}, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.decode() == f"published 16 event(s) to {topic}\n"
+    assert len(_records(kafka_bootstrap, topic)) == 16
+
+
+def test_a_topic_that_does_not_exist_is_one_line_and_is_not_created(
+    kafka_bootstrap: str, kafka_admin: TopicAdmin, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--topic with a typo: exit 2, one line, and the broker did not auto-create it."""
+    topic = f"publish-missing-{os.getpid()}"
+    rc = main(["publish", "--bootstrap-servers", kafka_bootstrap, "--topic", topic, str(FIXTURE)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and f"topic {topic} does not exist" in err
+    assert kafka_admin.partitions([topic]) == {}
+
+
+def test_an_unreadable_file_or_unreachable_broker_is_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A missing file is named before anything is sent; a closed port is one line, exit 2."""
+    assert main(["publish", "--bootstrap-servers", "127.0.0.1:1", str(tmp_path / "x")]) == 2
+    assert capsys.readouterr().err == (
+        f"fencewatch publish: {tmp_path / 'x'}: No such file or directory\n"
+    )
+    assert main(["publish", "--bootstrap-servers", "127.0.0.1:1", str(FIXTURE)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "127.0.0.1:1" in err
+
+
+def test_a_line_over_the_limit_is_skipped_without_being_held_whole() -> None:
+    """The line reader yields None for a line longer than the limit and goes on after it."""
+    data = b'{"a": 1}\n' + b"x" * 100 + b"\n" + b'{"b": 2}\n'
+    got = list(_lines(io.BytesIO(data), limit=20))
+    assert got == [(1, b'{"a": 1}\n'), (2, None), (3, b'{"b": 2}\n')]

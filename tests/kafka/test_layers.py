@@ -31,7 +31,8 @@ LAYERS: dict[str, set[str]] = {
     "<extras>": {"core"},
     "kafka": _BASE,
     "report": {"core"},
-    "fences": _BASE | {"kafka"},
+    # <extras>: a missing database driver is named by its extra (fences/connect.py).
+    "fences": _BASE | {"<extras>", "kafka"},
     "findings": _BASE | {"kafka"},
     "live": _BASE | {"kafka"},
     "sdk": _BASE | {"kafka", "fences"},
@@ -71,6 +72,8 @@ def _imported_roots(path: Path) -> set[str]:
 
 
 def _package(path: Path, root: Path = ROOT) -> str:
+    if path == root / "fencewatch" / "__main__.py":  # `python -m fencewatch`: the command
+        return "<__main__>"
     if path.is_relative_to(root / "fencewatch"):
         return "fencewatch"
     rel = path.relative_to(root / "streams")

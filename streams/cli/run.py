@@ -173,7 +173,7 @@ def _unasked_topics(admin: Any, settings: Any, *, create: bool) -> list[str]:
 def _create_topics(settings: Any) -> None:
     """Create the missing topics now, one line each, so that the log says
     what this run added to the cluster (the worker then finds them all)."""
-    from streams.kafka.topics import ensure_topics
+    from streams.kafka.admin import ensure_topics
 
     for result in ensure_topics(
         settings.kafka,

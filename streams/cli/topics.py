@@ -72,11 +72,11 @@ def register(subparsers: Any) -> None:
 
 
 def _create(args: argparse.Namespace) -> int:
+    from streams.kafka.admin import ensure_topics
     from streams.kafka.topics import (
         DEFAULT_PARTITIONS,
         Retention,
         TopicNames,
-        ensure_topics,
         ownership_topic_specs,
     )
 

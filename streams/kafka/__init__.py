@@ -5,8 +5,8 @@ imports a Kafka client (tests/kafka/test_layers.py enforces it).
   security settings for every client (librdkafka and faust/aiokafka);
 - :mod:`~streams.kafka.errors`: the one translation of client errors into
   typed :class:`~streams.errors.BrokerError` subclasses;
-- :mod:`~streams.kafka.topics`: topic names, their one definition and
-  :func:`ensure_topics`;
+- :mod:`~streams.kafka.topics`: topic names and their one definition
+  (created by :func:`~streams.kafka.admin.ensure_topics`);
 - :mod:`~streams.kafka.admin`, :mod:`~streams.kafka.clients`,
   :mod:`~streams.kafka.reader`: the clients (topic admin, producers,
   offsets, the bounded topic reader of ``audit --topic``);
@@ -18,7 +18,7 @@ when first used.
 
 from __future__ import annotations
 
-from streams.kafka.admin import TopicAdmin, TopicResult
+from streams.kafka.admin import TopicAdmin, TopicResult, ensure_topics
 from streams.kafka.clients import Producer, TransactionalProducer, committed_offsets, end_offsets
 from streams.kafka.connection import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -49,7 +49,6 @@ from streams.kafka.topics import (
     TopicNames,
     TopicSpec,
     dlq_topic_for,
-    ensure_topics,
     ownership_topic_specs,
     validate_topic_name,
 )

@@ -14,9 +14,15 @@ from dataclasses import dataclass
 from streams.errors import BrokerError
 from streams.kafka.connection import KafkaConnection, check_reachable
 from streams.kafka.errors import no_answer, translate
-from streams.kafka.topics import TopicSpec
+from streams.kafka.topics import (
+    DEFAULT_PARTITIONS,
+    Retention,
+    TopicNames,
+    TopicSpec,
+    ownership_topic_specs,
+)
 
-__all__ = ["TopicAdmin", "TopicResult"]
+__all__ = ["TopicAdmin", "TopicResult", "ensure_topics"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,3 +155,27 @@ class TopicAdmin:
         # them now, so that --log-level debug shows why.
         self._client.poll(0)
         return no_answer(self._conn.bootstrap_servers, self._conn.connect_timeout, err)
+
+
+def ensure_topics(
+    conn: KafkaConnection,
+    names: TopicNames | None = None,
+    *,
+    partitions: int | None = None,
+    replication_factor: int = -1,
+    retention: Retention | None = None,
+    timeout_s: float = 30.0,
+) -> list[TopicResult]:
+    """Create whichever of the deployment's topics are missing, as defined
+    above, and report each (created or found, its actual partitions). Missing
+    topics get ``partitions``, else the existing events topic's count, else
+    :data:`DEFAULT_PARTITIONS`. Raises :class:`~streams.errors.BrokerError`
+    (typed, see :mod:`streams.kafka.errors`) and ValueError for bad settings."""
+    names = names or TopicNames()
+    admin = TopicAdmin(conn, timeout_s=timeout_s)
+    if partitions is None:
+        partitions = admin.partitions([names.events]).get(names.events, DEFAULT_PARTITIONS)
+    specs = ownership_topic_specs(
+        names, partitions=partitions, replication_factor=replication_factor, retention=retention
+    )
+    return admin.ensure(specs)

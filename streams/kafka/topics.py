@@ -1,6 +1,6 @@
-"""fencewatch's topics: their names and their one definition, and the one
-``ensure_topics`` that both ``fencewatch topics create`` and ``fencewatch
-run`` use.
+"""fencewatch's topics: their names and their one definition (created by
+:func:`streams.kafka.admin.ensure_topics`, which both ``fencewatch topics
+create`` and ``fencewatch run`` use).
 
 Topic settings (why):
 - ``ownership.events``: ``cleanup.policy=delete``, 7 days by default. Events
@@ -33,11 +33,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from streams.kafka.admin import TopicResult
-    from streams.kafka.connection import KafkaConnection
 
 __all__ = [
     "DEFAULT_DLQ_RETENTION_MS",
@@ -51,7 +46,6 @@ __all__ = [
     "TopicNames",
     "TopicSpec",
     "dlq_topic_for",
-    "ensure_topics",
     "ownership_topic_specs",
     "validate_topic_name",
 ]
@@ -160,29 +154,3 @@ def ownership_topic_specs(
         delete(names.dlq_name, retention.dlq_ms, "DLQ"),
         TopicSpec(names.status, partitions, replication_factor, {"cleanup.policy": "compact"}),
     ]
-
-
-def ensure_topics(
-    conn: KafkaConnection,
-    names: TopicNames | None = None,
-    *,
-    partitions: int | None = None,
-    replication_factor: int = -1,
-    retention: Retention | None = None,
-    timeout_s: float = 30.0,
-) -> list[TopicResult]:
-    """Create whichever of the deployment's topics are missing, as defined
-    above, and report each (created or found, its actual partitions). Missing
-    topics get ``partitions``, else the existing events topic's count, else
-    :data:`DEFAULT_PARTITIONS`. Raises :class:`~streams.errors.BrokerError`
-    (typed, see :mod:`streams.kafka.errors`) and ValueError for bad settings."""
-    from streams.kafka.admin import TopicAdmin
-
-    names = names or TopicNames()
-    admin = TopicAdmin(conn, timeout_s=timeout_s)
-    if partitions is None:
-        partitions = admin.partitions([names.events]).get(names.events, DEFAULT_PARTITIONS)
-    specs = ownership_topic_specs(
-        names, partitions=partitions, replication_factor=replication_factor, retention=retention
-    )
-    return admin.ensure(specs)

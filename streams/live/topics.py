@@ -1,12 +1,12 @@
 """The live processor's topics: created when missing by the one
-:func:`streams.kafka.topics.ensure_topics` (the same definition as
+:func:`streams.kafka.admin.ensure_topics` (the same definition as
 ``fencewatch topics create``), and the input's partition count (the state
 table must be partitioned exactly like it)."""
 
 from __future__ import annotations
 
 from streams.errors import BrokerError
-from streams.kafka.topics import ensure_topics as _ensure
+from streams.kafka.admin import ensure_topics as _ensure
 from streams.live.settings import LiveSettings
 
 __all__ = ["ensure_topics"]

@@ -28,6 +28,21 @@ __all__ = [
 ]
 
 
+class _FieldsError(FencewatchError):
+    """An error whose ``args`` are its constructor's arguments (its fields)
+    and whose ``str`` is its message. So ``type(e)(*e.args)`` rebuilds it:
+    what Celery does with an exception stored by its JSON result backend
+    (``exc_message`` is ``e.args``), where a message-only ``args`` made
+    ``StaleOwner(message)`` fail and the caller got a bare ``Exception``."""
+
+    def __init__(self, message: str, *fields: object) -> None:
+        super().__init__(*fields)
+        self._message = message
+
+    def __str__(self) -> str:
+        return self._message
+
+
 class BrokerError(FencewatchError):
     """A Kafka operation failed (unreachable broker, rejected request, timeout).
 
@@ -53,7 +68,7 @@ class StoreError(FencewatchError):
         self.retriable = retriable
 
 
-class StoreURLError(ConfigError):
+class StoreURLError(_FieldsError, ConfigError):
     """A fences database URL that no store supports (an unknown scheme, a
     malformed ``sqlite:`` URL, a SQLite file in a directory that does not
     exist). ``url`` is the URL with any password masked (the caller masks
@@ -61,7 +76,7 @@ class StoreURLError(ConfigError):
     and which forms are accepted."""
 
     def __init__(self, url: str, reason: str) -> None:
-        super().__init__(f"store URL {url!r}: {reason}")
+        super().__init__(f"store URL {url!r}: {reason}", url, reason)
         self.url = url
         self.reason = reason
 
@@ -76,7 +91,7 @@ class StoreUnavailable(StoreError):
         super().__init__(message, retriable=True)
 
 
-class EffectRefused(FencewatchError):
+class EffectRefused(_FieldsError):
     """The SDK refused an effect before attempting it: nothing reached the
     destination. ``reason`` is ``store_unavailable`` (an ``irreversible``
     effect whose epoch the lease store could not confirm) or
@@ -97,7 +112,13 @@ class EffectRefused(FencewatchError):
     ) -> None:
         super().__init__(
             f"{risk} effect {effect_key!r} of {key!r} at epoch {epoch} was not attempted:"
-            f" {reason} ({detail})"
+            f" {reason} ({detail})",
+            key,
+            epoch,
+            effect_key,
+            risk,
+            reason,
+            detail,
         )
         self.key = key
         self.epoch = epoch
@@ -108,35 +129,45 @@ class EffectRefused(FencewatchError):
         self.evidence_error = evidence_error
 
 
-class LeaseHeld(FencewatchError):
+class LeaseHeld(_FieldsError):
     """Another worker holds an unexpired lease on the workflow key."""
 
     def __init__(self, key: str, holder: str, epoch: int, expires_at: float) -> None:
-        super().__init__(f"{key!r} is held by {holder!r} at epoch {epoch}")
+        super().__init__(
+            f"{key!r} is held by {holder!r} at epoch {epoch}", key, holder, epoch, expires_at
+        )
         self.key = key
         self.holder = holder
         self.epoch = epoch
         self.expires_at = expires_at
 
 
-class LeaseLost(FencewatchError):
+class LeaseLost(_FieldsError):
     """The lease can no longer be renewed: expired by the store's clock,
     released, or displaced by a higher epoch (``current_epoch``)."""
 
     def __init__(self, key: str, epoch: int, current_epoch: int, reason: str) -> None:
-        super().__init__(f"lease on {key!r} at epoch {epoch} is lost: {reason}")
+        super().__init__(
+            f"lease on {key!r} at epoch {epoch} is lost: {reason}",
+            key,
+            epoch,
+            current_epoch,
+            reason,
+        )
         self.key = key
         self.epoch = epoch
         self.current_epoch = current_epoch
         self.reason = reason
 
 
-class StaleOwner(FencewatchError):
+class StaleOwner(_FieldsError):
     """A displaced owner tried to act: its epoch is no longer current, or its
     Kafka transactional producer was fenced by a newer owner's producer."""
 
     def __init__(self, key: str, epoch: int, current_epoch: int | None, reason: str) -> None:
-        super().__init__(f"stale owner of {key!r} at epoch {epoch}: {reason}")
+        super().__init__(
+            f"stale owner of {key!r} at epoch {epoch}: {reason}", key, epoch, current_epoch, reason
+        )
         self.key = key
         self.epoch = epoch
         self.current_epoch = current_epoch

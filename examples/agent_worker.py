@@ -3,12 +3,13 @@
 through a fenced (or, for contrast, unfenced) sink, release.
 
     FENCEWATCH_BOOTSTRAP_SERVERS=127.0.0.1:9092 python examples/agent_worker.py \
-        --db .run/agent.db --key tenant/sdk-export/2026-07-26 --worker alpha \
+        --key tenant/sdk-export/2026-07-26 --worker alpha [--db .run/agent.db] \
         --effect release-index [--steps 3] [--step-seconds 1] [--ttl 5] [--unfenced]
         [--tool-seconds 5] [--topic ownership.events] [--json]
 
 Run two of them against the same --db (the lease store and the sink share
-it): the second waits for the lease, takes over at the next epoch, and the
+it; the default .run/agent.db has its directory made, a path you give must
+be in an existing one): the second waits for the lease, takes over at the next epoch, and the
 first one's late effect — if it was paused past its TTL (kill -STOP / -CONT)
 — is refused by the fenced sink. Every step is reported to `ownership.events`
 (`--topic` to change), where `fencewatch` classifies it. Exit status: 0 when

@@ -43,6 +43,7 @@ import os
 import sys
 import time
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from celery import Celery, signals
@@ -82,7 +83,9 @@ app.conf.update(
 @cache
 def stores() -> tuple[SqlLeaseStore, FencedSink, FencedSink]:
     """The lease store and the destinations, one SQLite file (per process)."""
-    db = open_database(f"sqlite:///{os.environ['FENCEWATCH_FENCES_DB']}")
+    fences_db = Path(os.environ["FENCEWATCH_FENCES_DB"])
+    fences_db.parent.mkdir(parents=True, exist_ok=True)  # the store makes no directory
+    db = open_database(f"sqlite:///{fences_db}")
     return SqlLeaseStore(db), FencedSink(db, name="ledger"), FencedSink(db, name="search-index")
 
 
@@ -138,8 +141,13 @@ def export_report(self: FencedTask, day: str, work_seconds: float) -> str:
     try:
         out = run.effect(ledger, f"publish report {day}", body)  # irreversible
     except StaleOwner as exc:
-        say("stale", worker=worker, epoch=run.epoch, current_epoch=exc.current_epoch,
-            reason=exc.reason)
+        say(
+            "stale",
+            worker=worker,
+            epoch=run.epoch,
+            current_epoch=exc.current_epoch,
+            reason=exc.reason,
+        )
         raise
     say("effect", worker=worker, epoch=run.epoch, status=out.status)
     # An index may wait for the lease store: committed later if it is away.

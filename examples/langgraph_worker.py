@@ -44,6 +44,7 @@ import os
 import sqlite3
 import sys
 import time
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -143,6 +144,8 @@ def main() -> int:
         print("give --bootstrap-servers or FENCEWATCH_BOOTSTRAP_SERVERS", file=sys.stderr)
         return 2
 
+    for path in (args.fences, args.checkpoints):  # the store makes no directory
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
     db = open_database(f"sqlite:///{args.fences}")
     conn = sqlite3.connect(args.checkpoints, check_same_thread=False, timeout=30)
     try:

@@ -103,8 +103,8 @@ def register(subparsers: Any) -> None:
     fixture.set_defaults(handler=_fixture)
     files = sub.add_parser(
         "files",
-        help="print the directory holding examples/ and deploy/ (e.g. cp -r \"$(fencewatch "
-        "demo files)/examples\" .)",
+        help='print the directory holding examples/ and deploy/ (e.g. cp -r "$(fencewatch '
+        'demo files)/examples" .)',
         description="Where the example workers (examples/) and the Prometheus and Grafana "
         "files (deploy/) are: inside the installed package, or the checkout.",
     )
@@ -156,7 +156,11 @@ def _worker_args(p: argparse.ArgumentParser) -> None:
         default=_bootstrap_from_env() or "127.0.0.1:9092",
     )
     a("--topic", default=DEFAULT_EVENTS_TOPIC)
-    a("--db", default=".run/agent.db", help="SQLite file (or postgresql:// DSN)")
+    a(
+        "--db",
+        default=None,
+        help=f"SQLite file or postgresql:// DSN (default {_DEFAULT_WORKER_DB}, its directory made)",
+    )
     a("--key", default="tenant/export/2026-07-26")
     a("--worker", required=True)
     a("--effect", default="release-index")
@@ -252,13 +256,23 @@ def _split_brain(args: argparse.Namespace) -> int:
     return _demo(run, args)
 
 
+# The demo worker's own default store. The store never makes a directory for a
+# path it is given (a typo must not become a new, unfenced database), so the
+# command makes this one, which is its own choice, not the user's.
+_DEFAULT_WORKER_DB = ".run/agent.db"
+
+
 def _worker_plan(args: argparse.Namespace) -> Any:
     """The WorkerPlan for parsed ``demo worker`` arguments."""
     from streams.demo.worker import WorkerPlan
 
+    db = args.db
+    if db is None:
+        db = _DEFAULT_WORKER_DB
+        Path(db).parent.mkdir(parents=True, exist_ok=True)
     return WorkerPlan(
         bootstrap_servers=args.bootstrap_servers,
-        db_url=args.db,
+        db_url=db,
         workflow_key=args.key,
         worker_id=args.worker,
         effect_key=args.effect,

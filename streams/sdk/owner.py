@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from streams.core.records import EventType
 from streams.errors import (
@@ -55,9 +55,7 @@ from streams.fences.sink import (
     Receipt,
     check_effect_args,
 )
-
-if TYPE_CHECKING:
-    from streams.sdk.reporter import OwnershipReporter
+from streams.sdk.evidence import EvidencePublisher
 
 __all__ = ["RISKS", "EffectOutcome", "Keeper", "OutcomeStatus", "Owner", "Risk"]
 
@@ -142,7 +140,7 @@ class Owner:
 
     def __init__(
         self,
-        reporter: OwnershipReporter,
+        reporter: EvidencePublisher,
         keeper: Keeper,
         store: LeaseStore,
         lease: Lease,
@@ -565,12 +563,12 @@ class Owner:
 
 
 def acquire(
-    reporter: OwnershipReporter, store: LeaseStore, key: str, ttl: float, *, wait_s: float
+    reporter: EvidencePublisher, store: LeaseStore, key: str, ttl: float, *, wait_s: float
 ) -> tuple[Lease, float]:
     """Acquire, retrying LeaseHeld for up to ``wait_s`` seconds; returns the
     lease and the monotonic instant the successful request started (the
     worker's deadline counts from there, so it is never later than the store's)."""
-    worker = reporter.settings.worker_id
+    worker = reporter.worker_id
     give_up = time.monotonic() + wait_s
     while True:
         started = time.monotonic()

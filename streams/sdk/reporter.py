@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
@@ -48,10 +48,9 @@ from streams.kafka.connection import (
 )
 from streams.kafka.errors import watch_credentials
 from streams.kafka.topics import DEFAULT_EVENTS_TOPIC, validate_topic_name
+from streams.sdk.evidence import Report
 from streams.sdk.hooks import observers
-
-if TYPE_CHECKING:
-    from streams.sdk.owner import Keeper, Owner
+from streams.sdk.owner import Keeper, Owner, acquire
 
 __all__ = [
     "SDK_LOGGER",
@@ -233,17 +232,6 @@ def _check_str(name: str, value: object) -> None:
 def _check_epoch(value: object, name: str = "epoch") -> None:
     if not _is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-
-
-@dataclass(frozen=True, slots=True)
-class Report:
-    """What was published, and what the lease store said when stamping it:
-    ``current`` is False once a higher epoch was acquired (the worker has been
-    displaced and should stop); None when the reporter has no lease store."""
-
-    event: Event
-    current: bool | None
-    current_epoch: int | None
 
 
 class EffectBoundary:
@@ -576,8 +564,6 @@ class OwnershipReporter:
         waits for them. Publishes ``lease_acquired`` (seq: the acquisition's
         store revision) unless the store publishes through this reporter.
         """
-        from streams.sdk.owner import Owner, acquire
-
         store = self.leases
         if store is None:
             raise RuntimeError("own() needs a lease store: OwnershipReporter(..., leases=...)")
@@ -607,8 +593,6 @@ class OwnershipReporter:
 
     def keeper(self) -> Keeper:
         """The background renewer of this reporter's owners (started on first use)."""
-        from streams.sdk.owner import Keeper
-
         with self._keeper_lock:
             if self._closed:
                 raise RuntimeError("reporter is closed")
@@ -666,6 +650,11 @@ class OwnershipReporter:
             self.flush(timeout)
         finally:
             self._closed = True
+
+    @property
+    def worker_id(self) -> str:
+        """The worker this reporter publishes for (``settings.worker_id``)."""
+        return self.settings.worker_id
 
     def __enter__(self) -> OwnershipReporter:
         return self

@@ -219,3 +219,69 @@ def test_the_readme_layout_table_names_every_package() -> None:
     packages = sorted(p.name for p in STREAMS.iterdir() if (p / "__init__.py").exists())
     missing = [p for p in packages if f"`streams/{p}/`" not in table]
     assert not missing, f"README layout table lacks {missing}"
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _module_graph(files: list[Path]) -> dict[str, set[str]]:
+    modules = {_module(p): p for p in files}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        graph[name] = {d for d in _imports(path) if d in modules and d != name}
+    return graph
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import circle between project modules, counting late (in-function) and
+    type-only imports: a circle hidden behind a late import is still a circle."""
+    assert _cycles(_module_graph(_sources())) == []
+
+
+def test_the_circle_check_finds_a_hidden_circle(tmp_path: Path) -> None:
+    """The check sees a circle made of one top-level and one late import."""
+    pkg = tmp_path / "streams" / "p"
+    pkg.mkdir(parents=True)
+    (pkg / "a.py").write_text("from streams.p.b import x\n")
+    (pkg / "b.py").write_text("def x():\n    from streams.p.a import y\n")
+    graph = {
+        "streams.p.a": {"streams.p.b"},
+        "streams.p.b": {"streams.p.a"},
+    }
+    found = {k: {d for d in _imports(pkg / f"{k[-1]}.py") if d in graph} for k in graph}
+    assert found == graph
+    assert _cycles(found) == [["streams.p.a", "streams.p.b"]]

@@ -90,9 +90,9 @@ def test_every_sdk_doc_block_runs(
     assert own["out"].status == "committed" and own["owner"].lost.is_set() is False
     seen = set(_read(kafka_bootstrap, topic))
     assert {
-        ("tenant/export/2026-07-26", "lease_acquired"),
-        ("tenant/export/2026-07-26", "effect_committed"),
-        ("tenant/export/2026-07-26", "lease_released"),
+        ("tenant/sdk-export/2026-07-26", "lease_acquired"),
+        ("tenant/sdk-export/2026-07-26", "effect_committed"),
+        ("tenant/sdk-export/2026-07-26", "lease_released"),
         ("docs/sdk-input", "progress"),
         ("docs/sdk-stats", "progress"),
     } <= seen

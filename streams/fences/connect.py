@@ -6,6 +6,7 @@ the adapters import the port and nothing imports back: no import circle.
 
 from __future__ import annotations
 
+from streams.extras import needs_extra
 from streams.fences.db import Clock, Database
 
 __all__ = ["open_database"]
@@ -24,8 +25,9 @@ def open_database(
     if url.startswith(("postgresql://", "postgres://")):
         if clock is not None:
             raise ValueError("PostgreSQL uses the server's clock; a clock cannot be injected")
-        # Imported here: psycopg is the optional `postgres` extra.
-        from streams.fences.postgres_db import PostgresDatabase
+        # Imported here: psycopg is the optional `postgres` extra (named when missing).
+        with needs_extra("postgres"):
+            from streams.fences.postgres_db import PostgresDatabase
 
         return (
             PostgresDatabase(url)

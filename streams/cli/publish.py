@@ -37,6 +37,7 @@ __all__ = ["register"]
 
 #: Invalid lines printed one by one; past this only their count is given.
 MAX_REPORTED = 20
+_UPDATE_EVERY = 256
 INVALID = 1
 FAILURE = 2
 
@@ -116,8 +117,12 @@ class _Publisher:
     def feed(self, name: str, fh: IO[bytes], progress: Any) -> None:
         from streams.core.validate import InvalidEvent, parse_event
 
+        unreported = 0  # bytes read since the display was last updated
         for number, line in _lines(fh, self.max_bytes):
-            progress.bytes_read(0 if line is None else len(line), self.queued)
+            unreported += 0 if line is None else len(line)
+            if number % _UPDATE_EVERY == 0:  # per line it would cost more than the send
+                progress.bytes_read(unreported, self.queued)
+                unreported = 0
             if line is None:
                 limit = self.max_bytes
                 self.invalid_line(f"{name}:{number}", f"(record): line over {limit} bytes")
@@ -131,6 +136,7 @@ class _Publisher:
                 self.invalid_line(f"{name}:{number}", str(exc))
                 continue
             self._produce(data, event.workflow_key.encode())
+        progress.bytes_read(unreported, self.queued)
 
     def _produce(self, value: bytes, key: bytes) -> None:
         while True:
@@ -172,7 +178,7 @@ def _main(args: argparse.Namespace) -> int:
         conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
         # Reachable within --connect-timeout, and the topic exists: a typo in
         # --topic must not create a topic through the broker's auto-creation.
-        if topic not in TopicAdmin(conn).partitions([topic]):
+        if TopicAdmin(conn).missing([topic]):
             _err(
                 f"topic {topic} does not exist on {conn.bootstrap_servers}: "
                 "create it with fencewatch topics create (or give --topic)"

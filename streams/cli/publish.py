@@ -156,7 +156,7 @@ def _open(name: str) -> IO[bytes]:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from streams.cli.progress import audit_progress
+    from streams.cli.progress import AuditProgress, audit_progress
     from streams.kafka.admin import TopicAdmin
     from streams.kafka.clients import Producer
 
@@ -188,10 +188,12 @@ def _main(args: argparse.Namespace) -> int:
     except (ValueError, FencewatchError) as exc:
         _err(str(exc))
         return FAILURE
-    if "-" in args.files and sys.stdin.isatty():
+    typed = "-" in args.files and sys.stdin.isatty()
+    if typed:
         _err("reading events from stdin (end with Ctrl-D)")
     pub = _Publisher(producer, topic, args.max_event_bytes)
-    progress = audit_progress(sys.stderr)
+    # A display redrawn on the line being typed would garble it (as in audit).
+    progress = AuditProgress() if typed else audit_progress(sys.stderr)
     interrupted = False
     try:
         for name in args.files:
@@ -237,9 +239,9 @@ def _size(fh: IO[bytes]) -> int | None:
 def _summary(pub: _Publisher, topic: str, unacked: int) -> None:
     if pub.invalid > MAX_REPORTED:
         _err(f"... and {pub.invalid - MAX_REPORTED} more invalid line(s)")
-    line = f"published {pub.sent} event(s) to {topic}"
+    line = f"published {pub.sent:,} event(s) to {topic}"
     if pub.invalid:
-        line += f"; {pub.invalid} invalid line(s) not sent"
+        line += f"; {pub.invalid:,} invalid line(s) not sent"
     print(line)
     lost = pub.failed + unacked
     if lost:

@@ -214,8 +214,12 @@ def _main(args: argparse.Namespace) -> int:
         return FAILURE
     finally:
         progress.close()
+    if interrupted:
+        _err("interrupted: the rest of the input was not read")
     try:
-        unacked = producer.flush(conn.connect_timeout + 5)
+        # What was queued still goes (a broker that stopped answering is
+        # given up after this, and the count says what was lost).
+        unacked = producer.flush(conn.connect_timeout + 30)
     except FencewatchError as exc:
         _err(str(exc))
         return FAILURE

@@ -37,6 +37,7 @@ __all__ = ["register"]
 
 #: Invalid lines printed one by one; past this only their count is given.
 MAX_REPORTED = 20
+_UPDATE_EVERY = 256
 INVALID = 1
 FAILURE = 2
 
@@ -116,8 +117,12 @@ class _Publisher:
     def feed(self, name: str, fh: IO[bytes], progress: Any) -> None:
         from streams.core.validate import InvalidEvent, parse_event
 
+        unreported = 0  # bytes read since the display was last updated
         for number, line in _lines(fh, self.max_bytes):
-            progress.bytes_read(0 if line is None else len(line), self.queued)
+            unreported += 0 if line is None else len(line)
+            if number % _UPDATE_EVERY == 0:  # per line it would cost more than the send
+                progress.bytes_read(unreported, self.queued)
+                unreported = 0
             if line is None:
                 limit = self.max_bytes
                 self.invalid_line(f"{name}:{number}", f"(record): line over {limit} bytes")
@@ -131,6 +136,7 @@ class _Publisher:
                 self.invalid_line(f"{name}:{number}", str(exc))
                 continue
             self._produce(data, event.workflow_key.encode())
+        progress.bytes_read(unreported, self.queued)
 
     def _produce(self, value: bytes, key: bytes) -> None:
         while True:
@@ -150,7 +156,7 @@ def _open(name: str) -> IO[bytes]:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from streams.cli.progress import audit_progress
+    from streams.cli.progress import AuditProgress, audit_progress
     from streams.kafka.admin import TopicAdmin
     from streams.kafka.clients import Producer
 
@@ -172,7 +178,7 @@ def _main(args: argparse.Namespace) -> int:
         conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
         # Reachable within --connect-timeout, and the topic exists: a typo in
         # --topic must not create a topic through the broker's auto-creation.
-        if topic not in TopicAdmin(conn).partitions([topic]):
+        if TopicAdmin(conn).missing([topic]):
             _err(
                 f"topic {topic} does not exist on {conn.bootstrap_servers}: "
                 "create it with fencewatch topics create (or give --topic)"
@@ -182,10 +188,12 @@ def _main(args: argparse.Namespace) -> int:
     except (ValueError, FencewatchError) as exc:
         _err(str(exc))
         return FAILURE
-    if "-" in args.files and sys.stdin.isatty():
+    typed = "-" in args.files and sys.stdin.isatty()
+    if typed:
         _err("reading events from stdin (end with Ctrl-D)")
     pub = _Publisher(producer, topic, args.max_event_bytes)
-    progress = audit_progress(sys.stderr)
+    # A display redrawn on the line being typed would garble it (as in audit).
+    progress = AuditProgress() if typed else audit_progress(sys.stderr)
     interrupted = False
     try:
         for name in args.files:
@@ -206,8 +214,12 @@ def _main(args: argparse.Namespace) -> int:
         return FAILURE
     finally:
         progress.close()
+    if interrupted:
+        _err("interrupted: the rest of the input was not read")
     try:
-        unacked = producer.flush(conn.connect_timeout + 5)
+        # What was queued still goes (a broker that stopped answering is
+        # given up after this, and the count says what was lost).
+        unacked = producer.flush(conn.connect_timeout + 30)
     except FencewatchError as exc:
         _err(str(exc))
         return FAILURE
@@ -231,9 +243,9 @@ def _size(fh: IO[bytes]) -> int | None:
 def _summary(pub: _Publisher, topic: str, unacked: int) -> None:
     if pub.invalid > MAX_REPORTED:
         _err(f"... and {pub.invalid - MAX_REPORTED} more invalid line(s)")
-    line = f"published {pub.sent} event(s) to {topic}"
+    line = f"published {pub.sent:,} event(s) to {topic}"
     if pub.invalid:
-        line += f"; {pub.invalid} invalid line(s) not sent"
+        line += f"; {pub.invalid:,} invalid line(s) not sent"
     print(line)
     lost = pub.failed + unacked
     if lost:

@@ -165,9 +165,7 @@ def _unasked_topics(admin: Any, settings: Any, *, create: bool) -> list[str]:
         settings.status_topic: DEFAULT_STATUS_TOPIC,
         settings.dlq: dlq_topic_for(settings.events_topic),
     }
-    named = [name for name, default in defaults.items() if name != default]
-    existing = admin.partitions(named)
-    return [name for name in named if name not in existing]
+    return list(admin.missing([name for name, default in defaults.items() if name != default]))
 
 
 def _create_topics(settings: Any) -> None:

@@ -82,6 +82,40 @@ class TopicAdmin:
                 found[name] = len(topic.partitions)
         return found
 
+    def missing(self, names: Sequence[str]) -> list[str]:
+        """Those of ``names`` that do not exist, asking for each by name (a
+        full listing would leave out a topic this principal may not
+        describe, which is not the same as missing): a topic the broker
+        refuses to describe raises its typed error (an ACL refusal...).
+        Never creates a topic."""
+        from confluent_kafka import TopicCollection
+
+        from streams.kafka.errors import topic_unavailable
+
+        if not names:
+            return []
+        # DescribeTopics, not a metadata request naming the topic: a broker
+        # with auto.create.topics.enable would create it by being asked.
+        try:
+            futures = self._client.describe_topics(
+                TopicCollection(list(names)), request_timeout=self._timeout_s
+            )
+        except self._kafka_exception as exc:
+            raise translate(exc, "describing topics") from None
+        absent: list[str] = []
+        for name in names:
+            try:
+                futures[name].result(timeout=self._timeout_s + 5)
+            except self._kafka_exception as exc:
+                err = exc.args[0] if exc.args else None
+                failure = topic_unavailable(name, self._conn.bootstrap_servers, err)
+                if failure.code != "UNKNOWN_TOPIC_OR_PART":
+                    raise failure from None
+                absent.append(name)
+            except FutureTimeout as exc:
+                raise translate(exc, f"describing topic {name}") from None
+        return absent
+
     def ensure(self, specs: Sequence[TopicSpec]) -> list[TopicResult]:
         """Create each topic unless it exists; already-exists is success."""
         from confluent_kafka.cimpl import NewTopic

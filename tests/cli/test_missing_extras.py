@@ -101,3 +101,16 @@ def test_integration_import_without_its_extra_names_the_pip_install(
     monkeypatch.delitem(sys.modules, module, raising=False)
     with pytest.raises(MissingExtra, match=rf"pip install 'fencewatch\[{extra}\]'"):
         __import__(module)
+
+
+def test_open_database_without_psycopg_names_the_postgres_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A postgresql:// URL without psycopg installed: MissingExtra naming
+    `pip install 'fencewatch[postgres]'` (was ModuleNotFoundError: No module named 'psycopg')."""
+    from streams.fences import open_database
+
+    _without(monkeypatch, "psycopg", "psycopg_binary")
+    monkeypatch.delitem(sys.modules, "streams.fences.postgres_db", raising=False)
+    with pytest.raises(MissingExtra, match=r"pip install 'fencewatch\[postgres\]'"):
+        open_database("postgresql://u@db.example/prod")

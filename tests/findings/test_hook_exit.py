@@ -87,3 +87,27 @@ def test_ctrl_c_says_what_it_waits_for_and_a_second_one_stops_at_once(
             proc.kill()
             proc.wait()
     assert not (tmp_path / "dead.jsonl").exists()  # nothing was given up as undeliverable
+
+
+def test_ctrl_c_on_a_plain_follower_exits_130(
+    kafka_bootstrap: str, findings_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """`findings -f` without a hook: Ctrl-C exits 130, as audit and demo (was 0)."""
+    topic = findings_topic()
+    out = tmp_path / "out.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEWATCH_")}
+    with out.open("wb") as o:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streams", "findings", "-f", "--bootstrap-servers",
+             kafka_bootstrap, "--topic", topic],
+            cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, stdout=o,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        _wait_for_text(out, "conflicting_commit", proc, within=60)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -178,7 +178,9 @@ def _main(args: argparse.Namespace) -> int:
         return 2
     try:
         settings = _settings(args)
-        consumer = FindingsConsumer(settings)
+        consumer = FindingsConsumer(
+            settings, on_commit_state=lambda reason: _commit_state(settings.group, reason)
+        )
     except (ValueError, FencewatchError) as exc:
         _err(str(exc))
         return 2
@@ -249,6 +251,18 @@ def _emit(d: Any, fmt: str) -> None:
     else:
         sys.stdout.write(render_finding_line(d.finding, d.previous_revision) + "\n")
     sys.stdout.flush()
+
+
+def _commit_state(group: str | None, reason: str | None) -> None:
+    """One line when the broker stops storing the group's position, one when it
+    stores it again (a follower rides out an outage; the operator hears of it)."""
+    if reason is not None:
+        _err(
+            f"committing the position of group {group} failed ({reason}): retrying; a restart"
+            " now would deliver again what came after the last stored position"
+        )
+    else:
+        _err(f"the position of group {group} is stored again")
 
 
 def _follow(consumer: Any, fmt: str) -> None:

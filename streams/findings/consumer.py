@@ -151,6 +151,8 @@ class ConsumerStats:
     #: and the last reason.
     commit_failures: int = 0
     last_commit_failure: str | None = None
+    #: Whether the last commit result was a failure (the broker not storing).
+    commits_failing: bool = False
 
 
 class _Positions:
@@ -188,10 +190,18 @@ class FindingsConsumer:
     order). Use as a context manager or call :meth:`close`."""
 
     def __init__(
-        self, settings: FindingsSettings, *, tail: Callable[..., TopicReader] = TopicTail
+        self,
+        settings: FindingsSettings,
+        *,
+        tail: Callable[..., TopicReader] = TopicTail,
+        on_commit_state: Callable[[str | None], object] | None = None,
     ) -> None:
+        """``on_commit_state`` is called on the polling thread when the broker stops
+        storing this group's positions (with the reason) and when it stores them
+        again (with None): once per change, never once per failed commit."""
         self.settings = settings
         self.stats = ConsumerStats()
+        self._on_commit_state = on_commit_state
         self._tracker = RevisionTracker(settings.max_tracked)
         #: Bounded reads: finding id -> a newer revision the filter refused.
         self._superseded: dict[str, int] = {}
@@ -318,6 +328,11 @@ class FindingsConsumer:
                 self._committed.pop(p, None)
                 self.stats.commit_failures += 1
                 self.stats.last_commit_failure = reason
+            failing = reason is not None
+            if failing != self.stats.commits_failing:
+                self.stats.commits_failing = failing
+                if self._on_commit_state is not None:
+                    self._on_commit_state(reason)
         # At close, every position not confirmed stored, synchronously: an
         # asynchronous commit may still be failing unseen.
         sent = self._stored if force else self._committed

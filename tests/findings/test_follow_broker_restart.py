@@ -17,6 +17,7 @@ from streams.core.findings import Finding
 from streams.kafka import TopicAdmin, TopicSpec, committed_offsets, end_offsets
 from tests.findings.conftest import produce_findings, synthetic_findings
 from tests.findings.receiver import webhook_receiver
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.kafka
 
@@ -65,13 +66,24 @@ def test_a_follower_lives_through_a_broker_kill9_and_delivers_everything(
             broker.kill9()
             # What it had fetched is still delivered, its commits failing meanwhile.
             rx.wait_for(120, timeout=60, sender=follower)
-            time.sleep(2.0)  # it polls and commits against a dead broker
+            # It polls and commits against the dead broker, and says so once.
+            wait_until(
+                lambda: f"committing the position of group {group} failed" in log.read_text(),
+                timeout=60,
+                what="the follower reporting its commits failing",
+            )
             assert follower.poll() is None, log.read_text()[-2000:]
             broker.start()
             # The positions whose commit failed in the outage are committed
             # again, with nothing new to deliver (a commit taken for done would
             # leave them behind: a restart would repeat what was delivered).
             _wait_committed(bootstrap, topic, group)
+            wait_until(
+                lambda: f"the position of group {group} is stored again" in log.read_text(),
+                timeout=60,
+                what="the follower reporting its position stored again",
+            )
+            assert log.read_text().count("failed (") == 1, log.read_text()  # once, not per retry
             produce_findings(bootstrap, topic, revisions[120:])
             rx.wait_for(len(revisions), timeout=90, sender=follower)
         except AssertionError as exc:

@@ -6,9 +6,8 @@ Publishes an ``outcome_verified`` event for the workflow's current epoch
 ``person:NAME`` and ``attrs.verified_by``. Under SPEC §4 it clears a finding
 only together with the fence (the stale worker refused by a destination).
 
-The event carries no ``seq``: a person is not the coordination store's
-sequencer, so it is placed by arrival, after every event of the key that
-arrived before it (SPEC §3). Exit status: 0 published; 2 usage error,
+The event is built and published by :mod:`streams.findings.verify` (the
+console's verification uses the same function). Exit status: 0 published; 2 usage error,
 unknown workflow, or broker failure.
 """
 
@@ -16,11 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-import uuid
-from datetime import UTC, datetime
 from typing import Any
-
-import orjson
 
 from streams.cli.kafka_args import (
     add_connection_args,
@@ -28,7 +23,7 @@ from streams.cli.kafka_args import (
     connection_from_args,
     kafka_config,
 )
-from streams.errors import BrokerError, FencewatchError
+from streams.errors import FencewatchError
 from streams.kafka.topics import DEFAULT_EVENTS_TOPIC, DEFAULT_STATUS_TOPIC
 
 __all__ = ["register"]
@@ -56,59 +51,19 @@ def _err(msg: str) -> None:
     print(f"fencewatch verify: {msg}", file=sys.stderr)
 
 
-def _current_epoch(conn: Any, args: argparse.Namespace) -> int:
-    from streams.findings.status import DEFAULT_STATUS_TOPIC, read_status
-
-    topic = args.status_topic or DEFAULT_STATUS_TOPIC
-    doc = read_status(conn, topic).get(args.workflow)
-    if doc is None or doc.get("current_epoch") is None:
-        raise ValueError(
-            f"workflow {args.workflow!r} has no current epoch on {topic}: give --epoch N"
-        )
-    return int(doc["current_epoch"])
-
-
 def _main(args: argparse.Namespace) -> int:
-    from streams.core.records import Event, EventType, event_to_dict
-    from streams.core.validate import InvalidEvent, to_event
-    from streams.kafka.clients import Producer
-    from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
+    from streams.core.validate import InvalidEvent
+    from streams.findings.verify import build_verification, current_epoch, publish_verification
 
-    worker = f"person:{args.by}"
     try:
         conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
-        epoch = args.epoch if args.epoch is not None else _current_epoch(conn, args)
-        attrs: dict[str, Any] = {"verified_by": args.by}
-        if args.note:
-            attrs["note"] = args.note
-        event = Event(
-            EventType.OUTCOME_VERIFIED,
-            args.workflow,
-            epoch,
-            worker,
-            effect_key=args.effect,
-            event_id=uuid.uuid4().hex,
-            ts=datetime.now(UTC).isoformat(timespec="milliseconds"),
-            attrs=attrs,
+        epoch = (
+            args.epoch
+            if args.epoch is not None
+            else current_epoch(conn, args.workflow, args.status_topic)
         )
-        doc = event_to_dict(event)
-        to_event(doc)  # never publish what the processor would reject
-        # The SDK's producer (same partitioner as the SDK's workers: the
-        # verification lands in the partition of the key's other evidence).
-        topic = args.events_topic or DEFAULT_EVENTS_TOPIC
-        producer = Producer(conn)
-        failed: list[BrokerError] = []
-        producer.produce(
-            topic,
-            orjson.dumps(doc),
-            key=args.workflow.encode(),
-            on_delivery=lambda err: failed.append(err) if err is not None else None,
-        )
-        unacknowledged = producer.flush(conn.connect_timeout + 20)
-        if failed:
-            raise failed[0]
-        if unacknowledged:
-            raise FencewatchError(f"the event was not acknowledged by {conn.bootstrap_servers}")
+        event = build_verification(args.workflow, args.effect, args.by, epoch, note=args.note)
+        publish_verification(conn, event, args.events_topic)
     except InvalidEvent as exc:
         _err(f"the event would be invalid: {exc}")
         return 2
@@ -117,6 +72,6 @@ def _main(args: argparse.Namespace) -> int:
         return 2
     print(
         f"published outcome_verified for {args.workflow!r} effect {args.effect!r} at epoch "
-        f"{epoch} by {worker} (event_id {event.event_id})"
+        f"{epoch} by {event.worker_id} (event_id {event.event_id})"
     )
     return 0

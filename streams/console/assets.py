@@ -47,7 +47,7 @@ INDEX_JS = r"""
     cell(tr, String(w.open_count), 'num open-count');
     cell(tr, String(w.cleared_count), 'num cleared-count');
     var k = cell(tr, null, 'key'); var a = document.createElement('a');
-    a.href = '/w/' + encodeURIComponent(w.workflow_key); a.textContent = w.workflow_key; k.appendChild(a);
+    a.setAttribute('href', w.href); a.textContent = w.workflow_key; k.appendChild(a);
     cell(tr, w.current_epoch === null || w.current_epoch === undefined ? '' :
       'epoch ' + w.current_epoch + ' · ' + w.current_worker + (w.released ? ' (released)' : ''), 'owner');
     var st = cell(tr, null, 'stale-cell');

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from streams.console.assets import CSS, INDEX_JS, WORKFLOW_JS
-from streams.console.view import PAGE_SIZE
+from streams.console.view import PAGE_SIZE, workflow_href
 from streams.report.html_assets import CSS as REPORT_CSS
 from streams.report.html_assets import JS as REPORT_JS
 
@@ -22,8 +22,6 @@ __all__ = ["VERIFIABLE", "Chrome", "index_page", "message_page", "workflow_href"
 #: Kinds a person may verify from the console.
 VERIFIABLE = frozenset({"stale_commit", "conflicting_commit"})
 _SEVERITIES = ("critical", "incident", "warning", "diagnostic")
-#: Longest /w/ link written as the key itself (longer: the key's digest).
-_MAX_HREF = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +37,6 @@ class Chrome:
 
 def _e(value: object) -> str:
     return escape(str(value), quote=True)
-
-
-def workflow_href(key: str) -> str:
-    from hashlib import sha256
-
-    href = "/w/" + quote(key, safe="")
-    if len(href) > _MAX_HREF:  # a request line has a limit: name the key by digest
-        href = "/w/~" + sha256(key.encode()).hexdigest()
-    return href
 
 
 def _ms(ms: object) -> str:

@@ -17,9 +17,11 @@ a workflow past it is not kept, and counted (``refused``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from hashlib import sha256
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 
@@ -33,6 +35,7 @@ __all__ = [
     "STATUS_BYTES",
     "ConsoleView",
     "Page",
+    "workflow_href",
 ]
 
 #: A status record as kept, without its key.
@@ -48,6 +51,17 @@ ENTRY_OVERHEAD = 1024
 PAGE_SIZE = 500
 DEFAULT_MAX_WORKFLOWS = 200_000
 _SEVERITIES = {s.value: SEVERITY_RANK[s] for s in Severity}
+
+
+#: Longest /w/ link written as the key itself (longer: ``~`` and the key's
+#: SHA-256, since a request line has a limit).
+MAX_HREF = 2048
+
+
+def workflow_href(key: str) -> str:
+    """The path of a workflow's page."""
+    href = "/w/" + quote(key, safe="")
+    return href if len(href) <= MAX_HREF else "/w/~" + sha256(key.encode()).hexdigest()
 
 
 def _dumps(doc: Mapping[str, Any]) -> bytes:
@@ -129,6 +143,7 @@ class ConsoleView:
     def __init__(self, max_workflows: int = DEFAULT_MAX_WORKFLOWS) -> None:
         self.max_workflows = max_workflows
         self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._entries: dict[str, _Entry] = {}
         self._order: list[str] | None = []
         self.version = 0
@@ -203,6 +218,13 @@ class ConsoleView:
     def _changed(self) -> None:
         self.version += 1
         self._order = None
+        self._cond.notify_all()
+
+    def wait_change(self, seen: int, timeout: float) -> int:
+        """Block until the version passes ``seen`` (or ``timeout``); the version."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.version != seen, timeout)
+            return self.version
 
     # -- reading (the HTTP threads) ------------------------------------------
 
@@ -242,6 +264,7 @@ class ConsoleView:
     def _row(key: str, e: _Entry) -> dict[str, Any]:
         doc: dict[str, Any] = orjson.loads(e.status) if e.status is not None else {}
         doc["workflow_key"] = key
+        doc["href"] = workflow_href(key)
         doc["open_count"] = e.open_n
         doc["cleared_count"] = e.cleared_n
         doc["finding_revisions"] = len(e.revisions)
@@ -266,10 +289,6 @@ class ConsoleView:
             for fid, revs in by_id.items()
         ]
         return {"status": status, "findings": findings, "dropped_revisions": dropped}
-
-    def keys_matching(self, keys: Iterable[str]) -> list[str]:
-        with self._lock:
-            return [k for k in keys if k in self._entries]
 
     def all_keys(self) -> list[str]:
         with self._lock:

@@ -71,6 +71,8 @@ class Browser:
         self._buf = b""
         self._lock = threading.Lock()
         self.console_errors: list[str] = []
+        #: Events of the page seen since the last navigation began.
+        self._events: list[str] = []
         target = self._call("Target.createTarget", {"url": "about:blank"})["targetId"]
         self._session = self._call("Target.attachToTarget", {"targetId": target, "flatten": True})[
             "sessionId"
@@ -112,6 +114,8 @@ class Browser:
                 doc = self._read()
                 if doc.get("method") == "Runtime.exceptionThrown":
                     self.console_errors.append(json.dumps(doc["params"])[:500])
+                if "method" in doc:
+                    self._events.append(doc["method"])
                 if doc.get("id") == want:
                     if "error" in doc:
                         raise BrowserError(f"{method}: {doc['error']}")
@@ -140,11 +144,18 @@ class Browser:
 
     def goto(self, url: str) -> None:
         """Navigate and wait for the load event."""
-        self.call("Page.navigate", {"url": url})
-        self.evaluate(
-            "new Promise(function(r){ if (document.readyState === 'complete') r(1);"
-            " else window.addEventListener('load', function(){ r(1); }); })"
-        )
+        self.navigate_by(f"location.href = {json.dumps(url)}")
+
+    def navigate_by(self, script: str) -> None:
+        """Run ``script`` (a click, a form submission) and wait for the page
+        it leads to to load."""
+        self._events.clear()
+        self.call("Runtime.evaluate", {"expression": script})
+        with self._lock:
+            while "Page.loadEventFired" not in self._events:
+                doc = self._read()
+                if "method" in doc:
+                    self._events.append(doc["method"])
 
     def wait_for(self, condition: str, *, timeout_s: float = 30.0) -> Any:
         """Resolve when the JS ``condition`` is truthy (re-checked on each

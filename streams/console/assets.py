@@ -14,13 +14,16 @@ header.top .sp{flex:1}
 form.filters{display:flex;gap:10px;align-items:center;flex-wrap:wrap;margin:0 0 12px}
 form.filters input[type=text]{width:22em}
 input,select,button{font:inherit;padding:4px 8px}
-td.key a{overflow-wrap:anywhere}
+td.key a{overflow-wrap:anywhere;display:-webkit-box;-webkit-line-clamp:3;
+-webkit-box-orient:vertical;overflow:hidden}
 td.key{max-width:36em}
-.stale{display:block;white-space:nowrap;color:var(--crit)}
+.stale{display:block;color:var(--crit);overflow-wrap:anywhere}
+td.stale-cell{min-width:22em}
 .pager{display:flex;gap:12px;align-items:center;margin:10px 0}
 .live{font-size:12px;color:var(--muted)}
 .kv{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;margin:0}
 .kv dt{color:var(--muted)} .kv dd{margin:0;overflow-wrap:anywhere}
+h3.wkey{max-height:7.5em;overflow:auto}
 form.verify{display:flex;gap:8px;flex-wrap:wrap;align-items:center;margin-top:6px}
 pre.rev{white-space:pre-wrap;overflow-wrap:anywhere;max-height:24em;overflow:auto;
 background:#f3f4f6;padding:8px;border-radius:6px;font-size:12px}
@@ -87,7 +90,9 @@ WORKFLOW_JS = r"""
         var cleared = {}; (st.cleared || []).forEach(function(f){ cleared[f.finding_id] = 1; });
         document.querySelectorAll('[data-health]').forEach(function(p){
           var s = cleared[p.getAttribute('data-health')] ? 'cleared' : 'open';
-          p.textContent = s; p.className = 'pill ' + s; });
+          p.textContent = s; p.className = 'pill ' + s;
+          p.closest('section').querySelectorAll('form.verify').forEach(function(f){
+            f.hidden = s === 'cleared'; }); });
         var c = document.getElementById('counts');
         if (c) c.textContent = (st.open_count || 0) + ' open · ' + (st.cleared_count || 0) + ' cleared'; }
       setTimeout(poll, 2000); };

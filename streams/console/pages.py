@@ -49,7 +49,7 @@ def _head(title: str, chrome: Chrome, extra_css: str = "") -> str:
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width,initial-scale=1'>"
-        f"<title>{_e(title)}</title><style nonce='{chrome.nonce}'>{REPORT_CSS}{CSS}{extra_css}"
+        f"<title>{_e(title)}</title><style>{REPORT_CSS}{CSS}{extra_css}"
         "</style></head>"
     )
 
@@ -150,12 +150,13 @@ def _status_block(status: dict[str, Any] | None) -> str:
     ]
     out = ["<dl class='kv'>"]
     for k, v in rows:
-        out.append(f"<dt>{_e(k)}</dt><dd>{_e('' if v is None else v)}</dd>")
+        shown = "" if v is None else ("yes" if v else "no") if isinstance(v, bool) else v
+        out.append(f"<dt>{_e(k)}</dt><dd>{_e(shown)}</dd>")
     out.append("</dl>")
     stale = status.get("stale_epochs") or []
     if stale:
         out.append(
-            "<h3 style='margin-top:14px'>Displaced epochs still acting</h3><div class='panel'>"
+            "<h3 style='margin:18px 0 8px'>Displaced epochs still acting</h3><div class='panel'>"
             "<table><tr><th>epoch</th><th>worker</th><th class='num'>stale events</th>"
             "<th>last position</th><th>last seen (broker time)</th></tr>"
         )
@@ -214,7 +215,10 @@ def _finding_block(
     for k, v in fields:
         if v is not None:
             out.append(f"<dt>{k}</dt><dd>{_e(v)}</dd>")
-    out.append("</dl><div class='tscroll'><table class='revisions'>")
+    out.append(
+        "</dl><div class='tscroll'><table class='revisions'><tr><th>revision</th><th>kind</th>"
+        "<th>severity</th><th>raised at</th><th>confidence</th><th>the record</th></tr>"
+    )
     out.extend(_revision_row(d) for d in revs)
     out.append("</table></div>")
     if last.get("kind") in VERIFIABLE and status == "open" and last.get("effect_key") is not None:

@@ -141,10 +141,17 @@ def test_timeline_of_five_takeovers_shows_every_finding_mark(
         " return b.textContent; })"
     )
     assert labels == [f"epoch {k}" for k in range(6, 0, -1)]
+    # Every event sits in its epoch's lane (six distinct heights), not all in one row.
+    tops = browser.evaluate(
+        "Array.from(new Set(Array.from(document.querySelectorAll('.tl i.ev')).filter(function(e){"
+        " return e.getBoundingClientRect().width > 0; }).map(function(e){"
+        " return Math.round(e.getBoundingClientRect().top); })))"
+    )
+    assert len(tops) == 6, tops
     note = browser.evaluate("document.getElementById('replay-note').textContent")
     assert "Replayed 300 of this workflow's events" in note
     if SHOTS:
-        browser.screenshot(Path(SHOTS) / "console-workflow.png", full_height=900)
+        browser.screenshot(Path(SHOTS) / "console-workflow.png", full_height=1000)
 
 
 def test_a_replay_stops_at_n_events_and_says_so(stack: Stack, browser: Browser) -> None:
@@ -308,6 +315,7 @@ def test_verification_with_token_shows_the_finding_cleared(stack: Stack, browser
         "document.getElementById('notice').textContent"
     )
     browser.wait_for(f"{pill} === 'cleared'", timeout_s=60)
+    assert browser.evaluate("document.querySelector('form.verify').hidden") is True
     status = app.view.workflow(key)["status"]  # type: ignore[index]
     assert commit in {f["finding_id"] for f in status["cleared"]}
     verified = [
@@ -318,6 +326,11 @@ def test_verification_with_token_shows_the_finding_cleared(stack: Stack, browser
     assert [(d["worker_id"], d["attrs"]["verified_by"], d["epoch"]) for d in verified] == [
         ("person:Dana Operator", "Dana Operator", 2)
     ]
+    if SHOTS:
+        browser.screenshot(Path(SHOTS) / "console-verified.png", full_height=1000)
+        browser.goto(app.url + "/")
+        browser.wait_for("document.querySelectorAll('#rows tr').length > 5")
+        browser.screenshot(Path(SHOTS) / "console-list.png", full_height=800)
 
 
 def test_metrics_and_api(stack: Stack) -> None:

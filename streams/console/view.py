@@ -183,11 +183,15 @@ class ConsoleView:
             if entry is None:
                 return
             worst = doc.get("worst_open")
-            entry.rank = _SEVERITIES.get(worst, -1) if isinstance(worst, str) else -1
-            entry.open_n = len(doc.get("open") or ())
+            rank = _SEVERITIES.get(worst, -1) if isinstance(worst, str) else -1
+            open_n = len(doc.get("open") or ())
+            # The order is re-sorted only when a workflow moves (or arrives):
+            # most status records change the stale epochs' freshness only.
+            moved = entry.status is None or (rank, open_n) != (entry.rank, entry.open_n)
+            entry.rank, entry.open_n = rank, open_n
             entry.cleared_n = len(doc.get("cleared") or ())
             entry.status = _fit_status(doc)
-            self._changed()
+            self._changed(reorder=moved)
 
     def put_finding(self, doc: dict[str, Any]) -> None:
         """One finding revision (a repeat of a kept revision is ignored)."""
@@ -196,6 +200,7 @@ class ConsoleView:
             entry = self._entry(key)
             if entry is None:
                 return
+            new = entry.status is None and not entry.revisions
             if any(f == fid and r == rev for f, r, _ in entry.revisions):
                 return
             raw = _fit_revision(doc)
@@ -203,7 +208,7 @@ class ConsoleView:
             entry.rev_bytes += len(raw)
             while entry.rev_bytes > FINDINGS_BYTES and len(entry.revisions) > 1:
                 self._drop_one(entry)
-            self._changed()
+            self._changed(reorder=new)
 
     @staticmethod
     def _drop_one(entry: _Entry) -> None:
@@ -215,9 +220,10 @@ class ConsoleView:
         entry.rev_bytes -= len(raw)
         entry.dropped += 1
 
-    def _changed(self) -> None:
+    def _changed(self, *, reorder: bool = True) -> None:
         self.version += 1
-        self._order = None
+        if reorder:
+            self._order = None
         self._cond.notify_all()
 
     def wait_change(self, seen: int, timeout: float) -> int:
@@ -251,9 +257,13 @@ class ConsoleView:
         that severe (``"open"``: any open finding)."""
         floor = 0 if min_severity == "open" else _SEVERITIES.get(min_severity or "", -1)
         with self._lock:
-            keys = [
-                k for k in self._sorted() if k.startswith(prefix) and self._entries[k].rank >= floor
-            ]
+            order = self._sorted()
+            es = self._entries
+            keys = (
+                order
+                if not prefix and floor < 0
+                else [k for k in order if es[k].rank >= floor and k.startswith(prefix)]
+            )
             pages = max(1, -(-len(keys) // PAGE_SIZE))
             page = min(max(1, page), pages)
             chosen = keys[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]

@@ -333,6 +333,28 @@ def test_verification_with_token_shows_the_finding_cleared(stack: Stack, browser
         browser.screenshot(Path(SHOTS) / "console-list.png", full_height=800)
 
 
+def test_api_verify_with_bearer_token(stack: Stack) -> None:
+    """POST /api/verify with the bearer token publishes at the current epoch; no name is 400."""
+    key = "api/verify"
+    stack.produce(_stale_commit(key))
+    app = stack.with_token
+    _wait_view(app, lambda v: bool(_findings_of(app, key)))
+    fid = next(iter(_findings_of(app, key)))
+    auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    nameless = orjson.dumps({"workflow_key": key, "finding_id": fid, "by": "  "})
+    assert _post(f"{app.url}/api/verify", nameless, auth) == 400
+    body = orjson.dumps({"workflow_key": key, "finding_id": fid, "by": "Ops Bot", "note": "ok"})
+    assert _post(f"{app.url}/api/verify", body, auth) == 200
+    verified = [
+        json.loads(v)
+        for k, v, _p, _o in stack.harness.read(stack.harness.events)
+        if k == key.encode() and b"outcome_verified" in (v or b"")
+    ]
+    assert [(d["worker_id"], d["epoch"], d["effect_key"], d["attrs"]) for d in verified] == [
+        ("person:Ops Bot", 2, "fx-1", {"verified_by": "Ops Bot", "note": "ok"})
+    ]
+
+
 def test_metrics_and_api(stack: Stack) -> None:
     """/metrics is the console's own; /api/workflows pages and filters like the page."""
     with urllib.request.urlopen(stack.read_only.url + "/metrics", timeout=30) as resp:

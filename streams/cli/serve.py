@@ -83,7 +83,7 @@ def _err(msg: str) -> int:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from streams.console import ConsoleApp, ConsoleSettings
+    from streams.console.app import ConsoleApp, ConsoleSettings
     from streams.kafka.connection import check_reachable
 
     if not 0 <= args.port <= 65535:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from streams.console import ConsoleApp, ConsoleSettings
+from streams.console.app import ConsoleApp, ConsoleSettings
 from streams.kafka.admin import TopicAdmin, TopicSpec
 from streams.kafka.connection import KafkaConnection
 from tests.console.browser import Browser

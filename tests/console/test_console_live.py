@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from streams.console import ConsoleApp
+from streams.console.app import ConsoleApp
 from streams.console.view import workflow_href
 from streams.core.replay import Replay
 from streams.kafka.keyread import key_partitions

@@ -80,3 +80,26 @@ def test_unreachable_broker_and_taken_port_exit_2(
         assert main(["serve", "--bootstrap-servers", kafka_bootstrap, "--port", str(port)]) == 2
     err = capsys.readouterr().err
     assert f"cannot listen on 127.0.0.1:{port}" in err and len(err.strip().splitlines()) == 1
+
+
+def test_without_the_kafka_extra_serve_names_the_pip_install_and_audit_still_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No confluent-kafka nor prometheus-client: `audit FILE` works (the parser does not
+    need them) and `serve` is one line naming `pip install 'fencewatch[kafka]'`."""
+    import sys as _sys
+
+    for name in list(_sys.modules):
+        if name.split(".", 1)[0] in ("confluent_kafka", "prometheus_client") or name.startswith(
+            "streams.console."
+        ):
+            monkeypatch.delitem(_sys.modules, name)
+    for name in ("confluent_kafka", "prometheus_client"):
+        monkeypatch.setitem(_sys.modules, name, None)
+    fixture = str(REPO / "examples" / "reference.jsonl")
+    assert main(["audit", fixture, "--fail-on", "never"]) == 0
+    capsys.readouterr()
+    assert main(["serve", "--bootstrap-servers", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fencewatch serve: ") and "pip install 'fencewatch[kafka]'" in err
+    assert len(err.strip().splitlines()) == 1

@@ -18,13 +18,14 @@ td.key a{overflow-wrap:anywhere;display:-webkit-box;-webkit-line-clamp:3;
 -webkit-box-orient:vertical;overflow:hidden}
 td.key{max-width:36em}
 .stale{display:block;color:var(--crit);overflow-wrap:anywhere}
-td.stale-cell{min-width:22em}
+td.stale-cell{min-width:18em}
 .pager{display:flex;gap:12px;align-items:center;margin:10px 0}
 .live{font-size:12px;color:var(--muted)}
 .kv{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;margin:0}
 .kv dt{color:var(--muted)} .kv dd{margin:0;overflow-wrap:anywhere}
 h3.wkey{max-height:7.5em;overflow:auto}
 form.verify{display:flex;gap:8px;flex-wrap:wrap;align-items:center;margin-top:6px}
+form.verify[hidden]{display:none}
 pre.rev{white-space:pre-wrap;overflow-wrap:anywhere;max-height:24em;overflow:auto;
 background:#f3f4f6;padding:8px;border-radius:6px;font-size:12px}
 .notice{background:#eff8f1;border:1px solid #b7dfc2;border-radius:8px;padding:8px 12px;margin:0 0 12px}
@@ -38,10 +39,11 @@ INDEX_JS = r"""
   var pager = document.getElementById('pager'), note = document.getElementById('empty');
   function cell(tr, text, cls){ var td = document.createElement('td');
     if (cls) td.className = cls; if (text !== null) td.textContent = text; tr.appendChild(td); return td; }
-  function ago(ms){ if (ms === null || ms === undefined) return '';
-    var s = Math.max(0, Math.round((Date.now() - ms) / 1000));
-    var when = new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
-    return when + ' (' + (s < 120 ? s + ' s' : Math.round(s / 60) + ' min') + ' ago)'; }
+  function when(ms){ return new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z'); }
+  function rel(ms){ var s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+    return (s < 120 ? s + ' s' : s < 7200 ? Math.round(s / 60) + ' min' :
+      s < 172800 ? Math.round(s / 3600) + ' h' : Math.round(s / 86400) + ' d') + ' ago'; }
+  function ago(ms){ return ms === null || ms === undefined ? '' : when(ms) + ' (' + rel(ms) + ')'; }
   function row(w){
     var tr = document.createElement('tr'); tr.setAttribute('data-key', w.workflow_key);
     var td = cell(tr, null, 'nw');
@@ -55,9 +57,11 @@ INDEX_JS = r"""
       'epoch ' + w.current_epoch + ' · ' + w.current_worker + (w.released ? ' (released)' : ''), 'owner');
     var st = cell(tr, null, 'stale-cell');
     (w.stale_epochs || []).forEach(function(s){ var sp = document.createElement('span'); sp.className = 'stale';
-      sp.textContent = 'epoch ' + s.epoch + ' · ' + s.worker + ' · ' + s.events + ' events · last seen ' +
+      sp.textContent = 'epoch ' + s.epoch + ' · ' + s.worker + ' · ' + s.events +
+        (s.events === 1 ? ' event' : ' events') + ' · last seen ' +
         (s.last_seen_ms === null ? 'unknown' : ago(s.last_seen_ms)); st.appendChild(sp); });
-    cell(tr, w.updated_ms ? ago(w.updated_ms) : '', 'nw muted');
+    var up = cell(tr, w.updated_ms ? rel(w.updated_ms) : '', 'nw muted');
+    if (w.updated_ms) up.title = when(w.updated_ms);
     return tr; }
   function draw(d){
     var frag = document.createDocumentFragment(); d.workflows.forEach(function(w){ frag.appendChild(row(w)); });

@@ -315,7 +315,11 @@ def test_verification_with_token_shows_the_finding_cleared(stack: Stack, browser
         "document.getElementById('notice').textContent"
     )
     browser.wait_for(f"{pill} === 'cleared'", timeout_s=60)
-    assert browser.evaluate("document.querySelector('form.verify').hidden") is True
+    # No form left to submit (hidden once cleared; absent if cleared when the page was drawn).
+    form_gone = "(function(f){ return !f || getComputedStyle(f).display === 'none'; })" + (
+        "(document.querySelector('form.verify'))"
+    )
+    assert browser.evaluate(form_gone) is True
     status = app.view.workflow(key)["status"]  # type: ignore[index]
     assert commit in {f["finding_id"] for f in status["cleared"]}
     verified = [

@@ -63,6 +63,13 @@ def _wait_view(app: ConsoleApp, done: Any, timeout: float = 60.0) -> None:
         seen = app.view.wait_change(seen, left)
 
 
+def _held(app: ConsoleApp, key: str, n_findings: int) -> bool:
+    """The console holds the key's status record and ``n_findings`` findings
+    (the two topics are followed by two threads: either may come first)."""
+    data = app.view.workflow(key)
+    return data is not None and data["status"] is not None and len(data["findings"]) == n_findings
+
+
 def _findings_of(app: ConsoleApp, key: str) -> set[str]:
     data = app.view.workflow(key)
     return {f["finding_id"] for f in data["findings"]} if data else set()
@@ -103,7 +110,9 @@ def test_list_loads_and_a_new_finding_appears_within_2s_without_reload(
     try:
         stack.produce(_stale_commit(key))
         assert seen.wait(60), "the processor produced no finding"
-        browser.wait_for(f"document.querySelector('tr[data-key={json.dumps(key)}]')", timeout_s=10)
+        # The row with what the status record says (the worst severity, the owner).
+        row = f"document.querySelector('tr[data-key={json.dumps(key)}]')"
+        browser.wait_for(f"{row} && {row}.textContent.indexOf('agent-b') >= 0", timeout_s=10)
         shown = time.monotonic()
     finally:
         seen.set()
@@ -222,8 +231,8 @@ def test_hostile_values_stay_text_and_run_no_script(stack: Stack, browser: Brows
     _wait_view(
         stack.read_only,
         lambda v: (
-            all(v.workflow(k) is not None for k in wanted)
-            and all(_findings_of(stack.read_only, k) for k in HOSTILE_KEYS)
+            all(_held(stack.read_only, k, 1) for k in HOSTILE_KEYS)
+            and (v.workflow(BIG_KEY) or {}).get("status") is not None
         ),
     )
     browser.goto(stack.read_only.url + "/?prefix=" + "%3C")
@@ -290,7 +299,7 @@ def test_verification_with_token_shows_the_finding_cleared(stack: Stack, browser
     docs = [*_stale_commit(key), _ev(key, 4, "effect_rejected", 1, "agent-a", effect_key="fx-2")]
     stack.produce(docs)
     app = stack.with_token
-    _wait_view(app, lambda v: len(_findings_of(app, key)) == 2)
+    _wait_view(app, lambda v: _held(app, key, 2))
     commit = next(
         f["finding_id"]
         for f in app.view.workflow(key)["findings"]  # type: ignore[index]
@@ -342,7 +351,7 @@ def test_api_verify_with_bearer_token(stack: Stack) -> None:
     key = "api/verify"
     stack.produce(_stale_commit(key))
     app = stack.with_token
-    _wait_view(app, lambda v: bool(_findings_of(app, key)))
+    _wait_view(app, lambda v: _held(app, key, 1))
     fid = next(iter(_findings_of(app, key)))
     auth = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     nameless = orjson.dumps({"workflow_key": key, "finding_id": fid, "by": "  "})

@@ -16,8 +16,17 @@ __all__ = ["main"]
 
 # Subcommand modules, imported lazily so that `fencewatch audit` on a file never
 # pays for (or needs) the Kafka client libraries.
-_COMMANDS: tuple[str, ...] = ("audit", "topics", "run", "demo", "findings", "status", "verify")
-_COMMANDS += ("publish",)
+_COMMANDS: tuple[str, ...] = (
+    "audit",
+    "topics",
+    "run",
+    "demo",
+    "publish",
+    "findings",
+    "status",
+    "verify",
+    "serve",
+)
 
 
 def _version() -> str:

@@ -38,9 +38,11 @@ LAYERS: dict[str, set[str]] = {
     "sdk": _BASE | {"kafka", "fences"},
     "integrations": _BASE | {"<extras>", "kafka", "fences", "sdk"},
     "demo": _BASE | {"<fixtures>", "kafka", "fences", "live", "report", "sdk"},
+    # The operator console (fencewatch serve): tails the topics, draws the report's timeline.
+    "console": _BASE | {"kafka", "findings", "report"},
     "cli": _BASE
     | {"<streams>", "<_native>", "<extras>", "<fixtures>", "<schemas>"}
-    | {"kafka", "fences", "findings", "live", "report", "sdk", "demo", "integrations"},
+    | {"kafka", "fences", "findings", "live", "report", "sdk", "demo", "integrations", "console"},
     "<__main__>": {"cli"},
     # fencewatch.integrations.* re-export the runtime adapters; import
     # fencewatch itself loads none of them (tests/integrations/test_isolation.py).

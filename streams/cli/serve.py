@@ -1,0 +1,140 @@
+"""``fencewatch serve``: the live operator console (docs/operate.md).
+
+Follows the status and findings topics and serves the workflows worst
+first, each workflow's findings and ownership timeline, JSON under
+``/api/`` and the console's metrics at ``/metrics``. Verification is enabled
+only with ``FENCEWATCH_SERVE_TOKEN`` (environment only: a flag would show in
+``ps``). Runs until SIGINT or SIGTERM, then exits 0; 2 for a usage error, an
+unreachable broker or a port it cannot bind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from streams.cli.kafka_args import (
+    add_connection_args,
+    add_kafka_config_arg,
+    connection_from_args,
+    kafka_config,
+)
+from streams.errors import FencewatchError
+from streams.kafka.topics import DEFAULT_EVENTS_TOPIC, DEFAULT_FINDINGS_TOPIC, DEFAULT_STATUS_TOPIC
+
+__all__ = ["register"]
+
+TOKEN_ENV = "FENCEWATCH_SERVE_TOKEN"
+_MIN_TOKEN = 16
+
+
+def register(sub: Any) -> None:
+    from streams.console.timeline import DEFAULT_REPLAY_EVENTS, DEFAULT_REPLAY_SCAN
+    from streams.console.view import DEFAULT_MAX_WORKFLOWS
+
+    p = sub.add_parser(
+        "serve",
+        help="the live operator console (workflows, findings, timelines) in a browser",
+        description="Serve the live console over HTTP. Verification needs "
+        f"{TOKEN_ENV} (at least {_MIN_TOKEN} characters); without it the console is read-only.",
+    )
+    add_connection_args(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free)")
+    for name, env, default in (
+        ("events", "FENCEWATCH_EVENTS_TOPIC", DEFAULT_EVENTS_TOPIC),
+        ("findings", "FENCEWATCH_FINDINGS_TOPIC", DEFAULT_FINDINGS_TOPIC),
+        ("status", "FENCEWATCH_STATUS_TOPIC", DEFAULT_STATUS_TOPIC),
+    ):
+        p.add_argument(f"--{name}-topic", default=None, help=f"default ${env} or {default}")
+    p.add_argument(
+        "--replay-events",
+        type=int,
+        default=DEFAULT_REPLAY_EVENTS,
+        metavar="N",
+        help="a workflow's timeline shows at most its last N events "
+        f"(default {DEFAULT_REPLAY_EVENTS})",
+    )
+    p.add_argument(
+        "--replay-scan",
+        type=int,
+        default=DEFAULT_REPLAY_SCAN,
+        metavar="N",
+        help="records of the key's partition a timeline reads at most, the last ones "
+        f"(default {DEFAULT_REPLAY_SCAN})",
+    )
+    p.add_argument(
+        "--max-workflows",
+        type=int,
+        default=DEFAULT_MAX_WORKFLOWS,
+        metavar="N",
+        help=f"workflows the view holds at most (default {DEFAULT_MAX_WORKFLOWS})",
+    )
+    add_kafka_config_arg(p)
+    p.set_defaults(handler=_main)
+
+
+def _err(msg: str) -> int:
+    print(f"fencewatch serve: {msg}", file=sys.stderr)
+    return 2
+
+
+def _main(args: argparse.Namespace) -> int:
+    from streams.console.app import ConsoleApp, ConsoleSettings
+    from streams.kafka.connection import check_reachable
+
+    if not 0 <= args.port <= 65535:
+        return _err(f"--port must be 0..65535, got {args.port}")
+    bounds = {
+        "--replay-events": args.replay_events,
+        "--replay-scan": args.replay_scan,
+        "--max-workflows": args.max_workflows,
+    }
+    for flag, value in bounds.items():
+        if value < 1:
+            return _err(f"{flag} must be at least 1, got {value}")
+    token = os.environ.get(TOKEN_ENV) or None
+    if token is not None and len(token) < _MIN_TOKEN:
+        return _err(f"{TOKEN_ENV} must be at least {_MIN_TOKEN} characters")
+    env = os.environ
+    try:
+        conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
+        check_reachable(conn)
+        settings = ConsoleSettings(
+            conn,
+            host=args.host,
+            port=args.port,
+            token=token,
+            events_topic=args.events_topic
+            or env.get("FENCEWATCH_EVENTS_TOPIC")
+            or DEFAULT_EVENTS_TOPIC,
+            findings_topic=args.findings_topic
+            or env.get("FENCEWATCH_FINDINGS_TOPIC")
+            or DEFAULT_FINDINGS_TOPIC,
+            status_topic=args.status_topic
+            or env.get("FENCEWATCH_STATUS_TOPIC")
+            or DEFAULT_STATUS_TOPIC,
+            replay_events=args.replay_events,
+            replay_scan=args.replay_scan,
+            max_workflows=args.max_workflows,
+        )
+        app = ConsoleApp(settings)
+    except (ValueError, FencewatchError) as exc:
+        return _err(str(exc))
+    except OSError as exc:
+        return _err(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    app.start()
+    mode = "verification enabled" if token else f"read-only (no {TOKEN_ENV})"
+    print(f"fencewatch serve: {app.url} ({mode})", file=sys.stderr, flush=True)
+    try:
+        done.wait()
+    finally:
+        app.stop()
+    return 0

@@ -1,0 +1,139 @@
+"""The two followers that keep the console's view current: one thread reads
+the status topic from its start and follows it, one reads the findings
+topic the same way (through the findings consumer API, which delivers each
+finding's revisions in order, never one twice). A follower that loses the
+broker says why (:attr:`Follower.error`, shown on the page) and starts
+again after a pause; re-reading is harmless (the view keeps the latest
+status and ignores a revision it holds)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from streams.console.metrics import ConsoleMetrics
+from streams.console.view import ConsoleView
+from streams.core.status import WorkflowStatus
+from streams.errors import FencewatchError
+from streams.kafka.connection import KafkaConnection
+
+__all__ = ["RETRY_S", "Follower", "findings_follower", "status_follower"]
+
+log = logging.getLogger(__name__)
+
+#: Pause before a follower that lost the broker starts again.
+RETRY_S = 2.0
+_POLL_S = 0.2
+
+
+class Follower:
+    """A daemon thread running ``body(stop)`` until stopped, restarting it
+    after a broker failure."""
+
+    def __init__(self, name: str, body: Callable[[threading.Event], None]) -> None:
+        self.name = name
+        self._body = body
+        self._stop = threading.Event()
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._loop, name=f"console-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._body(self._stop)
+            except FencewatchError as exc:
+                self.error = str(exc)
+                log.warning("console %s follower: %s (retrying in %s s)", self.name, exc, RETRY_S)
+                self._stop.wait(RETRY_S)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+
+def _status_doc(key: bytes | None, value: bytes) -> dict[str, Any]:
+    doc = orjson.loads(value)
+    if not isinstance(doc, dict):
+        raise TypeError("not a JSON object")
+    WorkflowStatus.from_dict(doc)  # every field is there
+    if not isinstance(doc["workflow_key"], str) or (
+        key is not None and key.decode("utf-8", "replace") != doc["workflow_key"]
+    ):
+        raise ValueError("workflow_key differs from the record key")
+    return doc
+
+
+def status_follower(
+    conn: KafkaConnection, topic: str, view: ConsoleView, metrics: ConsoleMetrics
+) -> Follower:
+    def body(stop: threading.Event) -> None:
+        from streams.kafka.tail import FROM_BEGINNING, TopicTail
+
+        tail = TopicTail(conn, topic, start=FROM_BEGINNING, timeout=conn.connect_timeout)
+        follower.error = None
+        try:
+            while not stop.is_set():
+                rec = tail.poll(_POLL_S)
+                if rec is None:
+                    continue
+                metrics.records.labels(topic="status").inc()
+                if rec.value is None:
+                    if rec.key is not None:
+                        view.put_status(rec.key.decode("utf-8", "replace"), None)
+                    continue
+                try:
+                    doc = _status_doc(rec.key, rec.value)
+                except (
+                    orjson.JSONDecodeError,
+                    KeyError,
+                    TypeError,
+                    ValueError,
+                    AttributeError,
+                ) as exc:
+                    metrics.invalid.labels(topic="status").inc()
+                    view.reject(f"{topic}/{rec.partition}@{rec.offset}: not a status record: {exc}")
+                    continue
+                view.put_status(doc["workflow_key"], doc)
+        finally:
+            tail.close()
+
+    follower = Follower("status", body)
+    return follower
+
+
+def findings_follower(
+    conn: KafkaConnection, topic: str, view: ConsoleView, metrics: ConsoleMetrics
+) -> Follower:
+    def body(stop: threading.Event) -> None:
+        from streams.findings.consumer import FindingsConsumer, FindingsSettings
+
+        consumer = FindingsConsumer(FindingsSettings(conn, topic, follow=True))
+        follower.error = None
+        seen_errors = 0
+        try:
+            while not stop.is_set():
+                delivery = consumer.poll(_POLL_S)
+                st = consumer.stats
+                if st.not_findings > seen_errors:
+                    metrics.invalid.labels(topic="findings").inc(st.not_findings - seen_errors)
+                    seen_errors = st.not_findings
+                    if st.errors:
+                        view.reject(st.errors[-1])
+                if delivery is None:
+                    continue
+                metrics.records.labels(topic="findings").inc()
+                view.put_finding(delivery.finding.to_dict())
+                consumer.ack(delivery)
+        finally:
+            consumer.close()
+
+    follower = Follower("findings", body)
+    return follower

@@ -1,0 +1,144 @@
+"""A bounded read of one key's records: only the partitions the key can be
+in, only records of that key, only the last ``limit`` of them, from at most
+the last ``scan`` records of each partition (end offsets captured at start).
+
+Which partition a key is in depends on the producer's partitioner: murmur2
+(the Java client, aiokafka, ``murmur2_random``) or CRC32 (librdkafka's
+default, which the SDK's producer and ``fencewatch verify`` use). Both
+candidates are read (one partition when they agree).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import deque
+from dataclasses import dataclass
+
+from streams.kafka.connection import KafkaConnection, check_reachable
+from streams.kafka.errors import from_kafka_error, topic_unavailable, translate
+
+__all__ = ["KeyRead", "KeyRecord", "key_partitions", "murmur2", "read_key"]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    value: bytes | None
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRead:
+    """The last records of the key (partition, then offset order), how many
+    of the key's records were seen, and whether the scan began past a
+    partition's log start (older records were not read)."""
+
+    records: tuple[KeyRecord, ...]
+    matched: int
+    partitions: tuple[int, ...]
+    scan_cut: bool
+
+    @property
+    def truncated(self) -> bool:
+        return self.matched > len(self.records) or self.scan_cut
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 (the Java client's ``Utils.murmur2``), as a signed 32-bit int."""
+    m, r, mask = 0x5BD1E995, 24, 0xFFFFFFFF
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    n4 = length // 4
+    for i in range(n4):
+        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> r
+        k = (k * m) & mask
+        h = (h * m) & mask
+        h ^= k
+    rest = length % 4
+    tail = 4 * n4
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def key_partitions(key: bytes, n_partitions: int) -> tuple[int, ...]:
+    """The partitions murmur2 and CRC32 partitioners put ``key`` in."""
+    return tuple(
+        sorted({(murmur2(key) & 0x7FFFFFFF) % n_partitions, zlib.crc32(key) % n_partitions})
+    )
+
+
+def read_key(conn: KafkaConnection, topic: str, key: bytes, *, limit: int, scan: int) -> KeyRead:
+    """The key's last ``limit`` records among the last ``scan`` records of
+    each candidate partition. Client failures leave as BrokerError."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    check_reachable(conn)
+    consumer = Consumer(
+        conn.librdkafka(
+            **{
+                "group.id": "fencewatch-console-replay",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+            }
+        )
+    )
+    kept: deque[KeyRecord] = deque(maxlen=limit)
+    matched = 0
+    cut = False
+    try:
+        meta = consumer.list_topics(topic, timeout=conn.connect_timeout)
+        tmeta = meta.topics.get(topic)
+        if tmeta is None or tmeta.error is not None or not tmeta.partitions:
+            raise topic_unavailable(
+                topic, conn.bootstrap_servers, tmeta.error if tmeta is not None else None
+            )
+        parts = key_partitions(key, len(tmeta.partitions))
+        for p in parts:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=conn.connect_timeout, cached=False
+            )
+            start = max(low, high - scan)
+            cut = cut or start > low
+            if start >= high:
+                continue
+            consumer.assign([TopicPartition(topic, p, start)])
+            while True:
+                msg = consumer.poll(conn.connect_timeout)
+                if msg is None:
+                    raise translate(
+                        TimeoutError(f"no record within {conn.connect_timeout} s"),
+                        f"reading {topic}/{p}",
+                    )
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        break
+                    if err.retriable():
+                        continue
+                    raise from_kafka_error(err, f"reading {topic}/{p}")
+                offset = msg.offset() or 0
+                if msg.key() == key:
+                    matched += 1
+                    ts_type, ts = msg.timestamp()
+                    kept.append(KeyRecord(msg.value(), p, offset, ts if ts_type else -1))
+                if offset + 1 >= high:
+                    break
+            consumer.unassign()
+    except KafkaException as exc:
+        raise translate(exc, f"reading {topic}") from None
+    finally:
+        consumer.close()
+    return KeyRead(tuple(kept), matched, parts, cut)

@@ -71,7 +71,7 @@ PAGE_BYTES = 5_000_000
 #: Workflow sections (timeline and findings table) drawn, in rank order,
 #: while their HTML fits in this (one that does not is skipped for the next);
 #: the first is always drawn.
-SECTIONS_BYTES = 2_200_000
+SECTIONS_BYTES = 1_500_000
 #: The embedded JSON behind the paged tables (overview, other findings).
 DATA_BYTES = 1_700_000
 #: Below this much left of SECTIONS_BYTES, no section is tried any more.

@@ -20,13 +20,14 @@ from streams.core.detector import Detector, DetectorConfig
 from streams.core.replay import Replay
 from tests.strategies import takeover_workflow
 
-__all__ = ["COMPLEX_KEYS", "N_EVENTS", "large_replay"]
+__all__ = ["COMPLEX_KEYS", "N_EVENTS", "large_replay", "ordinary_workflow"]
 
 COMPLEX_KEYS = tuple(f"complex-{i}/nightly" for i in range(5))
 N_EVENTS = 36_000 * 10 + 300 * 7 + 5 * 7_000
 
 
-def _ordinary(k: int) -> list[dict[str, Any]]:
+def ordinary_workflow(k: int) -> list[dict[str, Any]]:
+    """Ordinary workflow ``k``: 10 events, one handover; every 20th has a stale commit."""
     key = f"tenant-{k % 97}/export/{k}"
     stale = k % 20 == 7
     out: list[dict[str, Any]] = []
@@ -84,7 +85,7 @@ def large_replay() -> Replay:
     """The replay of the :data:`N_EVENTS` events above (a few seconds)."""
     replay = Replay(Detector(DetectorConfig(max_events_per_key=8_000)))
     offset = 0
-    groups: list[list[dict[str, Any]]] = [_ordinary(k) for k in range(36_000)]
+    groups: list[list[dict[str, Any]]] = [ordinary_workflow(k) for k in range(36_000)]
     groups += [_single_takeover(k) for k in range(300)]
     groups += [takeover_workflow(key, n_events=7_000, takeovers=30) for key in COMPLEX_KEYS]
     for docs in groups:

@@ -22,7 +22,7 @@ left out is counted on the page, which points to ``--format json`` (it lists
 everything). A timeline draws at most :data:`MAX_MARKS` events (runs past
 that budget keep their count but cannot be expanded).
 
-Narrow windows (under 860 px): every table stacks into one card per row,
+Narrow windows (940 px or less): every table stacks into one card per row,
 each cell labelled, instead of scrolling sideways.
 """
 
@@ -84,7 +84,7 @@ SECTION_ROWS = 100
 PAGE_ROWS = 50
 #: Events drawn per timeline (visible plus expandable); past it a collapsed
 #: run keeps its count and says the rest is not drawn.
-MAX_MARKS = 2000
+MAX_MARKS = 1000
 #: Width (px) a timeline's columns get in a 1400 px window: the marks of
 #: positions with findings must fit in it (see ``render_timeline``).
 FIT_PX = 1000

@@ -152,13 +152,17 @@ border-radius:6px;flex:0 1 260px;min-width:0}
 border-radius:6px;padding:1px 9px;cursor:pointer}
 .pager-tools button:disabled{color:#c3c8cf;cursor:default}
 .pg{display:inline-flex;gap:6px;align-items:center;white-space:nowrap}
+/* The paged tables' many columns: tighter cells, so they fit down to the
+   card width. */
+.paged th,.paged td{padding-left:8px;padding-right:8px}
+.paged td.key{min-width:10em}
 @media (max-width:720px){main{padding:18px 12px 48px}.wf{padding:12px 10px}}
 /* Narrow: columns keep room for their marks and the timeline scrolls inside
    itself (lane labels stay), rather than drawing marks over each other. */
-@media (max-width:860px){.col{min-width:18px}.col.hit{min-width:24px}.sum{min-width:26px}}
+@media (max-width:940px){.col{min-width:18px}.col.hit{min-width:24px}.sum{min-width:26px}}
 /* Narrow: a table stacks into one card per row, each cell under its
    column's name (data-l), rather than scrolling sideways. */
-@media (max-width:860px){
+@media (max-width:940px){
 table.cardable,table.cardable tbody,table.cardable tr,table.cardable td{display:block;width:auto}
 table.cardable thead,table.cardable tr:has(>th){display:none}
 table.cardable tr{border-bottom:1px solid var(--line);padding:6px 0}
@@ -171,7 +175,7 @@ letter-spacing:.02em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 }
 /* Wide enough for two fields a line: the cards pair them (a key or a
    sentence keeps a whole line). */
-@media (min-width:561px) and (max-width:860px){
+@media (min-width:561px) and (max-width:940px){
 table.cardable tr{display:grid;grid-template-columns:1fr 1fr}
 table.cardable td.key,table.cardable td.what{grid-column:1/-1}
 }

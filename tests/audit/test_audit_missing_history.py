@@ -92,7 +92,7 @@ def test_from_offset_counts_only_what_the_read_asked_for(
     )  # fmt: skip
     assert code == 1 and err == ""
     summary = json.loads(out)["summary"]
-    if missing is None:
+    if missing is None:  # nothing asked for was deleted
         assert "missing_history" not in summary
     else:
         assert summary["missing_history"]["records"] == missing
@@ -105,3 +105,18 @@ def test_from_offset_rejects_a_malformed_partition_list(capsys) -> None:
     assert code == 2
     assert "not PARTITION:OFFSET (two integers >= 0): 'x'" in err
     assert "Traceback" not in err
+
+
+def test_a_since_start_says_nothing_of_deleted_history(
+    kafka_bootstrap: str, unique_topic: Callable[..., str], capsys
+) -> None:
+    """--since: the deleted records' times are unknown, so no missing history is claimed."""
+    topic = unique_topic(partitions=2)
+    _truncated_topic(kafka_bootstrap, topic)
+    code, out, err = _audit(
+        capsys, "--topic", topic, "--bootstrap-servers", kafka_bootstrap, "--format", "json",
+        "--since", "0",
+    )  # fmt: skip
+    assert code == 1 and err == ""
+    summary = json.loads(out)["summary"]
+    assert "missing_history" not in summary and summary["events"] == 12

@@ -5,6 +5,15 @@ Exit status: 0 when no finding reaches ``--fail-on``, 1 when one does, 2 for a
 usage error or unreadable input (and, with ``--strict``, invalid input), 130
 when interrupted (Ctrl-C: the report of what was read, marked partial).
 
+A topic audit whose broker goes away mid-read waits for it (up to
+``--connect-timeout`` since the last record: a restart is ridden out); if it
+stays away, the report of what was read is written, marked partial with the
+next offset of each partition (``--from-offset P:N,...`` resumes there), one
+line says the broker is unreachable, and the exit is 2. Partitions whose
+early records were deleted (log start above the start offset) are named in
+every format, with the count, and the findings on their keys say that
+earlier evidence may be missing.
+
 Unreadable input includes input that holds records but not one valid event
 (a gzip file, one JSON array, every line over ``--max-event-bytes``): one line
 says so, with a guess at the format from the first bytes. An empty input (no
@@ -42,6 +51,7 @@ from streams.core.validate import DEFAULT_MAX_EVENT_BYTES
 from streams.core.whatif import what_if_fenced
 from streams.errors import FencewatchError
 from streams.report import FORMATS, render_html, render_json, render_jsonl, render_text
+from streams.report.coverage import INTERRUPTED, Coverage, MissingHistory
 
 __all__ = ["batch_gc", "format_hint", "no_event_message", "register", "run_files"]
 
@@ -119,7 +129,13 @@ def register(sub: Any) -> None:
     t = p.add_argument_group("topic replay")
     t.add_argument("--topic", help="replay this Kafka topic instead of files")
     add_connection_args(t)
-    t.add_argument("--from-offset", type=int, help="first offset in every partition")
+    t.add_argument(
+        "--from-offset",
+        type=_from_offset,
+        metavar="N|P:N,...",
+        help="first offset in every partition, or per partition (P:N,...: as a partial"
+        " report says, to resume it; partitions not named start at the beginning)",
+    )
     t.add_argument("--to-offset", type=int, help="stop before this offset in every partition")
     t.add_argument("--since", help="first record at or after this time (ISO 8601 or epoch ms)")
     t.add_argument("--until", help="stop at records at or after this time")
@@ -136,6 +152,33 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _from_offset(text: str) -> int | dict[int, int]:
+    """argparse type of --from-offset: ``N`` (every partition) or
+    ``P:N,P:N`` (per partition: a partial report's resume point)."""
+    if ":" not in text:
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"not an offset (N, or PARTITION:OFFSET,...): {text!r}"
+            ) from None
+    out: dict[int, int] = {}
+    for part in text.split(","):
+        p, sep, o = part.strip().partition(":")
+        try:
+            partition, offset = int(p), int(o)
+        except ValueError:
+            partition = offset = -1
+        if not sep or partition < 0 or offset < 0:
+            raise argparse.ArgumentTypeError(
+                f"not PARTITION:OFFSET (two integers >= 0): {part.strip()!r} in {text!r}"
+            )
+        if partition in out:
+            raise argparse.ArgumentTypeError(f"partition {partition} given twice in {text!r}")
+        out[partition] = offset
+    return out
 
 
 def _err(msg: str) -> None:
@@ -295,7 +338,9 @@ def _time_ms(text: str) -> int:
 def _range_problem(args: argparse.Namespace) -> str | None:
     """An empty replay range asked for (was: an empty report, exit 0)."""
     lo, hi = args.from_offset, args.to_offset
-    if lo is not None and hi is not None and lo >= hi:
+    # A per-partition --from-offset (P:N,...) is checked partition by partition.
+    starts = lo.values() if isinstance(lo, dict) else [lo] if lo is not None else []
+    if hi is not None and starts and min(starts) >= hi:
         return f"--to-offset {hi} must be greater than --from-offset {lo}: nothing to replay"
     if args.since is not None and args.until is not None:
         try:
@@ -321,11 +366,13 @@ def _output_problem(path: str | None) -> str | None:
     return None if ok else f"cannot write {path}: permission denied"
 
 
-def _bound(offset: int | None, time_text: str | None, default: Any) -> Any:
-    from streams.kafka.reader import Offset, Timestamp
+def _bound(offset: int | dict[int, int] | None, time_text: str | None, default: Any) -> Any:
+    from streams.kafka.reader import Offset, PartitionOffsets, Timestamp
 
     if offset is not None and time_text is not None:
         raise ValueError("give an offset or a time for each end of the replay, not both")
+    if isinstance(offset, dict):
+        return PartitionOffsets(offset)
     if offset is not None:
         return Offset(offset)
     if time_text is not None:
@@ -333,10 +380,53 @@ def _bound(offset: int | None, time_text: str | None, default: Any) -> Any:
     return default
 
 
+class _TopicRead:
+    """What a topic audit read: where each partition started, stopped and
+    got to, the partitions whose early records were deleted (and the keys
+    read from them), and why the read ended early, if it did."""
+
+    __slots__ = ("begin", "keys", "lost", "missing", "reached", "stop", "topic")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.begin: dict[int, int] = {}
+        self.stop: dict[int, int] = {}
+        self.reached: dict[int, int] = {}
+        self.missing: tuple[MissingHistory, ...] = ()
+        self.keys: dict[str, int] = {}
+        self.lost: str | None = None
+
+    def coverage(self, interrupted: bool) -> Coverage | None:
+        partial = self.lost or (INTERRUPTED if interrupted else None)
+        if partial is None and not self.missing:
+            return None
+        nexts = dict(self.reached) if partial is not None and self.reached else None
+        return Coverage(partial=partial, next_offsets=nexts, missing=self.missing, keys=self.keys)
+
+
+def _key_of(key: bytes | None, value: bytes | None) -> str | None:
+    """The workflow key of a record (its Kafka key, else its value's field)."""
+    if key is not None:
+        return key.decode("utf-8", "replace")
+    import orjson
+
+    try:
+        doc = orjson.loads(value or b"")
+    except orjson.JSONDecodeError:
+        return None
+    wkey = doc.get("workflow_key") if isinstance(doc, dict) else None
+    return wkey if isinstance(wkey, str) else None
+
+
 def _run_topic(
-    replay: Replay, args: argparse.Namespace, progress: AuditProgress, interrupt: Interrupt
+    replay: Replay,
+    args: argparse.Namespace,
+    progress: AuditProgress,
+    interrupt: Interrupt,
+    read: _TopicRead,
 ) -> None:
-    from streams.kafka.reader import BEGINNING, END, iter_topic  # Kafka only when asked
+    from streams.kafka.errors import BrokerUnreachable
+    from streams.kafka.reader import BEGINNING, END, Truncated, iter_topic  # Kafka only when asked
 
     config = kafka_config(args.kafka_config)
     start = _bound(args.from_offset, args.since, BEGINNING)
@@ -346,9 +436,7 @@ def _run_topic(
     # Progress from the end offsets snapshotted when the read starts: a
     # partition is done at its end offset (records of aborted transactions
     # and markers are skipped, so offsets, not counts, measure the way).
-    begin: dict[int, int] = {}
-    stop: dict[int, int] = {}
-    reached: dict[int, int] = {}
+    begin, stop, reached = read.begin, read.stop, read.reached
 
     def plan(b: dict[int, int], e: dict[int, int]) -> None:
         begin.update(b)
@@ -362,30 +450,50 @@ def _run_topic(
         finished = sum(1 for p in reached if reached[p] >= stop[p])
         progress.records(done, finished)
 
-    records = iter_topic(conn, args.topic, start=start, end=end, on_plan=plan)
+    def truncated(parts: list[Truncated]) -> None:
+        read.missing = tuple(
+            MissingHistory(source, t.partition, t.asked, t.log_start, t.missing) for t in parts
+        )
+
+    records = iter_topic(
+        conn, args.topic, start=start, end=end, on_plan=plan, on_truncated=truncated
+    )
+    # Partitions with deleted history (known before the first record).
+    gapped: frozenset[int] = frozenset()
     n = 0
     first: bytes | None = None
     while True:
-        rec = interrupt.call(next, records, None)
+        try:
+            rec = interrupt.call(next, records, None)
+        except BrokerUnreachable as exc:
+            if not begin:
+                raise  # before the read started: nothing to report
+            read.lost = f"broker unreachable: {exc}"
+            break
         if rec is None:
             break
         if n == 0:
             first = rec.value
+            gapped = frozenset(m.partition for m in read.missing)
         before = replay.invalid_count
         replay.feed(
             rec.value or b"", key=rec.key, offset=rec.offset, source=f"{source}/{rec.partition}"
         )
         if args.strict and replay.invalid_count != before:
             raise _StrictStop
+        if rec.partition in gapped:
+            wkey = _key_of(rec.key, rec.value)
+            if wkey is not None and wkey in replay.states:
+                read.keys[wkey] = rec.partition
         reached[rec.partition] = min(rec.offset + 1, stop.get(rec.partition, rec.offset + 1))
         n += 1
         if n % TOPIC_UPDATE_EVERY == 0:
             report()
-    if stop and not interrupt.requested:
+    if stop and not interrupt.requested and read.lost is None:
         reached.update(stop)
     if stop:
         report()
-    if n and replay.invalid_count == replay.records and not interrupt.requested:
+    if n and replay.invalid_count == replay.records and not (interrupt.requested or read.lost):
         _not_an_events_topic(args, conn.bootstrap_servers, first, n)
 
 
@@ -449,10 +557,14 @@ def _reads_terminal(args: argparse.Namespace) -> bool:
 
 
 def _replay_inputs(
-    replay: Replay, args: argparse.Namespace, progress: AuditProgress, interrupt: Interrupt
+    replay: Replay,
+    args: argparse.Namespace,
+    progress: AuditProgress,
+    interrupt: Interrupt,
+    read: _TopicRead,
 ) -> list[_Input]:
     if args.topic:
-        _run_topic(replay, args, progress, interrupt)
+        _run_topic(replay, args, progress, interrupt, read)
         return []
     if args.otlp:
         _run_otlp(replay, args)
@@ -512,9 +624,10 @@ def _audit(args: argparse.Namespace) -> int:
     # the line being typed garbles it: no display when stdin is a terminal.
     progress = AuditProgress() if _reads_terminal(args) else audit_progress(sys.stderr)
     interrupt = Interrupt()
+    read = _TopicRead(args.topic or "")
     try:
         with interrupt:
-            inputs = _replay_inputs(replay, args, progress, interrupt)
+            inputs = _replay_inputs(replay, args, progress, interrupt, read)
     except (_Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: not the main thread
         interrupt.requested = True
     except _StrictStop as stop:
@@ -534,7 +647,8 @@ def _audit(args: argparse.Namespace) -> int:
         return 2
     finally:
         progress.close()
-    partial = interrupt.requested
+    partial = interrupt.requested or read.lost is not None
+    coverage = read.coverage(interrupt.requested)
     if not partial and not strict_stop:
         what = (
             f"topic {args.topic}"
@@ -550,16 +664,21 @@ def _audit(args: argparse.Namespace) -> int:
     if what_if is not None and args.format == "jsonl":
         _err("--what-if-fenced is reported by --format text, json and html, not jsonl")
     if args.format == "json":
-        text = render_json(replay, partial=partial, what_if=what_if)
+        text = render_json(replay, partial=partial, what_if=what_if, coverage=coverage)
     elif args.format == "jsonl":
         text = render_jsonl(replay)
     elif args.format == "html":
-        text = render_html(replay, partial=partial, what_if=what_if)
+        text = render_html(replay, partial=partial, what_if=what_if, coverage=coverage)
     else:
         out_is_tty = args.output is None and sys.stdout.isatty()
         colour = args.colour == "always" or (args.colour == "auto" and out_is_tty)
         text = render_text(
-            replay, colour=colour, fail_on=args.fail_on, partial=partial, what_if=what_if
+            replay,
+            colour=colour,
+            fail_on=args.fail_on,
+            partial=partial,
+            what_if=what_if,
+            coverage=coverage,
         )
     if args.output:
         try:
@@ -570,10 +689,16 @@ def _audit(args: argparse.Namespace) -> int:
             return 2
     else:
         sys.stdout.write(text)
+    resume = coverage.resume_arg() if coverage is not None else None
+    resume_text = f"; resume with --from-offset {resume}" if resume else ""
+    n_read = f"{replay.records:,} record{'s' if replay.records != 1 else ''}"
+    if read.lost is not None:
+        _err(f"{read.lost}; after {n_read} the report is PARTIAL{resume_text}")
+        return 2
     if partial:
         _err(
-            f"interrupted after {replay.records:,} record{'s' if replay.records != 1 else ''}: "
-            "the report is PARTIAL (its findings and counts cover only those)"
+            f"interrupted after {n_read}: "
+            f"the report is PARTIAL (its findings and counts cover only those){resume_text}"
         )
         return 130
     if strict_stop:

@@ -58,7 +58,7 @@ def replay_key(conn: KafkaConnection, topic: str, key: str, *, limit: int, scan:
 
 def draw(timeline: Timeline, findings: list[Finding], cleared: set[str]) -> str:
     """The report's timeline HTML (every event-derived string escaped by it)."""
-    from streams.report.html import _timeline
+    from streams.report.html import render_timeline
 
     health = {
         f.finding_id: Health(
@@ -71,4 +71,4 @@ def draw(timeline: Timeline, findings: list[Finding], cleared: set[str]) -> str:
         )
         for f in findings
     }
-    return _timeline(timeline.events, findings, health)
+    return render_timeline(timeline.events, findings, health)

@@ -17,18 +17,43 @@
   an open transaction) ends at partition EOF instead of waiting.
 * Arrival position for the detector is the partition offset; the ``source``
   of an invalid entry is ``topic/partition``.
+* A broker that goes away mid-read is waited for: the read carries on when
+  it is back within ``timeout`` of the last record (a restart), else
+  :class:`~streams.kafka.errors.BrokerUnreachable` is raised, saying whether
+  the broker still accepts connections. The caller knows how far each
+  partition got (the offsets it was given), so it can report that much.
+* ``on_truncated`` is told of every partition whose log starts above where
+  the read was asked to start (records deleted by retention or
+  ``delete_records``): evidence the audit can never see.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from streams.kafka.connection import KafkaConnection, check_reachable
-from streams.kafka.errors import from_kafka_error, no_answer, topic_unavailable, translate
+from streams.kafka.errors import (
+    BrokerUnreachable,
+    from_kafka_error,
+    no_answer,
+    topic_unavailable,
+    translate,
+)
 
-__all__ = ["BEGINNING", "END", "Bound", "Offset", "Timestamp", "TopicRecord", "iter_topic"]
+__all__ = [
+    "BEGINNING",
+    "END",
+    "Bound",
+    "Offset",
+    "PartitionOffsets",
+    "Timestamp",
+    "TopicRecord",
+    "Truncated",
+    "iter_topic",
+]
 
 
 class TopicRecord(NamedTuple):
@@ -48,6 +73,28 @@ class Offset:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """An offset per partition (``{partition: offset}``, each clamped like
+    :class:`Offset`): where a partial audit stopped, to resume it. A
+    partition not named starts at its log start (as an end: its high
+    watermark)."""
+
+    offsets: Mapping[int, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Truncated:
+    """A partition whose log starts above where the read was asked to start:
+    ``missing`` records (offsets ``asked`` to ``log_start - 1``, bounded by
+    the end) were deleted before the read and can never be audited."""
+
+    partition: int
+    asked: int
+    log_start: int
+    missing: int
+
+
+@dataclass(frozen=True, slots=True)
 class Timestamp:
     """The first record whose timestamp is >= ``ms`` (epoch milliseconds)."""
 
@@ -63,7 +110,11 @@ BEGINNING = _Edge("beginning")
 #: End at each partition's high watermark, snapshotted when the read starts.
 END = _Edge("end")
 
-Bound = Offset | Timestamp | _Edge
+Bound = Offset | PartitionOffsets | Timestamp | _Edge
+
+#: librdkafka retries a lost broker at most this often (default 10 s): a
+#: broker back from a restart is found within a second.
+_RECONNECT_BACKOFF_MAX_MS = 1000
 
 
 def iter_topic(
@@ -75,6 +126,7 @@ def iter_topic(
     config: Mapping[str, Any] | None = None,
     timeout: float | None = None,
     on_plan: Callable[[dict[int, int], dict[int, int]], None] | None = None,
+    on_truncated: Callable[[list[Truncated]], None] | None = None,
 ) -> Iterator[TopicRecord]:
     """Yield the records of ``topic`` with ``start <= position < end`` per
     partition (end exclusive; a :class:`Timestamp` end stops before the first
@@ -88,7 +140,15 @@ def iter_topic(
     :class:`~streams.errors.BrokerError` for broker failures.
     ``on_plan(begin, end)``, when given, is called once with
     the resolved offsets per partition before the first record (for a
-    progress display)."""
+    progress display); ``on_truncated(parts)`` once, before the first record,
+    with the partitions whose history before the start bound is gone (an
+    empty list when none is; never called for a :class:`Timestamp` start,
+    where what the deleted records' times were is unknown).
+
+    A broker lost mid-read is waited for up to ``timeout`` since the last
+    record (so a restart is ridden out); past that,
+    :class:`~streams.kafka.errors.BrokerUnreachable` names the broker and
+    the cause."""
     from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
     if isinstance(conn, str):
@@ -103,12 +163,20 @@ def iter_topic(
         "enable.partition.eof": True,
         "isolation.level": "read_committed",
         "auto.offset.reset": "earliest",
+    }
+    # Tuning a --kafka-config setting may change (the rest is how this reader works).
+    tuning = {
         # Bounded prefetch: at most ~8 MiB queued in the client.
         "queued.max.messages.kbytes": 8192,
+        "reconnect.backoff.max.ms": _RECONNECT_BACKOFF_MAX_MS,
     }
+    conf.update({k: v for k, v in tuning.items() if k not in conn.extra})
     conf = conn.librdkafka(**conf)
     conf.update(config or {})
-    consumer = Consumer(conf)
+    try:
+        consumer = Consumer(conf)
+    except KafkaException as exc:  # a setting the client refuses (--kafka-config)
+        raise translate(exc, "client settings") from None
     try:
         try:
             meta = consumer.list_topics(topic, timeout=conn.connect_timeout)
@@ -135,21 +203,34 @@ def iter_topic(
             raise translate(exc, f"offsets of {topic}") from None
         if on_plan is not None:
             on_plan(dict(begin), dict(stop))
+        if on_truncated is not None and not isinstance(start, Timestamp):
+            on_truncated(_truncated(partitions, start, end, lows, highs))
         pending = {p for p in partitions if begin[p] < stop[p]}
         if not pending:
             return
         consumer.assign([TopicPartition(topic, p, begin[p]) for p in sorted(pending)])
+        # Every record up to the end snapshot exists, so a silence as long as
+        # `timeout` means the broker is gone; shorter ones (a restart) are
+        # waited out, the client reconnecting by itself.
+        last = time.monotonic()
         while pending:
-            msg = consumer.poll(timeout)
+            left = last + timeout - time.monotonic()
+            if left <= 0:
+                raise _lost(conn, topic, timeout)
+            msg = consumer.poll(left)
             if msg is None:
-                raise translate(TimeoutError(), f"no record from {topic} within {timeout:g} s")
+                continue
             err = msg.error()
             p = msg.partition()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     pending.discard(p)
                     continue
-                raise from_kafka_error(err, f"reading {topic}")
+                failure = from_kafka_error(err, f"reading {topic}")
+                if isinstance(failure, BrokerUnreachable) or failure.retriable:
+                    continue  # the client retries; the deadline decides
+                raise failure
+            last = time.monotonic()
             offset = msg.offset()
             if p is None or offset is None or p not in pending:
                 continue
@@ -163,6 +244,52 @@ def iter_topic(
                 consumer.incremental_unassign([TopicPartition(topic, p, OFFSET_END)])
     finally:
         consumer.close()
+
+
+def _lost(conn: KafkaConnection, topic: str, timeout: float) -> BrokerUnreachable:
+    """The broker went quiet for ``timeout`` mid-read: say whether it still
+    accepts connections (a crash, or a network fault) or not."""
+    try:
+        check_reachable(conn)
+    except BrokerUnreachable as exc:
+        return BrokerUnreachable(
+            f"{exc} (no record from {topic} for {timeout:g} s)", code=exc.code, retriable=True
+        )
+    return BrokerUnreachable(
+        f"no record from {topic} for {timeout:g} s though broker {conn.bootstrap_servers} "
+        "accepts connections (it may be overloaded or restarting)",
+        code="_TIMED_OUT",
+        retriable=True,
+    )
+
+
+def _truncated(
+    partitions: list[int],
+    start: Bound,
+    end: Bound,
+    lows: Mapping[int, int],
+    highs: Mapping[int, int],
+) -> list[Truncated]:
+    """The partitions whose log starts above the start bound: how many
+    records of the asked range were deleted before the read."""
+    out = []
+    for p in partitions:
+        if isinstance(start, Offset):
+            asked = start.value
+        elif isinstance(start, PartitionOffsets):
+            asked = start.offsets.get(p, 0)
+        else:
+            asked = 0
+        if isinstance(end, Offset):
+            until = end.value
+        elif isinstance(end, PartitionOffsets):
+            until = end.offsets.get(p, highs[p])
+        else:
+            until = highs[p]
+        missing = min(lows[p], until) - asked
+        if missing > 0:
+            out.append(Truncated(p, asked, lows[p], missing))
+    return out
 
 
 def _resolve(
@@ -186,6 +313,14 @@ def _resolve(
         if bound.value < 0:
             raise ValueError("offset bound must be >= 0")
         return {p: min(max(bound.value, lows[p]), highs[p]) for p in partitions}
+    if isinstance(bound, PartitionOffsets):
+        if any(v < 0 for v in bound.offsets.values()):
+            raise ValueError("offset bound must be >= 0")
+        edge = highs if is_end else lows
+        return {
+            p: min(max(bound.offsets[p], lows[p]), highs[p]) if p in bound.offsets else edge[p]
+            for p in partitions
+        }
     if isinstance(bound, Timestamp):
         asked = [TopicPartition(topic, p, bound.ms) for p in partitions]
         found = consumer.offsets_for_times(asked, timeout=timeout)

@@ -1,25 +1,29 @@
 """The HTML report: one offline page for an operator (inline CSS and JS, no
-network).
+network), light at any input size.
 
 * A summary (events, workflows flagged and clean, findings by severity, how
   many are still open) and, when the report has them, the destinations.
-* An overview of every workflow: flagged ones first (worst severity, then
-  open findings), with counts by severity and open/cleared; clean ones counted
+* An overview of every flagged workflow (worst severity, then open
+  findings), with counts by severity and open/cleared; clean ones counted
   and listed in a collapsible list.
-* Per flagged workflow: its findings (severity, kind, position, what
-  happened, confidence, health status, action) and an ownership timeline that
-  fits the page: one lane per epoch, labelled with its workers and kept in
-  view while the timeline scrolls; every event around a finding or an
-  acquisition drawn in full, runs of ordinary events between them collapsed
-  into one mark with a count (click to expand; zoom buttons), and every
-  finding its own numbered mark above the event that raised it.
+* The most informative flagged workflows (:func:`rank_for_timelines`: most
+  findings x epochs) each get a section: their findings (severity, kind,
+  position, what happened, confidence, health status, action) and an
+  ownership timeline that fits the page (:func:`render_timeline`).
+* The findings of the other flagged workflows in one table.
 
-Bounds (what happens at them is said on the page): timelines are drawn for
-the first :data:`MAX_TIMELINES` flagged workflows; a timeline draws at most
-:data:`MAX_MARKS` events (runs past that budget keep their count but cannot be
-expanded); the clean list names :data:`MAX_CLEAN_LISTED` workflows, the
-destinations table :data:`MAX_DESTINATIONS_LISTED` sinks, the invalid table
-:data:`MAX_INVALID_LISTED` records. The finding tables list every finding.
+Size: the page stays under about :data:`PAGE_BYTES` whatever the input. The
+overview and the other workflows' findings are embedded once as JSON and
+drawn a page of rows at a time by the page's script (with a filter by
+workflow); sections are drawn while :data:`SECTIONS_BYTES` lasts (at most
+:data:`MAX_TIMELINES`), the embedded data while :data:`DATA_BYTES` lasts, and
+the clean list, destinations and invalid records are capped too. Whatever is
+left out is counted on the page, which points to ``--format json`` (it lists
+everything). A timeline draws at most :data:`MAX_MARKS` events (runs past
+that budget keep their count but cannot be expanded).
+
+Narrow windows (940 px or less): every table stacks into one card per row,
+each cell labelled, instead of scrolling sideways.
 """
 
 from __future__ import annotations
@@ -30,41 +34,69 @@ from html import escape
 from itertools import groupby
 from typing import Any
 
+import orjson
+
 from streams.core.destinations import Verdict
 from streams.core.findings import Evidence, Finding
 from streams.core.health import CLEARED, Health
 from streams.core.records import EventType, Severity
 from streams.core.replay import Replay
 from streams.core.whatif import ADDED, REMOVED, WhatIf
+from streams.report.coverage import INTERRUPTED, Coverage
 from streams.report.html_assets import CSS as _CSS
 from streams.report.html_assets import JS as _JS
 from streams.report.text import change_text, confidence_reason, describe
 
 __all__ = [
+    "DATA_BYTES",
     "FIT_PX",
     "MAX_CLEAN_LISTED",
     "MAX_DESTINATIONS_LISTED",
     "MAX_INVALID_LISTED",
     "MAX_MARKS",
     "MAX_TIMELINES",
+    "MAX_WHAT_IF_LISTED",
+    "PAGE_BYTES",
+    "PAGE_ROWS",
+    "SECTIONS_BYTES",
+    "SECTION_ROWS",
     "WINDOW",
+    "rank_for_timelines",
     "render_html",
+    "render_timeline",
 ]
 
-#: Flagged workflows that get a timeline; the tables still list every finding.
-MAX_TIMELINES = 200
+#: The page's size target (bytes, UTF-8): the budgets below add up to less.
+PAGE_BYTES = 5_000_000
+#: Workflow sections (timeline and findings table) drawn, in rank order,
+#: while their HTML fits in this (one that does not is skipped for the next);
+#: the first is always drawn.
+SECTIONS_BYTES = 1_500_000
+#: The embedded JSON behind the paged tables (overview, other findings).
+DATA_BYTES = 1_700_000
+#: Below this much left of SECTIONS_BYTES, no section is tried any more.
+_SMALLEST_SECTION = 4_000
+#: Flagged workflows that get a section with a timeline, at most.
+MAX_TIMELINES = 60
+#: Findings listed in a section's own table; the rest join the paged table.
+SECTION_ROWS = 100
+#: Rows per page of a paged table.
+PAGE_ROWS = 50
 #: Events drawn per timeline (visible plus expandable); past it a collapsed
 #: run keeps its count and says the rest is not drawn.
-MAX_MARKS = 2000
+MAX_MARKS = 1000
 #: Width (px) a timeline's columns get in a 1400 px window: the marks of
-#: positions with findings must fit in it (see ``_timeline``).
+#: positions with findings must fit in it (see ``render_timeline``).
 FIT_PX = 1000
 #: Events drawn in full either side of a finding's raising event.
 WINDOW = 3
-#: Clean workflows named in the collapsible list (all are counted).
+#: Clean workflows named in the collapsible list (all are counted), and the
+#: bytes their names may take.
 MAX_CLEAN_LISTED = 5000
-#: Invalid records listed (all are counted).
+_CLEAN_BYTES = 300_000
+#: Invalid records listed (all are counted), and the bytes their rows may take.
 MAX_INVALID_LISTED = 1000
+_INVALID_BYTES = 300_000
 
 _ORDER = (Severity.CRITICAL, Severity.INCIDENT, Severity.WARNING, Severity.DIAGNOSTIC)
 _RANK = {s: i for i, s in enumerate(_ORDER)}  # 0 is the worst
@@ -96,42 +128,49 @@ def _sev_counts(findings: Iterable[Finding]) -> Counter[Severity]:
     return Counter(f.severity for f in findings)
 
 
-def _sev_cells(counts: Mapping[Severity, int]) -> str:
-    cls = {
-        Severity.CRITICAL: "cnt-crit",
-        Severity.INCIDENT: "cnt-inc",
-        Severity.WARNING: "cnt-warn",
-        Severity.DIAGNOSTIC: "cnt-diag",
-    }
-    out = []
-    for sev in _ORDER:
-        n = counts.get(sev, 0)
-        out.append(f"<td class='num {cls[sev] if n else 'zero'}'>{n}</td>")
-    return "".join(out)
-
-
 def _sev(sev: Severity) -> str:
     return f"<span class='sev {sev.value}'>{sev.value}</span>"
 
 
-class _Workflow:
-    """One flagged workflow: its findings in report order and their health."""
+def _td(label: str, body: str, cls: str = "") -> str:
+    """A cell that knows its column's name (the card layout shows it)."""
+    c = f" class='{cls}'" if cls else ""
+    return f"<td{c} data-l='{label}'>{body}</td>"
 
-    __slots__ = ("anchor", "cleared", "counts", "findings", "key", "worst")
+
+class _Workflow:
+    """One flagged workflow: its findings in report order, their health, and
+    its evidence's size (events, epochs)."""
+
+    __slots__ = ("anchor", "cleared", "counts", "epochs", "events", "findings", "key", "worst")
 
     def __init__(
-        self, key: str, findings: list[Finding], health: Mapping[str, Health], anchor: str
+        self,
+        key: str,
+        findings: list[Finding],
+        health: Mapping[str, Health],
+        replay: Replay,
     ) -> None:
         self.key = key
         self.findings = findings
-        self.anchor = anchor
+        self.anchor: str | None = None  # set when the workflow gets a section
         self.counts = _sev_counts(findings)
         self.worst = min((f.severity for f in findings), key=_RANK.__getitem__)
         self.cleared = sum(1 for f in findings if health[f.finding_id].status == CLEARED)
+        state = replay.states.get(key)
+        self.events = state.n_events if state is not None else 0
+        self.epochs = len({e.epoch for e in state.timeline()}) if state is not None else 0
 
     @property
     def open(self) -> int:
         return len(self.findings) - self.cleared
+
+
+def rank_for_timelines(findings: int, epochs: int, worst: Severity, key: str) -> tuple[Any, ...]:
+    """The order in which flagged workflows get a timeline: the most findings
+    x epochs first (a long tangle of takeovers tells more than one more
+    single takeover), then the worst severity, then the key."""
+    return (-findings * max(1, epochs), _RANK[worst], key)
 
 
 def render_html(
@@ -140,22 +179,45 @@ def render_html(
     title: str = "fencewatch audit",
     partial: bool = False,
     what_if: WhatIf | None = None,
+    coverage: Coverage | None = None,
 ) -> str:
     """The page. ``partial``: a banner says the audit was interrupted;
     ``what_if`` (``--what-if-fenced``): a section with the findings that would
-    change, next to the real ones (never instead of them)."""
+    change, next to the real ones (never instead of them); ``coverage``: why
+    a partial read stopped and where each partition got to, and the
+    partitions whose early records were deleted (a banner, and a note on the
+    confidence of the findings on their keys)."""
+    coverage = coverage or Coverage.of(partial)
     health_view = replay.health()
     health = {h.finding_id: h for h in health_view}
     s = replay.summary(health_view)
     findings = replay.latest_findings()
     flagged = [
-        _Workflow(key, list(group), health, f"w{i}")
-        for i, (key, group) in enumerate(groupby(findings, key=lambda f: f.workflow_key))
+        _Workflow(key, list(group), health, replay)
+        for key, group in groupby(findings, key=lambda f: f.workflow_key)
     ]
-    # Worst first, then the most open findings, then the key (stable, readable).
+    # Sections: the most informative workflows, while the budget lasts.
+    by_info = sorted(
+        flagged, key=lambda w: rank_for_timelines(len(w.findings), w.epochs, w.worst, w.key)
+    )
+    sections: list[str] = []
+    used = 0
+    for wf in by_info:
+        if len(sections) == MAX_TIMELINES or SECTIONS_BYTES - used < _SMALLEST_SECTION:
+            break
+        wf.anchor = f"w{len(sections)}"
+        html = _workflow_section(replay, wf, health, coverage)
+        if sections and used + len(html) > SECTIONS_BYTES:
+            wf.anchor = None
+            continue
+        sections.append(html)
+        used += len(html)
+    drawn = [w for w in by_info if w.anchor is not None]
+    # The overview: worst first, then the most open findings, then the key.
     flagged.sort(key=lambda w: (_RANK[w.worst], -w.open, -len(w.findings), w.key))
     flagged_keys = {w.key for w in flagged}
     clean = sorted(k for k in replay.states if k not in flagged_keys)
+    data, left_out = _data(flagged, health, coverage)
 
     out = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
@@ -168,41 +230,83 @@ def render_html(
         f"{_plural(s['records'], 'record')}. Positions are the events' <code>seq</code>"
         f" (else arrival: line or offset).</p>"
     )
-    if partial:
-        out.append(
-            f"<div class='banner partial'>PARTIAL REPORT: the audit was interrupted after "
-            f"{_plural(replay.records, 'record')}; findings and counts cover only what was "
-            "read.</div>"
-        )
+    if coverage is not None:
+        out.append(_coverage_banners(replay, coverage))
     out.append(_summary_cards(s, len(flagged), len(clean)))
-    out.append(_overview(flagged, clean, replay))
+    out.append(_overview(flagged, clean))
     out.append(_destinations(replay))
     if what_if is not None:
-        out.append(_what_if(what_if, {w.key: w.anchor for w in flagged}))
-    if flagged:
+        out.append(_what_if(what_if, {w.key: w.anchor for w in flagged if w.anchor}))
+    if drawn:
         out.append("<h2>Flagged workflows</h2>")
-        out.append(_legend())
-    for n, wf in enumerate(flagged):
-        out.append(_workflow_section(replay, wf, health, draw=n < MAX_TIMELINES))
-    if len(flagged) > MAX_TIMELINES:
         out.append(
-            f"<p class='note'>Timelines are drawn for the first {MAX_TIMELINES} flagged "
-            f"workflows; the other {len(flagged) - MAX_TIMELINES:,} list their findings only.</p>"
+            f"<p class='muted'>A timeline for {_plural(len(drawn), 'workflow')} of "
+            f"{len(flagged):,}: the most informative, ranked by findings &times; epochs "
+            "(then worst severity), as many as the page's size budget holds."
+            + (
+                f" The findings of the other {len(flagged) - len(drawn):,} are in the table "
+                "below; pick one in the overview to see them."
+                if len(flagged) > len(drawn)
+                else ""
+            )
+            + "</p>"
         )
+        out.append(_legend())
+        out.extend(sections)
+    if len(flagged) > len(drawn) or data["f"]:
+        out.append(_others(len(flagged) - len(drawn)))
+    if left_out:
+        out.append(f"<p class='note left-out'>{escape(left_out)}</p>")
     out.append(_invalid(replay))
     out.append(
         "<footer>fencewatch audit report: one offline file (no network). A finding is "
         "cleared only when the stale worker is fenced and the outcome verified by the "
         "current owner (SPEC §4); an audit still lists it.</footer>"
     )
-    out.append(f"</main><script>{_JS}</script></body></html>\n")
+    blob = orjson.dumps(data).replace(b"</", b"<\\/").decode()
+    out.append(
+        f"</main><script type='application/json' id='fw-data'>{blob}</script>"
+        f"<script>{_JS}</script></body></html>\n"
+    )
+    return "".join(out)
+
+
+def _coverage_banners(replay: Replay, c: Coverage) -> str:
+    out = []
+    if c.partial is not None:
+        why = (
+            "the audit was interrupted"
+            if c.partial == INTERRUPTED
+            else f"the read stopped early ({c.partial})"
+        )
+        resume = c.resume_arg()
+        where = ""
+        if resume is not None and c.next_offsets:
+            nexts = ", ".join(f"{p}: {o:,}" for p, o in sorted(c.next_offsets.items()))
+            where = (
+                f"<div class='d'>Next offset per partition: {escape(nexts)}. Resume with "
+                f"<code>--from-offset {escape(resume)}</code>.</div>"
+            )
+        out.append(
+            f"<div class='banner partial'>PARTIAL REPORT: {escape(why)} after "
+            f"{_plural(replay.records, 'record')}; findings and counts cover only what was "
+            f"read.{where}</div>"
+        )
+    if c.missing:
+        items = "".join(f"<li>{escape(m.text())}</li>" for m in c.missing)
+        out.append(
+            f"<div class='banner missing'>MISSING HISTORY: "
+            f"{_plural(c.missing_records, 'record')} deleted before the audit (retention or "
+            "delete_records). Findings on keys of these partitions may lack earlier evidence; "
+            f"their confidence says so.<ul>{items}</ul></div>"
+        )
     return "".join(out)
 
 
 def _summary_cards(s: Mapping[str, Any], n_flagged: int, n_clean: int) -> str:
     by_sev = s["by_severity"]
     sev_line = " · ".join(
-        f"{by_sev[sev.value]} {sev.value}" for sev in _ORDER if sev.value in by_sev
+        f"{by_sev[sev.value]:,} {sev.value}" for sev in _ORDER if sev.value in by_sev
     )
     worst = s["worst_severity"]
     worst_html = _sev(Severity(worst)) if worst else "<span class='muted'>none</span>"
@@ -227,8 +331,97 @@ def _summary_cards(s: Mapping[str, Any], n_flagged: int, n_clean: int) -> str:
     )
 
 
+def _data(
+    flagged: list[_Workflow], health: Mapping[str, Health], coverage: Coverage | None
+) -> tuple[dict[str, Any], str]:
+    """The JSON behind the paged tables, within :data:`DATA_BYTES`, and a
+    sentence on what it leaves out ("" when nothing).
+
+    ``wf``: one row per flagged workflow, overview order: key, worst (index
+    into ``sev``), counts by severity, open, cleared, events, epochs, anchor
+    of its section ("" when none). ``f``: the findings of workflows without
+    a section (and those past a section's :data:`SECTION_ROWS`): workflow
+    row, number, severity, kind, at, what happened, action, confidence,
+    its reason, status, note ("" or the missing-history note); long repeated
+    strings are indexes into ``s``."""
+    strings: dict[str, int] = {}
+
+    def ref(text: str) -> int:
+        i = strings.get(text)
+        if i is None:
+            i = strings[text] = len(strings)
+        return i
+
+    budget = DATA_BYTES
+    wf_rows: list[Any] = []
+    for wf in flagged:
+        c = wf.counts
+        row = [
+            wf.key,
+            _RANK[wf.worst],
+            *(c.get(sev, 0) for sev in _ORDER),
+            wf.open,
+            wf.cleared,
+            wf.events,
+            wf.epochs,
+            wf.anchor or "",
+        ]
+        budget -= len(wf.key) + 40
+        if budget < 0:
+            break
+        wf_rows.append(row)
+    rows_out = len(flagged) - len(wf_rows)
+    f_rows: list[Any] = []
+    f_out = 0
+    for i, wf in enumerate(flagged):
+        first = SECTION_ROWS if wf.anchor else 0
+        for num, f in enumerate(wf.findings[first:], first + 1):
+            if i >= len(wf_rows) or budget < 0:
+                f_out += 1
+                continue
+            what = describe(f)
+            note = coverage.history_note(f) if coverage is not None else None
+            f_rows.append(
+                [
+                    i,
+                    num,
+                    _RANK[f.severity],
+                    ref(f.kind.value),
+                    _at(f),
+                    what,
+                    ref(f.action),
+                    f.confidence.value,
+                    ref(confidence_reason(f)),
+                    health[f.finding_id].status,
+                    ref(note) if note else -1,
+                ]
+            )
+            budget -= len(what) + 60
+    left = []
+    if rows_out:
+        left.append(f"{rows_out:,} flagged workflows are not in the overview")
+    if f_out:
+        left.append(f"{f_out:,} findings are not listed")
+    left_out = (
+        "To keep this page light, " + " and ".join(left) + "; --format json lists every one."
+        if left
+        else ""
+    )
+    data = {
+        "sev": [s.value for s in _ORDER],
+        "wf": wf_rows,
+        "f": f_rows,
+        "s": list(strings),
+        "rows": PAGE_ROWS,
+        "wfOut": rows_out,
+    }
+    return data, left_out
+
+
 #: Destinations listed (all are in --format json).
 MAX_DESTINATIONS_LISTED = 200
+#: --what-if-fenced changes listed (all are in --format json).
+MAX_WHAT_IF_LISTED = 300
 _VERDICT_TIP = {
     Verdict.IGNORES_FENCE: "committed an effect for a displaced owner: it ignores the fence",
     Verdict.ENFORCES_FENCE: "refused displaced owners and committed none of theirs",
@@ -243,18 +436,19 @@ def _destinations(replay: Replay) -> str:
     out = [
         "<h2>Destinations</h2><p class='muted'>Does each sink refuse a displaced owner? "
         "A lease service can be healthy while a destination ignores the ownership token."
-        "</p><div class='panel'><table><tr><th>sink</th>"
+        "</p><div class='panel'><table class='cardable'><tr><th>sink</th>"
         "<th class='num'>stale committed</th><th class='num'>stale rejected</th>"
         "<th class='num'>current committed</th><th>verdict</th></tr>"
     ]
     for d in dests[:MAX_DESTINATIONS_LISTED]:
         v = d.verdict
         out.append(
-            f"<tr><td class='key'>{escape(d.sink)}</td>"
-            f"<td class='num'>{d.stale_committed:,}</td>"
-            f"<td class='num'>{d.stale_rejected:,}</td>"
-            f"<td class='num'>{d.current_committed:,}</td>"
-            f"<td><span class='pill {v.value}' title='{escape(_VERDICT_TIP[v], quote=True)}'>"
+            f"<tr>{_td('sink', escape(d.sink), 'key')}"
+            f"{_td('stale committed', f'{d.stale_committed:,}', 'num')}"
+            f"{_td('stale rejected', f'{d.stale_rejected:,}', 'num')}"
+            f"{_td('current committed', f'{d.current_committed:,}', 'num')}"
+            f"<td data-l='verdict'><span class='pill {v.value}' "
+            f"title='{escape(_VERDICT_TIP[v], quote=True)}'>"
             f"{v.value.replace('_', ' ')}</span></td></tr>"
         )
     out.append("</table></div>")
@@ -284,60 +478,88 @@ def _what_if(w: WhatIf, anchors: Mapping[str, str]) -> str:
         out.append("<p>No finding would change.</p>")
         return "".join(out)
     out.append(
-        "<div class='panel'><table><tr><th>workflow</th><th>finding</th><th class='nw'>at</th>"
+        "<div class='panel'><table class='cardable'><tr><th>workflow</th><th>finding</th>"
+        "<th class='nw'>at</th>"
         "<th>change</th><th>what would differ</th></tr>"
     )
-    for c in w.changes:
+    for c in w.changes[:MAX_WHAT_IF_LISTED]:
         f = c.finding
         anchor = anchors.get(f.workflow_key)
         key = escape(f.workflow_key)
         key_html = f"<a href='#{anchor}'>{key}</a>" if anchor else key
         pill = "cleared" if c.change == REMOVED else "open" if c.change == ADDED else "medium"
         out.append(
-            f"<tr><td class='key'>{key_html}</td><td class='nw'>{_sev(f.severity)} "
-            f"{f.kind.value}</td><td class='nw'>{_at(f)}</td>"
-            f"<td><span class='pill {pill}'>{c.change}</span></td>"
-            f"<td>{escape(change_text(c))}</td></tr>"
+            f"<tr>{_td('workflow', key_html, 'key')}"
+            f"{_td('finding', f'{_sev(f.severity)} {f.kind.value}', 'nw')}"
+            f"{_td('at', _at(f), 'nw')}"
+            + _td("change", f"<span class='pill {pill}'>{c.change}</span>")
+            + f"{_td('what would differ', escape(change_text(c)))}</tr>"
         )
     out.append("</table></div>")
+    if len(w.changes) > MAX_WHAT_IF_LISTED:
+        out.append(
+            f"<p class='note'>The first {MAX_WHAT_IF_LISTED} of {len(w.changes):,} changes; "
+            "--format json lists every one.</p>"
+        )
     return "".join(out)
 
 
-def _overview(flagged: list[_Workflow], clean: list[str], replay: Replay) -> str:
+def _overview(flagged: list[_Workflow], clean: list[str]) -> str:
+    """The flagged workflows' table, drawn from the embedded data a page at a
+    time (``fw-data``'s ``wf``), and the clean ones' collapsible list."""
     out = ["<h2>Workflows</h2>"]
     if flagged:
         out.append(
-            "<div class='panel'><table><tr><th>workflow</th><th>worst</th>"
+            "<div class='panel paged' data-table='wf'><div class='pager-tools'>"
+            "<input type='search' placeholder='filter by workflow key' aria-label='filter'>"
+            "<span class='sp'></span><span class='pg'></span></div>"
+            "<table class='cardable'><thead><tr><th>workflow</th><th>worst</th>"
             "<th class='num'>critical</th><th class='num'>incident</th>"
             "<th class='num'>warning</th><th class='num'>diagnostic</th>"
             "<th class='num'>open</th><th class='num'>cleared</th>"
-            "<th class='num'>events</th><th class='num'>epochs</th></tr>"
+            "<th class='num'>events</th><th class='num'>epochs</th></tr></thead>"
+            "<tbody></tbody></table></div>"
         )
-        for wf in flagged:
-            state = replay.states.get(wf.key)
-            n_events = state.n_events if state is not None else 0
-            epochs = len({e.epoch for e in state.timeline()}) if state is not None else 0
-            out.append(
-                f"<tr><td class='key'><a href='#{wf.anchor}'>{escape(wf.key)}</a></td>"
-                f"<td>{_sev(wf.worst)}</td>{_sev_cells(wf.counts)}"
-                f"<td class='num'>{wf.open}</td><td class='num'>{wf.cleared}</td>"
-                f"<td class='num'>{n_events:,}</td><td class='num'>{epochs}</td></tr>"
-            )
-        out.append("</table></div>")
     else:
         out.append("<p>No workflow has a finding.</p>")
     if clean:
-        listed = clean[:MAX_CLEAN_LISTED]
+        listed: list[str] = []
+        used = 0
+        for k in clean[:MAX_CLEAN_LISTED]:
+            item = f"<li>{escape(k)}</li>"
+            used += len(item)
+            if used > _CLEAN_BYTES:
+                break
+            listed.append(item)
         more = len(clean) - len(listed)
         out.append(
             f"<details class='clean'><summary>{_plural(len(clean), 'clean workflow')} "
             "(no finding): show</summary><ul class='cleanlist'>"
-            + "".join(f"<li>{escape(k)}</li>" for k in listed)
+            + "".join(listed)
             + "</ul>"
             + (f"<p class='note'>… and {more:,} more (not listed).</p>" if more else "")
             + "</details>"
         )
     return "".join(out)
+
+
+def _others(n_undrawn: int) -> str:
+    """The findings of the workflows without a section (and of long
+    sections past their first rows), from the embedded data (``f``)."""
+    head = (
+        f"Findings of the other {_plural(n_undrawn, 'flagged workflow')}"
+        if n_undrawn
+        else "More findings"
+    )
+    return (
+        f"<h2 id='others'>{head}</h2>"
+        "<div class='panel paged' data-table='f'><div class='pager-tools'>"
+        "<input type='search' placeholder='filter by workflow key' aria-label='filter'>"
+        "<span class='sp'></span><span class='pg'></span></div>"
+        "<table class='cardable findings'><thead><tr><th>workflow</th><th class='nw'>#</th>"
+        "<th>severity</th><th>kind</th><th class='nw'>at</th><th>what happened</th>"
+        "<th>confidence</th><th>status</th></tr></thead><tbody></tbody></table></div>"
+    )
 
 
 def _legend() -> str:
@@ -355,39 +577,59 @@ def _legend() -> str:
 
 
 def _workflow_section(
-    replay: Replay, wf: _Workflow, health: Mapping[str, Health], *, draw: bool
+    replay: Replay, wf: _Workflow, health: Mapping[str, Health], coverage: Coverage | None
 ) -> str:
     out = [
         f"<section class='wf' id='{wf.anchor}'><div class='wf-head'><h3>{escape(wf.key)}</h3>"
         f"{_sev(wf.worst)}<span class='muted'>{_plural(len(wf.findings), 'finding')} · "
-        f"{wf.open} open · {wf.cleared} cleared</span></div>"
+        f"{wf.open:,} open · {wf.cleared:,} cleared</span></div>"
     ]
     # The timeline first: where things went wrong at a glance; the table
     # below says what each numbered mark is and what to do.
     state = replay.states.get(wf.key)
-    if draw and state is not None:
-        out.append(_timeline(state.timeline(), wf.findings, health))
+    if state is not None:
+        out.append(render_timeline(state.timeline(), wf.findings, health))
     out.append(
-        "<div class='tscroll'><table class='findings'><tr><th class='nw'>#</th>"
+        "<div class='tscroll'><table class='findings cardable'><tr><th class='nw'>#</th>"
         "<th>severity</th><th>kind</th>"
         "<th class='nw'>at</th><th>what happened</th><th>confidence</th><th>status</th></tr>"
     )
-    for num, f in enumerate(wf.findings, 1):
+    for num, f in enumerate(wf.findings[:SECTION_ROWS], 1):
         h = health[f.finding_id]
-        conf = f.confidence.value
-        conf_html = (
-            f"<span class='pill {conf}' title='{escape(confidence_reason(f), quote=True)}'>"
-            f"{conf}</span>"
-        )
+        note = coverage.history_note(f) if coverage is not None else None
         out.append(
-            f"<tr id='f-{f.finding_id}'><td class='nw muted'>{num}</td><td>{_sev(f.severity)}</td>"
-            f"<td class='nw'>{f.kind.value}</td><td class='nw'>{_at(f)}</td>"
-            f"<td class='what'>{escape(describe(f))}<div class='action'>{escape(f.action)}"
-            "</div></td>"
-            f"<td>{conf_html}</td><td><span class='pill {h.status}'>{h.status}</span></td></tr>"
+            f"<tr id='f-{f.finding_id}'>{_td('#', str(num), 'nw muted')}"
+            f"{_td('severity', _sev(f.severity))}{_td('kind', f.kind.value, 'nw')}"
+            f"{_td('at', _at(f), 'nw')}"
+            + _td(
+                "what happened",
+                f"{escape(describe(f))}<div class='action'>{escape(f.action)}</div>",
+                "what",
+            )
+            + _td("confidence", _confidence(f, note))
+            + _td("status", f"<span class='pill {h.status}'>{h.status}</span>")
+            + "</tr>"
         )
-    out.append("</table></div></section>")
+    out.append("</table></div>")
+    if len(wf.findings) > SECTION_ROWS:
+        out.append(
+            f"<p class='note'>The first {SECTION_ROWS} findings; the other "
+            f"{len(wf.findings) - SECTION_ROWS:,} are in the <a href='#others'>findings "
+            "table</a> below.</p>"
+        )
+    out.append("</section>")
     return "".join(out)
+
+
+def _confidence(f: Finding, note: str | None) -> str:
+    """The confidence pill (its reason as a tooltip) and, when the key's
+    partition lost records before the audit, the note saying so."""
+    conf = f.confidence.value
+    tip = confidence_reason(f) + (f"; {note}" if note else "")
+    pill = f"<span class='pill {conf}' title='{escape(tip, quote=True)}'>{conf}</span>"
+    if note:
+        pill += f"<div class='hnote'>{escape(note)}</div>"
+    return pill
 
 
 def _title(e: Evidence) -> str:
@@ -398,7 +640,15 @@ def _title(e: Evidence) -> str:
     )
 
 
-def _timeline(events: list[Evidence], findings: list[Finding], health: Mapping[str, Health]) -> str:
+def render_timeline(
+    events: list[Evidence], findings: list[Finding], health: Mapping[str, Health]
+) -> str:
+    """One workflow's ownership timeline (a ``<div class='tl'>``): ``events``
+    its retained evidence in position order (``KeyState.timeline()``),
+    ``findings`` its findings in report order (their marks are numbered in
+    that order), ``health`` the health of each by finding id. Styled by
+    :data:`~streams.report.html_assets.CSS`; its buttons work with
+    :data:`~streams.report.html_assets.JS`."""
     if not events:
         return "<p class='note'>No evidence retained for this workflow.</p>"
     n = len(events)
@@ -606,7 +856,9 @@ def _run(
     col: Any,
 ) -> str:
     """A collapsed run of events ``start..end-1``: one column with a count per
-    lane; its events drawn hidden (shown on click) while the budget lasts."""
+    lane; its events, while the budget lasts, in a ``<template>`` (parsed but
+    not in the page until a click expands the run: a large page stays quick
+    to lay out)."""
     per_lane: Counter[int] = Counter(events[k].epoch for k in range(start, end))
     types = Counter(events[k].type for k in range(start, end))
     span = f"positions {events[start].position}-{events[end - 1].position}"
@@ -622,7 +874,7 @@ def _run(
     detail = "".join(col(k) for k in range(start, end))
     return (
         f"<div class='run' data-x='1'><button class='col sum' data-act='run' title='{tip}'>"
-        f"{counts}</button><div class='det'>{detail}</div></div>"
+        f"{counts}</button><template>{detail}</template></div>"
     )
 
 
@@ -631,19 +883,25 @@ def _invalid(replay: Replay) -> str:
         return ""
     out = [
         f"<h2>Invalid input</h2><p class='muted'>{_plural(replay.invalid_count, 'record')} "
-        "skipped.</p><div class='panel'><table><tr><th>where</th><th>field</th>"
+        "skipped.</p><div class='panel'><table class='cardable'><tr><th>where</th><th>field</th>"
         "<th>reason</th></tr>"
     ]
+    used = listed = 0
     for inv in replay.invalid[:MAX_INVALID_LISTED]:
         where = f"{inv.source}:{inv.line}" if inv.line is not None else f"{inv.source}@{inv.offset}"
-        out.append(
-            f"<tr><td class='key'>{escape(where)}</td><td>{escape(inv.field or '')}</td>"
-            f"<td>{escape(inv.reason)}</td></tr>"
+        row = (
+            f"<tr>{_td('where', escape(where), 'key')}{_td('field', escape(inv.field or ''))}"
+            f"{_td('reason', escape(inv.reason))}</tr>"
         )
+        used += len(row)
+        if used > _INVALID_BYTES:
+            break
+        out.append(row)
+        listed += 1
     out.append("</table></div>")
-    if replay.invalid_count > MAX_INVALID_LISTED:
+    if replay.invalid_count > listed:
         out.append(
-            f"<p class='note'>The first {MAX_INVALID_LISTED:,} are listed; --format json lists "
+            f"<p class='note'>The first {listed:,} are listed; --format json lists "
             "the first 10,000.</p>"
         )
     return "".join(out)

@@ -138,21 +138,118 @@ font-size:10.5px;color:var(--muted);white-space:nowrap;font-variant-numeric:tabu
 .hit .pos{color:var(--ink);font-weight:650}
 .note{font-size:12.5px;color:var(--muted);margin:6px 0 0}
 footer{margin-top:40px;color:var(--muted);font-size:12px}
-@media (max-width:720px){main{padding:18px 12px 48px}.wf{padding:12px 10px}
-td.what{min-width:16em}
+.banner .d,.banner ul{font-weight:400;margin:4px 0 0}
+.banner.missing{background:#fdf0ef;border:1px solid #f1b5b0;color:#8c1d18}
+.hnote{color:#8a5a00;font-size:12px;margin-top:3px}
+.left-out{font-weight:600}
+/* Paged tables: drawn from the embedded data a page at a time. */
+.pager-tools{display:flex;gap:8px;align-items:center;flex-wrap:wrap;padding:6px 12px;
+font-size:12.5px;color:var(--muted)}
+.pager-tools .sp{flex:1}
+.pager-tools input{font:inherit;color:var(--ink);padding:2px 8px;border:1px solid #cdd2d9;
+border-radius:6px;flex:0 1 260px;min-width:0}
+.pager-tools button{font:inherit;color:var(--ink);background:#fff;border:1px solid #cdd2d9;
+border-radius:6px;padding:1px 9px;cursor:pointer}
+.pager-tools button:disabled{color:#c3c8cf;cursor:default}
+.pg{display:inline-flex;gap:6px;align-items:center;white-space:nowrap}
+/* The paged tables' many columns: tighter cells, so they fit down to the
+   card width. */
+.paged th,.paged td{padding-left:8px;padding-right:8px}
+.paged td.key{min-width:10em}
+@media (max-width:720px){main{padding:18px 12px 48px}.wf{padding:12px 10px}}
 /* Narrow: columns keep room for their marks and the timeline scrolls inside
    itself (lane labels stay), rather than drawing marks over each other. */
-.col{min-width:18px}.col.hit{min-width:24px}.sum{min-width:26px}}
+@media (max-width:940px){.col{min-width:18px}.col.hit{min-width:24px}.sum{min-width:26px}}
+/* Narrow: a table stacks into one card per row, each cell under its
+   column's name (data-l), rather than scrolling sideways. */
+@media (max-width:940px){
+table.cardable,table.cardable tbody,table.cardable tr,table.cardable td{display:block;width:auto}
+table.cardable thead,table.cardable tr:has(>th){display:none}
+table.cardable tr{border-bottom:1px solid var(--line);padding:6px 0}
+table.cardable tr:last-child{border-bottom:0}
+table.cardable td{border:0;position:relative;padding:2px 12px 2px 160px;
+min-width:0;text-align:left;white-space:normal;overflow-wrap:anywhere}
+table.cardable td::before{content:attr(data-l);position:absolute;left:12px;width:142px;
+color:var(--muted);font-size:11px;font-weight:600;line-height:20px;text-transform:uppercase;
+letter-spacing:.02em;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+}
+/* Wide enough for two fields a line: the cards pair them (a key or a
+   sentence keeps a whole line). */
+@media (min-width:561px) and (max-width:940px){
+table.cardable tr{display:grid;grid-template-columns:1fr 1fr}
+table.cardable td.key,table.cardable td.what{grid-column:1/-1}
+}
 """
 
-# Inline, no network: expand a run, expand all, back to fit, zoom.
+# Inline, no network: expand a run, expand all, back to fit, zoom; the paged
+# tables (overview, other findings) drawn from the embedded data (fw-data,
+# see streams.report.html._data), a page at a time, with a filter.
 JS = """
+(function(){
+var el=document.getElementById('fw-data');if(!el)return;
+var D=JSON.parse(el.textContent),S=D.s,SEV=D.sev,N=D.rows||50;
+var CNT=['cnt-crit','cnt-inc','cnt-warn','cnt-diag'];
+function fmt(n){return Number(n).toLocaleString('en-US');}
+function cell(tr,label,cls){var td=document.createElement('td');td.setAttribute('data-l',label);
+if(cls)td.className=cls;tr.appendChild(td);return td;}
+function span(cls,text,title){var s=document.createElement('span');s.className=cls;
+s.textContent=text;if(title)s.title=title;return s;}
+function wfRow(r){var tr=document.createElement('tr');var a=document.createElement('a');
+a.textContent=r[0];if(r[10]){a.href='#'+r[10];}else{a.href='#others';a.setAttribute('data-pick',r[0]);
+a.title='show its findings';}
+cell(tr,'workflow','key').appendChild(a);
+cell(tr,'worst').appendChild(span('sev '+SEV[r[1]],SEV[r[1]]));
+for(var i=0;i<4;i++){cell(tr,SEV[i],'num '+(r[2+i]?CNT[i]:'zero')).textContent=fmt(r[2+i]);}
+cell(tr,'open','num').textContent=fmt(r[6]);cell(tr,'cleared','num').textContent=fmt(r[7]);
+cell(tr,'events','num').textContent=fmt(r[8]);cell(tr,'epochs','num').textContent=fmt(r[9]);
+return tr;}
+function fRow(r){var tr=document.createElement('tr');
+cell(tr,'workflow','key').textContent=D.wf[r[0]][0];
+cell(tr,'#','nw muted').textContent=r[1];
+cell(tr,'severity').appendChild(span('sev '+SEV[r[2]],SEV[r[2]]));
+cell(tr,'kind','nw').textContent=S[r[3]];cell(tr,'at','nw').textContent=r[4];
+var w=cell(tr,'what happened','what');w.appendChild(document.createTextNode(r[5]));
+var ac=document.createElement('div');ac.className='action';ac.textContent=S[r[6]];w.appendChild(ac);
+var note=r[10]>=0?S[r[10]]:'';
+var c=cell(tr,'confidence');c.appendChild(span('pill '+r[7],r[7],S[r[8]]+(note?'; '+note:'')));
+if(note){var h=document.createElement('div');h.className='hnote';h.textContent=note;
+c.appendChild(h);}
+cell(tr,'status').appendChild(span('pill '+r[9],r[9]));return tr;}
+var T={wf:{rows:D.wf,key:function(r){return r[0];},row:wfRow},
+f:{rows:D.f,key:function(r){return D.wf[r[0]][0];},row:fRow}};
+var pagers={};
+document.querySelectorAll('.paged').forEach(function(box){
+var t=T[box.getAttribute('data-table')];if(!t)return;
+var st={page:0,q:'',rows:t.rows},body=box.querySelector('tbody'),pg=box.querySelector('.pg'),
+input=box.querySelector('input');
+function btn(label,to,off){var b=document.createElement('button');b.textContent=label;
+b.disabled=off;b.onclick=function(){st.page=to;draw();};return b;}
+if(t.rows.length<=N)box.querySelector('.pager-tools').style.display='none';
+function draw(){var rows=st.rows,n=rows.length,pages=Math.max(1,Math.ceil(n/N));
+if(st.page>=pages)st.page=pages-1;var a=st.page*N,b=Math.min(n,a+N);
+var frag=document.createDocumentFragment();
+for(var i=a;i<b;i++)frag.appendChild(t.row(rows[i]));
+body.textContent='';body.appendChild(frag);pg.textContent='';
+pg.appendChild(btn('\u2039 prev',st.page-1,st.page===0));
+pg.appendChild(document.createTextNode(n?'rows '+fmt(a+1)+'\u2013'+fmt(b)+' of '+fmt(n):
+(st.q?'no row matches':'no rows')));
+pg.appendChild(btn('next \u203a',st.page+1,st.page>=pages-1));}
+function filter(q,exact){st.q=q;st.page=0;st.rows=q?t.rows.filter(function(r){
+var k=t.key(r);return exact?k===q:k.indexOf(q)>=0;}):t.rows;draw();}
+input.addEventListener('input',function(){filter(input.value,false);});
+pagers[box.getAttribute('data-table')]={pick:function(q){input.value=q;filter(q,true);}};
+draw();});
+document.addEventListener('click',function(e){var a=e.target.closest('a[data-pick]');
+if(a&&pagers.f)pagers.f.pick(a.getAttribute('data-pick'));});
+})();
+function expand(r){var tp=r.querySelector(':scope>template');
+if(tp){var d=document.createElement('div');d.className='det';d.appendChild(tp.content);
+tp.replaceWith(d);}r.classList.add('open');}
 document.addEventListener('click',function(e){
 var t=e.target.closest('[data-act]');if(!t)return;var tl=t.closest('.tl');if(!tl)return;
 var a=t.getAttribute('data-act');
-if(a==='run'){t.parentNode.classList.add('open');tl.classList.add('free');}
-else if(a==='all'){tl.querySelectorAll('.run[data-x]').forEach(function(r){
-r.classList.add('open')});tl.classList.add('free');}
+if(a==='run'){expand(t.parentNode);tl.classList.add('free');}
+else if(a==='all'){tl.querySelectorAll('.run[data-x]').forEach(expand);tl.classList.add('free');}
 else if(a==='fit'){tl.querySelectorAll('.run.open').forEach(function(r){
 r.classList.remove('open')});tl.classList.remove('free');
 tl.style.setProperty('--cw',tl.getAttribute('data-cw')+'px');}

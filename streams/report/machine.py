@@ -6,11 +6,18 @@ import orjson
 
 from streams.core.replay import Replay
 from streams.core.whatif import WhatIf
+from streams.report.coverage import Coverage
 
 __all__ = ["render_json", "render_jsonl"]
 
 
-def render_json(replay: Replay, *, partial: bool = False, what_if: WhatIf | None = None) -> str:
+def render_json(
+    replay: Replay,
+    *,
+    partial: bool = False,
+    what_if: WhatIf | None = None,
+    coverage: Coverage | None = None,
+) -> str:
     """``{"findings": [...], "health": [...], "destinations": [...],
     "invalid": [...], "summary": {...}}``, findings in SPEC §6 order (workflow
     key, position, kind); ``health`` is the health view (SPEC §4), one entry
@@ -18,14 +25,27 @@ def render_json(replay: Replay, *, partial: bool = False, what_if: WhatIf | None
     (SPEC §6), worst verdict first.
     ``summary.partial`` is true when the audit was interrupted (Ctrl-C).
     ``what_if`` (``--what-if-fenced``): added as ``"what_if"``, next to the
-    real findings, which it never replaces."""
+    real findings, which it never replaces.
+    ``coverage`` (a topic audit): ``summary.partial_reason`` and
+    ``summary.next_offsets`` (per partition, to resume) when the read stopped
+    early; ``summary.missing_history`` when partitions had records deleted
+    before the read (how many, and the findings on their keys)."""
+    coverage = coverage or Coverage.of(partial)
     health = replay.health()
+    findings = replay.latest_findings()
+    summary = {**replay.summary(health), "partial": coverage is not None and bool(coverage.partial)}
+    if coverage is not None:
+        if coverage.partial is not None:
+            summary["partial_reason"] = coverage.partial
+        if coverage.next_offsets:
+            summary["next_offsets"] = {str(p): o for p, o in sorted(coverage.next_offsets.items())}
+        summary.update(coverage.summary(findings))
     doc = {
-        "findings": [f.to_dict() for f in replay.latest_findings()],
+        "findings": [f.to_dict() for f in findings],
         "health": [h.to_dict() for h in health],
         "destinations": [d.to_dict() for d in replay.destinations()],
         "invalid": [i.to_dict() for i in replay.invalid],
-        "summary": {**replay.summary(health), "partial": partial},
+        "summary": summary,
     }
     if what_if is not None:
         doc["what_if"] = what_if.to_dict()

@@ -11,8 +11,9 @@ from streams.core.health import CLEARED, Health
 from streams.core.records import Confidence, Kind, Severity
 from streams.core.replay import Replay
 from streams.core.whatif import ADDED, REMOVED, Change, WhatIf
+from streams.report.coverage import INTERRUPTED, Coverage
 
-__all__ = ["change_text", "confidence_reason", "describe", "render_text"]
+__all__ = ["change_text", "confidence_reason", "describe", "partial_lines", "render_text"]
 
 _LABEL = {
     # The severity's own word, as the demo and `findings` print it.
@@ -193,6 +194,36 @@ def _what_if_lines(w: WhatIf) -> list[str]:
     return lines
 
 
+def partial_lines(records: int, coverage: Coverage) -> list[str]:
+    """The header of a partial report: why the read stopped, and where each
+    partition got to (with the --from-offset that resumes it)."""
+    why = (
+        "interrupted"
+        if coverage.partial in (None, INTERRUPTED)
+        else f"stopped early ({coverage.partial})"
+    )
+    lines = [
+        f"PARTIAL REPORT: {why} after {_count(records, 'record')}; "
+        "findings and counts cover only what was read"
+    ]
+    resume = coverage.resume_arg()
+    if resume is not None and coverage.next_offsets:
+        nexts = ", ".join(f"{p}: {o:,}" for p, o in sorted(coverage.next_offsets.items()))
+        lines.append(f"next offset per partition: {nexts} (resume: --from-offset {resume})")
+    return lines
+
+
+def _missing_lines(coverage: Coverage) -> list[str]:
+    n = coverage.missing_records
+    lines = [
+        f"missing history ({_count(n, 'record')} deleted before the audit; findings on keys "
+        "of these partitions may lack earlier evidence):"
+    ]
+    lines.extend(f"  {m.text()}" for m in coverage.missing)
+    lines.append("")
+    return lines
+
+
 def render_text(
     replay: Replay,
     *,
@@ -200,19 +231,21 @@ def render_text(
     fail_on: str = "warning",
     partial: bool = False,
     what_if: WhatIf | None = None,
+    coverage: Coverage | None = None,
 ) -> str:
     """``partial``: the audit was interrupted; a header says the report covers
     only the records read. ``what_if`` (``--what-if-fenced``): a section with
-    the findings that would change, after the real ones."""
+    the findings that would change, after the real ones. ``coverage``: why a
+    partial read stopped and where (it implies ``partial``), and the
+    partitions whose early records were deleted (a section, and a note on
+    the confidence of the findings on their keys)."""
+    coverage = coverage or Coverage.of(partial)
     findings = replay.latest_findings()
     health_view = replay.health()
     health = {h.finding_id: h for h in health_view}
     lines: list[str] = []
-    if partial:
-        lines.append(
-            f"PARTIAL REPORT: interrupted after {_count(replay.records, 'record')}; "
-            "findings and counts cover only what was read"
-        )
+    if coverage is not None and coverage.partial is not None:
+        lines.extend(partial_lines(replay.records, coverage))
         lines.append("")
     for wkey, group in groupby(findings, key=lambda f: f.workflow_key):
         items = list(group)
@@ -225,7 +258,10 @@ def render_text(
             if colour:
                 label = f"{_COLOUR[f.severity]}{label}{_RESET}"
             lines.append(f"  {label} {f.kind.value:<18} {_at(f):<10} {describe(f)}")
-            lines.append(f"             confidence: {confidence_reason(f)}")
+            note = coverage.history_note(f) if coverage is not None else None
+            lines.append(
+                f"             confidence: {confidence_reason(f)}" + (f"; {note}" if note else "")
+            )
             lines.append(f"             action: {f.action}")
             lines.append(f"             {_status(health[f.finding_id])}")
         lines.append("")
@@ -245,6 +281,8 @@ def render_text(
         if replay.invalid_count > 50:
             lines.append(f"  ... and {replay.invalid_count - 50} more (use --format json)")
         lines.append("")
+    if coverage is not None and coverage.missing:
+        lines.extend(_missing_lines(coverage))
     s = replay.summary(health_view)
     by_sev = s["by_severity"]
     counts = ", ".join(
@@ -258,6 +296,11 @@ def render_text(
         + (
             f"; {s['redeliveries_dropped']:,} redeliveries dropped"
             if s["redeliveries_dropped"]
+            else ""
+        )
+        + (
+            f"; {_count(coverage.missing_records, 'record')} of history missing"
+            if coverage is not None and coverage.missing
             else ""
         )
         + f"; fail-on {fail_on}"

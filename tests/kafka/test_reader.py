@@ -8,7 +8,7 @@ import pytest
 
 from streams.errors import BrokerError
 from streams.kafka.errors import TopicMissing
-from streams.kafka.reader import END, Offset, Timestamp, iter_topic
+from streams.kafka.reader import END, Offset, PartitionOffsets, Timestamp, Truncated, iter_topic
 
 pytestmark = pytest.mark.kafka
 
@@ -76,3 +76,27 @@ def test_unknown_topic_is_a_broker_error(kafka_bootstrap: str) -> None:
     assert str(raised.value).startswith(
         f"topic no-such-topic-fencewatch-xyz does not exist on {kafka_bootstrap}"
     )
+
+
+def test_per_partition_start_and_deleted_history_are_reported(
+    kafka_bootstrap: str, unique_topic: Callable[..., str]
+) -> None:
+    """PartitionOffsets starts each named partition at its offset (the others at their log
+    start); on_truncated names a partition whose log starts above the start, with the count."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = unique_topic(2)
+    _fill(kafka_bootstrap, topic)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 1, 2)]).values():
+        assert future.result(timeout=30).low_watermark == 2
+    seen: list[list[Truncated]] = []
+    recs = list(
+        iter_topic(kafka_bootstrap, topic, start=PartitionOffsets({0: 3}), on_truncated=seen.append)
+    )
+    assert sorted((r.partition, r.offset) for r in recs) == [(0, 3), (0, 4), (1, 2), (1, 3), (1, 4)]
+    assert seen == [[Truncated(partition=1, asked=0, log_start=2, missing=2)]]
+    seen.clear()
+    list(iter_topic(kafka_bootstrap, topic, start=Offset(2), on_truncated=seen.append))
+    assert seen == [[]]

@@ -30,15 +30,25 @@ CHECK_SCRIPT = """
   var de = document.documentElement, W = de.clientWidth;
   var r = {clientWidth: W, scrollWidth: de.scrollWidth, bodyScrollWidth: document.body.scrollWidth,
            pageHeight: de.scrollHeight, marks: [], labels: [], timelines: 0};
+  // Milliseconds from the start of navigation to here: the page parsed, its
+  // script run and laid out (scrollWidth above forces the layout).
+  r.renderMs = performance.now();
+  r.pagers = Array.from(document.querySelectorAll('.paged')).map(function(p){
+    return {table: p.getAttribute('data-table'), rows: p.querySelectorAll('tbody tr').length,
+            pg: p.querySelector('.pg').textContent,
+            first: (p.querySelector('tbody tr td') || {}).textContent || null}; });
+  r.timelineKeys = Array.from(document.querySelectorAll('section.wf h3')).map(function(h){
+    return h.textContent; });
   var tls = document.querySelectorAll('.tl');
   r.scrolled = Array.from(document.querySelectorAll('.tl-scroll')).map(function(x){
     return x.scrollLeft; });
   r.timelines = tls.length;
   // Each table against the box it sits in: wider is fine only if that box scrolls.
   r.tables = Array.from(document.querySelectorAll('table')).map(function(t){
-    var box = t.parentElement;
+    var box = t.parentElement, row = t.querySelector('td');
     return {cls: t.className, width: t.scrollWidth, box: box.clientWidth,
-            overflowX: getComputedStyle(box).overflowX};
+            overflowX: getComputedStyle(box).overflowX,
+            cellDisplay: row ? getComputedStyle(row).display : null};
   });
   r.firstTimelineBottom = tls.length ?
     tls[0].getBoundingClientRect().bottom + window.scrollY : 0;

@@ -98,9 +98,9 @@ def test_destinations_table_and_confidence_per_finding() -> None:
     """The destinations (SPEC §6) are a table with verdicts; each finding shows its confidence."""
     page = render_html(_replay(takeover_workflow()))
     assert "<h2>Destinations</h2>" in page
-    ledger = page[page.index("<td class='key'>ledger</td>") :]
+    ledger = page[page.index("<td class='key' data-l='sink'>ledger</td>") :]
     assert ledger[: ledger.index("</tr>")].count("ignores fence") == 1
-    warehouse = page[page.index("<td class='key'>warehouse</td>") :]
+    warehouse = page[page.index("<td class='key' data-l='sink'>warehouse</td>") :]
     assert "enforces fence" in warehouse[: warehouse.index("</tr>")]
     assert page.count("<span class='pill high'") == 6
     assert page.count("<span class='pill medium'") == 1  # the attempt with no answer
@@ -141,3 +141,93 @@ def test_too_many_finding_positions_scroll_inside_the_timeline_and_say_so() -> N
     page = render_html(_replay(docs, max_events_per_key=len(docs)))
     assert "class='tl dense free'" in page
     assert "too many to fit the width" in page
+
+
+def _stale_commit_workflow(key: str) -> list[dict]:
+    """Two owners; the displaced one commits after the new one: three findings, worst critical."""
+    rows = [
+        ("lease_acquired", 1, "old", None),
+        ("lease_acquired", 2, "new", None),
+        ("effect_committed", 2, "new", "push"),
+        ("effect_attempted", 1, "old", "push"),
+        ("effect_committed", 1, "old", "push"),
+    ]
+    docs = []
+    for seq, (t, epoch, worker, effect) in enumerate(rows, 1):
+        doc = {"type": t, "workflow_key": key, "epoch": epoch, "worker_id": worker, "seq": seq}
+        if effect:
+            doc["effect_key"] = effect
+        docs.append(doc)
+    return docs
+
+
+def test_the_page_stays_under_5_mb_at_any_size_and_says_what_it_left_out() -> None:
+    """5,000 flagged workflows with 500-character keys (15,000 findings): the page stays under
+    5 MB, says how many workflows and findings it does not list and where they are; counts have
+    thousands separators."""
+    docs = []
+    for k in range(5_000):
+        docs += _stale_commit_workflow(f"{k:06d}/" + "x" * 493)
+    replay = _replay(docs)
+    assert len(replay.latest) == 15_000
+    page = render_html(replay)
+    assert len(page.encode()) < 5_000_000
+    note = re.search(r"<p class='note left-out'>([^<]*)</p>", page)
+    assert note is not None
+    assert re.search(r"[\d,]+ flagged workflows are not in the overview", note[1])
+    assert re.search(r"[\d,]+ findings are not listed; --format json lists every one", note[1])
+    assert "5,000 critical · 5,000 incident · 5,000 warning" in page
+    assert "<div class='v'>15,000</div>" in page
+
+
+def _tangled_workflow(key: str, takeovers: int = 8) -> list[dict]:
+    """``takeovers`` changes of owner, each displaced owner attempting an effect the sink
+    refuses: one warning per takeover, over ``takeovers + 1`` epochs."""
+    docs: list[dict] = []
+
+    def ev(t: str, epoch: int, effect: str | None = None) -> None:
+        doc = {"type": t, "workflow_key": key, "epoch": epoch, "worker_id": f"w{epoch}"}
+        doc["seq"] = len(docs) + 1
+        if effect:
+            doc["effect_key"] = effect
+        docs.append(doc)
+
+    ev("lease_acquired", 1)
+    for e in range(2, takeovers + 2):
+        ev("lease_acquired", e)
+        ev("effect_attempted", e - 1, f"step-{e}")
+        ev("effect_rejected", e - 1, f"step-{e}")
+    return docs
+
+
+def test_timelines_go_to_the_most_informative_workflows_and_the_page_says_the_rule() -> None:
+    """300 single-takeover critical workflows and 5 tangled ones (8 takeovers, 8 warnings each):
+    the five get the first timelines (findings x epochs; they got none, being less severe), and
+    the page states the ranking."""
+    docs = []
+    for k in range(300):
+        docs += _stale_commit_workflow(f"a-single-{k:03d}")
+    complex_keys = [f"z-complex-{i}" for i in range(5)]
+    for key in complex_keys:
+        docs += _tangled_workflow(key)
+    page = render_html(_replay(docs))
+    heads = re.findall(r"<section class='wf' id='w\d+'><div class='wf-head'><h3>([^<]*)<", page)
+    assert heads[:5] == complex_keys
+    assert "ranked by findings &times; epochs" in page
+    # Every flagged workflow is in the overview data, whether it has a timeline or not.
+    data = orjson.loads(re.search(r"id='fw-data'>(.*?)</script>", page)[1])
+    assert len(data["wf"]) == 305
+    assert {row[0] for row in data["wf"] if row[10]} == set(heads)
+
+
+def test_render_timeline_draws_one_workflow_on_its_own() -> None:
+    """The timeline renderer is callable for one workflow (the console reuses it)."""
+    from streams.report.html import render_timeline
+
+    replay = _replay(takeover_workflow())
+    findings = replay.latest_findings()
+    health = {h.finding_id: h for h in replay.health()}
+    state = replay.states["tenant-7/nightly-export"]
+    html = render_timeline(state.timeline(), findings, health)
+    assert html.startswith("<div class='tl")
+    assert len(re.findall(r"data-finding='", html)) == len(findings)

@@ -20,7 +20,7 @@ BENCH_ARGS ?=
 
 # `native` always runs: the script itself checks whether the compiled modules
 # exist and match their sources (cheap), and rebuilds only if not.
-.PHONY: venv native test test-faults bench demo lint broker-start broker-stop broker-status
+.PHONY: venv native tools test test-faults bench demo lint broker-start broker-stop broker-status
 
 venv: $(STAMP) native
 
@@ -40,7 +40,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev]'
 	@touch $@
 
-test: venv
+# chromium, promtool and redis-server: installed as root on Debian/Ubuntu, else
+# one line says what is missing and how to install it (before any test runs).
+tools:
+	@scripts/test-tools
+
+test: venv tools
 	scripts/with-services -- $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The fault and volume tests too slow for `make test` (docs/reliability.md).

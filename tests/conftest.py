@@ -100,8 +100,9 @@ def _free_port() -> int:
 
 def _compose_kafka_env(port: int) -> dict[str, str]:
     """The broker settings of docker-compose.yml (kept in step with
-    scripts/kafka-local by tests/kafka/test_compose.py), with one plain listener
-    advertised on the host port."""
+    scripts/kafka-local by tests/kafka/test_compose.py), with the HOST listener
+    (container port 29092) advertised on the host port. The broker reaches
+    itself (transactions) on PLAINTEXT, inside the container, as in compose."""
     import yaml
 
     compose = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
@@ -109,9 +110,7 @@ def _compose_kafka_env(port: int) -> dict[str, str]:
     env.update(
         {
             "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@localhost:9093",
-            "KAFKA_LISTENERS": "PLAINTEXT://:9092,CONTROLLER://:9093",
-            "KAFKA_ADVERTISED_LISTENERS": f"PLAINTEXT://127.0.0.1:{port}",
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "KAFKA_ADVERTISED_LISTENERS": f"PLAINTEXT://localhost:9092,HOST://127.0.0.1:{port}",
         }
     )
     env.pop("KAFKA_LOG_DIRS", None)  # no volume: the container's default path
@@ -155,6 +154,8 @@ def remove_labelled_containers(session_id: str | None = None) -> int:
 
 
 _SESSION_ID = uuid.uuid4().hex[:12]
+# The compose file's listener for clients outside the container network.
+_CONTAINER_HOST_PORT = 29092
 _containers_started = False
 
 
@@ -181,9 +182,8 @@ def _container_broker() -> Iterator[str]:
 
     # A fixed host port, so the advertised listener is right from the start.
     port = _free_port()
-    container = DockerContainer(image, labels={CONTAINER_LABEL: _SESSION_ID}).with_bind_ports(
-        9092, port
-    )
+    container = DockerContainer(image, labels={CONTAINER_LABEL: _SESSION_ID})
+    container = container.with_bind_ports(_CONTAINER_HOST_PORT, port)
     for name, value in _compose_kafka_env(port).items():
         container = container.with_env(name, value)
     _containers_started = True

@@ -8,6 +8,9 @@
 #                    bench/results.json, docs/benchmarks.md and the README's table
 #                    (make bench BENCH_ARGS='--only audit_bench' for one)
 #   make test-faults the slow fault tests (@pytest.mark.faults), docs/reliability.md
+#   make test-containers  Docker for real: the image, the compose stack, and tests/kafka +
+#                    tests/live on a testcontainers broker (scripts/docker-local makes an
+#                    engine, Compose and the images available first)
 #   make broker-start / broker-stop / broker-status   the long-lived dev broker in .run/kafka
 
 SHELL := /bin/bash
@@ -20,7 +23,7 @@ BENCH_ARGS ?=
 
 # `native` always runs: the script itself checks whether the compiled modules
 # exist and match their sources (cheap), and rebuilds only if not.
-.PHONY: venv native test test-faults bench demo lint broker-start broker-stop broker-status
+.PHONY: venv native tools test test-faults test-containers bench demo lint broker-start broker-stop broker-status
 
 venv: $(STAMP) native
 
@@ -40,12 +43,35 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -q -e '.[dev]'
 	@touch $@
 
-test: venv
+# chromium, promtool and redis-server: installed as root on Debian/Ubuntu, else
+# one line says what is missing and how to install it (before any test runs).
+tools:
+	@scripts/test-tools
+
+test: venv tools
 	scripts/with-services -- $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # The fault and volume tests too slow for `make test` (docs/reliability.md).
 test-faults: venv
 	scripts/with-services -- $(BIN)/python -m pytest -m faults $(PYTEST_ARGS)
+
+# (a) the image built from the Dockerfile, (b) the compose stack up, fed and scraped,
+# then down -v (tests/containers), (c) tests/kafka and tests/live on a testcontainers
+# broker. An engine scripts/docker-local started is stopped after; containers the tests
+# labelled (org.fencewatch.tests) are removed even after a failure, and any left fails
+# the run. docs/kafka-local.md ("Docker").
+CONTAINER_TESTS ?= tests/containers tests/kafka tests/live
+test-containers: venv
+	scripts/docker-local with -- bash -c '\
+	  status=0; \
+	  FENCEWATCH_TEST_CONTAINERS=1 FENCEWATCH_TEST_BROKER=testcontainers \
+	    $(BIN)/python -m pytest $(CONTAINER_TESTS) $(PYTEST_ARGS) || status=$$?; \
+	  left="$$(docker ps -aq --filter label=org.fencewatch.tests)"; \
+	  if [[ -n "$$left" ]]; then \
+	    echo "test-containers: removing containers the tests left: $$(echo $$left)" >&2; \
+	    docker rm -f -v $$left >/dev/null; [[ $$status -ne 0 ]] || status=1; \
+	  fi; \
+	  exit $$status'
 
 # Full JIT for the broker: C1-only (the test default) starts faster but
 # would slow the broker side of the throughput figures.

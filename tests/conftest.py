@@ -1,15 +1,23 @@
 """Shared test fixtures: a real Kafka broker and unique topics.
 
-Where the broker comes from, first match wins:
-1. ``KAFKA_BOOTSTRAP`` (bring your own cluster; ``make test`` sets it to the
-   broker it started with ``scripts/kafka-local``);
-2. a testcontainers ``apache/kafka`` container, when the optional
-   ``testcontainers`` package is installed and a Docker engine answers;
-3. ``scripts/kafka-local``, started for this session in a temporary state
-   directory and stopped at the end.
+Where the broker comes from is chosen with ``FENCEWATCH_TEST_BROKER``:
 
-If none works the fixture fails the test with the reason: Kafka tests are
-never skipped.
+- ``local`` (the default): ``KAFKA_BOOTSTRAP`` when set (``make test`` sets it
+  to the broker it started with ``scripts/kafka-local``), else
+  ``scripts/kafka-local`` started for this session in a temporary state
+  directory and stopped at the end;
+- ``testcontainers``: an ``apache/kafka`` container (the settings of
+  docker-compose.yml) started with testcontainers on the Docker engine; the
+  image must be on the engine already (``scripts/docker-local images``): a
+  missing one stops the session with one line, no pull is attempted.
+  Containers carry the label ``org.fencewatch.tests`` and are removed by it
+  when the session ends, whatever happened (the reaper, Ryuk, is disabled: its
+  image cannot be pulled everywhere);
+- ``external``: ``KAFKA_BOOTSTRAP`` must name a cluster (bring your own).
+
+If the chosen broker does not work the fixture fails the test with the reason
+(or, for a missing tool or image, stops the session): Kafka tests are never
+skipped.
 
 ``restartable_kafka`` is a separate, module-scoped ``scripts/kafka-local``
 broker with ``restart()``, ``stop()``, ``start()`` and ``kill9()`` for
@@ -29,6 +37,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +49,10 @@ KAFKA_VERSION = (REPO_ROOT / "scripts" / "kafka-version").read_text().strip()
 # First start may download ~45 MB of jars through Maven.
 _LOCAL_START_TIMEOUT_S = 600
 _READY_TIMEOUT_S = 60.0
+
+# tests/containers builds images and runs the compose stack: only `make
+# test-containers` (which makes Docker available first) collects it.
+collect_ignore = [] if os.environ.get("FENCEWATCH_TEST_CONTAINERS") == "1" else ["containers"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -64,16 +77,19 @@ def _wait_until_answers(bootstrap: str, timeout_s: float) -> str | None:
     return None if meta.brokers else "metadata lists no broker"
 
 
-def _docker_answers() -> bool:
-    try:
-        import docker  # type: ignore[import-not-found]  # optional, with testcontainers
-    except ImportError:
-        return False
-    try:
-        docker.from_env(timeout=3).ping()
-    except Exception:  # any failure means "no usable engine": fall through to the local broker
-        return False
-    return True
+BROKER_CHOICES = ("local", "testcontainers", "external")
+# Every container a test session starts carries this label, with the session's id.
+CONTAINER_LABEL = "org.fencewatch.tests"
+
+
+def _broker_choice() -> str:
+    choice = os.environ.get("FENCEWATCH_TEST_BROKER", "").strip() or "local"
+    if choice not in BROKER_CHOICES:
+        pytest.exit(
+            f"FENCEWATCH_TEST_BROKER={choice!r}: expected one of {', '.join(BROKER_CHOICES)}",
+            returncode=4,
+        )
+    return choice
 
 
 def _free_port() -> int:
@@ -84,8 +100,9 @@ def _free_port() -> int:
 
 def _compose_kafka_env(port: int) -> dict[str, str]:
     """The broker settings of docker-compose.yml (kept in step with
-    scripts/kafka-local by tests/kafka/test_compose.py), with one plain listener
-    advertised on the host port."""
+    scripts/kafka-local by tests/kafka/test_compose.py), with the HOST listener
+    (container port 29092) advertised on the host port. The broker reaches
+    itself (transactions) on PLAINTEXT, inside the container, as in compose."""
     import yaml
 
     compose = yaml.safe_load((REPO_ROOT / "docker-compose.yml").read_text())
@@ -93,48 +110,105 @@ def _compose_kafka_env(port: int) -> dict[str, str]:
     env.update(
         {
             "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@localhost:9093",
-            "KAFKA_LISTENERS": "PLAINTEXT://:9092,CONTROLLER://:9093",
-            "KAFKA_ADVERTISED_LISTENERS": f"PLAINTEXT://127.0.0.1:{port}",
-            "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "KAFKA_ADVERTISED_LISTENERS": f"PLAINTEXT://localhost:9092,HOST://127.0.0.1:{port}",
         }
     )
     env.pop("KAFKA_LOG_DIRS", None)  # no volume: the container's default path
     return env
 
 
-def _container_broker() -> Iterator[str] | None:
+def _docker_client() -> Any:
+    """A docker SDK client on an engine that answers, or the session stops with why."""
     try:
-        from testcontainers.core.container import (  # type: ignore[import-not-found]
-            DockerContainer,
-        )
+        import docker
     except ImportError:
-        return None
-    if not _docker_answers():
-        return None
+        pytest.exit(
+            "FENCEWATCH_TEST_BROKER=testcontainers needs the testcontainers package "
+            "(a dev dependency: make venv)",
+            returncode=4,
+        )
+    try:
+        client = docker.from_env(timeout=10)
+        client.ping()
+    except Exception as exc:  # any failure means "no usable engine"
+        pytest.exit(
+            f"FENCEWATCH_TEST_BROKER=testcontainers: no Docker engine answers ({exc}); "
+            "start one with scripts/docker-local engine",
+            returncode=4,
+        )
+    return client
 
-    def run() -> Iterator[str]:
-        # A fixed host port, so the advertised listener is right from the start.
-        port = _free_port()
-        container = DockerContainer(f"apache/kafka:{KAFKA_VERSION}").with_bind_ports(9092, port)
-        for name, value in _compose_kafka_env(port).items():
-            container = container.with_env(name, value)
-        with container:
-            bootstrap = f"127.0.0.1:{port}"
-            error = _wait_until_answers(bootstrap, 120.0)
-            if error is not None:
-                pytest.fail(
-                    f"Kafka container did not answer at {bootstrap}: {error}", pytrace=False
-                )
-            yield bootstrap
 
-    return run()
+def remove_labelled_containers(session_id: str | None = None) -> int:
+    """Force-remove the containers test sessions started (this session's only,
+    when ``session_id`` is given); returns how many."""
+    import docker
+
+    label = CONTAINER_LABEL if session_id is None else f"{CONTAINER_LABEL}={session_id}"
+    client = docker.from_env(timeout=30)
+    containers = client.containers.list(all=True, filters={"label": label})
+    for container in containers:
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True, v=True)
+    return len(containers)
+
+
+_SESSION_ID = uuid.uuid4().hex[:12]
+# The compose file's listener for clients outside the container network.
+_CONTAINER_HOST_PORT = 29092
+_containers_started = False
+
+
+def _container_broker() -> Iterator[str]:
+    """A testcontainers ``apache/kafka`` broker for the session."""
+    global _containers_started
+    # The reaper's image cannot be pulled here; the label below replaces it. The
+    # engine is reached the way this host sees it, even inside a container.
+    os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
+    os.environ.setdefault("TESTCONTAINERS_CONNECTION_MODE", "docker_host")
+    client = _docker_client()
+    image = f"apache/kafka:{KAFKA_VERSION}"
+    import docker
+
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        pytest.exit(
+            f"FENCEWATCH_TEST_BROKER=testcontainers: the image {image} is not on the Docker "
+            "engine; pull it or build a stand-in with scripts/docker-local images",
+            returncode=4,
+        )
+    from testcontainers.core.container import DockerContainer
+
+    # A fixed host port, so the advertised listener is right from the start.
+    port = _free_port()
+    container = DockerContainer(image, labels={CONTAINER_LABEL: _SESSION_ID})
+    container = container.with_bind_ports(_CONTAINER_HOST_PORT, port)
+    for name, value in _compose_kafka_env(port).items():
+        container = container.with_env(name, value)
+    _containers_started = True
+    with container:
+        bootstrap = f"127.0.0.1:{port}"
+        error = _wait_until_answers(bootstrap, 240.0)
+        if error is not None:
+            pytest.fail(f"Kafka container did not answer at {bootstrap}: {error}", pytrace=False)
+        yield bootstrap
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Without the reaper, a container left by a failed or interrupted teardown
+    # would outlive the session: remove whatever this session labelled.
+    if _containers_started:
+        with contextlib.suppress(Exception):
+            remove_labelled_containers(_SESSION_ID)
 
 
 def _local_broker(state_dir: Path) -> Iterator[str]:
     if shutil.which("java") is None:
         pytest.fail(
-            "no Kafka broker: KAFKA_BOOTSTRAP is unset, no Docker engine answers, and Java is "
-            "missing for scripts/kafka-local (install Java 17+ and Maven, or run `make test`)",
+            "no Kafka broker: KAFKA_BOOTSTRAP is unset and Java is missing for "
+            "scripts/kafka-local (install Java 17+ and Maven, run `make test`, or choose "
+            "FENCEWATCH_TEST_BROKER=testcontainers)",
             pytrace=False,
         )
     env = dict(os.environ)
@@ -236,17 +310,19 @@ def restartable_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Loca
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Bootstrap address of a real Kafka broker for the whole session."""
+    """Bootstrap address of a real Kafka broker for the whole session (FENCEWATCH_TEST_BROKER)."""
+    choice = _broker_choice()
+    if choice == "testcontainers":
+        yield from _container_broker()
+        return
     given = os.environ.get("KAFKA_BOOTSTRAP", "").strip()
+    if choice == "external" and not given:
+        pytest.exit("FENCEWATCH_TEST_BROKER=external needs KAFKA_BOOTSTRAP=host:port", returncode=4)
     if given:
         error = _wait_until_answers(given, _READY_TIMEOUT_S)
         if error is not None:
             pytest.fail(f"KAFKA_BOOTSTRAP={given} does not answer: {error}", pytrace=False)
         yield given
-        return
-    container = _container_broker()
-    if container is not None:
-        yield from container
         return
     yield from _local_broker(tmp_path_factory.mktemp("kafka"))
 

@@ -10,7 +10,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY schemas ./schemas
-COPY examples/reference.jsonl ./examples/reference.jsonl
+# The wheel ships examples/ and deploy/ (`fencewatch demo files`), so both are build inputs.
+COPY examples ./examples
+COPY deploy ./deploy
 COPY streams ./streams
 COPY fencewatch ./fencewatch
 RUN pip install ".[kafka,rocksdb]" \

@@ -22,6 +22,7 @@ from tests.containers.conftest import ROOT, docker
 PROJECT = "fencewatch"  # docker-compose.yml's name:
 HOST_BOOTSTRAP = "127.0.0.1:29092"
 PROMETHEUS = "http://127.0.0.1:9090"
+CONSOLE = "http://127.0.0.1:8765"
 _UP_TIMEOUT_S = 600
 _PROCESSED_TIMEOUT_S = 180
 # Prometheus scrapes every 15 s (deploy/prometheus/prometheus.yml): a few rounds.
@@ -82,7 +83,8 @@ def test_stack_turns_the_fixture_into_four_findings_is_scraped_and_leaves_nothin
     fencewatch_image: str,
 ) -> None:
     """`up -d --wait`; fixture in from the host, SPEC §5's four findings out; Prometheus scrapes
-    the worker (target up) with every alert rule loaded; `down -v` leaves nothing behind."""
+    the worker (target up) with every alert rule loaded; the console lists the workflow;
+    `down -v` leaves nothing behind."""
     assert _left_behind() == [], _EXISTS
     try:
         _compose("up", "-d", "--wait", timeout=_UP_TIMEOUT_S)
@@ -112,3 +114,23 @@ def _check_findings_and_scrape() -> None:
     assert targets[0]["labels"]["instance"] == "fencewatch:9464"
     loaded = {r["name"] for g in _get("/api/v1/rules")["groups"] for r in g["rules"]}
     assert loaded == ALERTS
+
+    # The console service tails the same topics: export-ledger with its four open findings.
+    rows = _console_rows("export-ledger")
+    assert [(r["workflow_key"], r["open_count"]) for r in rows] == [("export-ledger", 4)], rows
+
+
+def _console_rows(prefix: str) -> list[dict[str, Any]]:
+    """The console's /api/workflows rows under ``prefix``, once it lists any (polls)."""
+    deadline = time.monotonic() + _SCRAPE_TIMEOUT_S
+    while True:
+        try:
+            with urllib.request.urlopen(
+                f"{CONSOLE}/api/workflows?prefix={prefix}", timeout=10
+            ) as answer:
+                rows: list[dict[str, Any]] = json.load(answer)["workflows"]
+        except OSError:
+            rows = []  # still starting
+        if any(r.get("open_count") == 4 for r in rows) or time.monotonic() > deadline:
+            return rows
+        time.sleep(1)

@@ -52,7 +52,8 @@ def _env_name(prop: str) -> str:
 
 
 def test_compose_file_parses_with_the_three_services() -> None:
-    """The compose file has the broker, a one-shot topic creator and the processor on kafka:9092."""
+    """The compose file has the broker, a one-shot topic creator, the processor and the console
+    on kafka:9092."""
     compose_cli = shutil.which("docker")
     if compose_cli is not None:
         probe = subprocess.run(
@@ -67,7 +68,7 @@ def test_compose_file_parses_with_the_three_services() -> None:
             )
             assert checked.returncode == 0, checked.stderr
     services = _compose()["services"]
-    assert set(services) == {"kafka", "topics", "fencewatch", "prometheus", "grafana"}
+    assert set(services) == {"kafka", "topics", "fencewatch", "console", "prometheus", "grafana"}
     assert services["grafana"]["profiles"] == ["grafana"]  # optional
     assert services["topics"]["command"][:5] == [
         "fencewatch", "topics", "create", "--bootstrap-servers", "kafka:9092",
@@ -81,6 +82,11 @@ def test_compose_file_parses_with_the_three_services() -> None:
         == "service_completed_successfully"
     )
     assert services["topics"]["depends_on"]["kafka"]["condition"] == "service_healthy"
+    # The console: the same image, published on the host's loopback only.
+    assert services["console"]["command"][:4] == [
+        "fencewatch", "serve", "--bootstrap-servers", "kafka:9092",
+    ]  # fmt: skip
+    assert all(str(p).startswith("127.0.0.1:") for p in services["console"]["ports"])
     assert (ROOT / "Dockerfile").is_file()
 
 

@@ -15,7 +15,16 @@ __all__ = ["main"]
 
 # Subcommand modules, imported lazily so that `fencewatch audit` on a file never
 # pays for (or needs) the Kafka client libraries.
-_COMMANDS: tuple[str, ...] = ("audit", "topics", "run", "demo", "findings", "status", "verify")
+_COMMANDS: tuple[str, ...] = (
+    "audit",
+    "topics",
+    "run",
+    "migrate",
+    "demo",
+    "findings",
+    "status",
+    "verify",
+)
 
 
 def _version() -> str:

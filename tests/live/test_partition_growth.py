@@ -96,7 +96,7 @@ def test_growth_mid_stream_stops_the_worker_then_migrate_makes_findings_exact(
     events = h.scenario_events(n_keys=60, epochs=3, seed=5)
     half = len(events) // 2
     w1 = h.start("w1")
-    w1.wait_ready()
+    w1.wait_ready(timeout=180)
     h.produce(events[:half])
     h.wait_all_committed(timeout=120)
     _grow(h, 4)
@@ -122,7 +122,7 @@ def test_growth_mid_stream_stops_the_worker_then_migrate_makes_findings_exact(
     assert "migrated" in done.stdout and "2 -> 4 partitions" in done.stdout, done.stdout
 
     w3 = h.start("w3")
-    w3.wait_ready()
+    w3.wait_ready(timeout=180)
     h.wait_all_committed(timeout=180)
     assert w3.proc.poll() is None, w3.tail()
     latest, seen = h.live_findings()

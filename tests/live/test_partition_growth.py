@@ -91,7 +91,8 @@ def test_growth_mid_stream_stops_the_worker_then_migrate_makes_findings_exact(
     """Grow 2 -> 4 partitions mid-stream: the worker stops with one line naming
     the change and `fencewatch migrate --partitions 4`, having published only
     findings of the events it processed; a restart is refused with that line;
-    after the migration the findings equal the audit's, each revision once."""
+    a migration to the wrong count is refused in one line; after the
+    migration the findings equal the audit's, each revision once."""
     h: LiveHarness = live(2)
     events = h.scenario_events(n_keys=60, epochs=3, seed=5)
     half = len(events) // 2
@@ -117,6 +118,12 @@ def test_growth_mid_stream_stops_the_worker_then_migrate_makes_findings_exact(
     lines = [ln for ln in w2.tail(20000).splitlines() if "the partitions changed" in ln]
     assert len(lines) == 1 and "has 4 partitions, its state 2" in lines[0], w2.tail()
 
+    wrong = _migrate(h, 3, tmp_path)
+    assert wrong.returncode != 0
+    assert wrong.stderr.strip().splitlines() == [
+        f"fencewatch migrate: topic {h.events} has 4 partitions, --partitions says 3: "
+        "grow the topic first, then migrate to its count"
+    ], wrong.stderr
     done = _migrate(h, 4, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "migrated" in done.stdout and "2 -> 4 partitions" in done.stdout, done.stdout

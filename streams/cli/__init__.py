@@ -20,6 +20,7 @@ _COMMANDS: tuple[str, ...] = (
     "audit",
     "topics",
     "run",
+    "migrate",
     "demo",
     "publish",
     "findings",

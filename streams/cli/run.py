@@ -44,7 +44,11 @@ def register(subparsers: Any) -> None:
     )
     a("--app-id", help="consumer group and transactional id prefix (default fencewatch-live)")
     a("--partitions", type=int, help="expected partitions of the events topic")
-    a("--replication", type=int, help="replication of topics created here (default 1)")
+    a(
+        "--replication",
+        type=int,
+        help="replication of topics created here (default 1; 3 or more sets min.insync.replicas=2)",
+    )
     a(
         "--at-least-once",
         dest="exactly_once",

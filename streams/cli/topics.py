@@ -38,10 +38,15 @@ def register(subparsers: Any) -> None:
     )
     create.add_argument(
         "--replication-factor",
+        "--replication",
+        dest="replication_factor",
         type=int,
         default=-1,
         metavar="N",
-        help="replicas per partition (default: the broker's default.replication.factor)",
+        help=(
+            "replicas per partition (default: the broker's default.replication.factor); "
+            "3 or more also sets min.insync.replicas=2 (docs/operate.md)"
+        ),
     )
     create.add_argument("--events-topic", default=topics.DEFAULT_EVENTS_TOPIC, metavar="NAME")
     create.add_argument("--findings-topic", default=topics.DEFAULT_FINDINGS_TOPIC, metavar="NAME")

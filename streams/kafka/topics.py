@@ -20,6 +20,16 @@ Topic settings (why):
   and compaction keeps it for every key however old, which time retention
   would not.
 
+Replication: with ``replication_factor`` 3 or more every topic also gets
+``min.insync.replicas=2`` (:func:`min_insync_replicas`). fencewatch's
+producers write with ``acks=all`` (idempotent, transactional), and acks=all
+means "every replica in the ISR": with a min ISR of 1 the ISR may shrink to
+the leader alone, which then acknowledges writes no other broker has, and
+losing that one broker loses acknowledged findings. With 2, an acknowledged
+write is on two brokers, and one broker down still leaves the topic
+writable. With 2 replicas it stays the broker default: a min ISR of 2 there
+would stop all writes whenever either broker is down.
+
 Every topic gets the same partition count, so a workflow key's records sit in
 the same partition number end to end. Creation never changes an existing
 topic (adding partitions would move keys to other partitions and break
@@ -46,6 +56,7 @@ __all__ = [
     "TopicNames",
     "TopicSpec",
     "dlq_topic_for",
+    "min_insync_replicas",
     "ownership_topic_specs",
     "validate_topic_name",
 ]
@@ -130,6 +141,13 @@ def _retention(value: int, what: str) -> str:
     return str(value)
 
 
+def min_insync_replicas(replication_factor: int) -> int | None:
+    """The ``min.insync.replicas`` fencewatch sets on topics it creates with
+    ``replication_factor`` replicas (None: leave the broker's default); see
+    the module docstring for why."""
+    return 2 if replication_factor >= 3 else None
+
+
 def ownership_topic_specs(
     names: TopicNames | None = None,
     *,
@@ -144,13 +162,21 @@ def ownership_topic_specs(
     if len(set(topics)) != len(topics):
         raise ValueError(f"events, findings, DLQ and status topics must differ, got {topics}")
 
+    isr = min_insync_replicas(replication_factor)
+    replicated = {} if isr is None else {"min.insync.replicas": str(isr)}
+
     def delete(name: str, ms: int, what: str) -> TopicSpec:
-        config = {"cleanup.policy": "delete", "retention.ms": _retention(ms, what)}
+        config = {"cleanup.policy": "delete", "retention.ms": _retention(ms, what), **replicated}
         return TopicSpec(name, partitions, replication_factor, config)
 
     return [
         delete(names.events, retention.events_ms, "events"),
         delete(names.findings, retention.findings_ms, "findings"),
         delete(names.dlq_name, retention.dlq_ms, "DLQ"),
-        TopicSpec(names.status, partitions, replication_factor, {"cleanup.policy": "compact"}),
+        TopicSpec(
+            names.status,
+            partitions,
+            replication_factor,
+            {"cleanup.policy": "compact", **replicated},
+        ),
     ]

@@ -19,6 +19,7 @@ changelog for assignment); records never reach it, see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import time
@@ -27,10 +28,17 @@ from typing import Any
 import faust
 
 from streams.core import Detector, DetectorConfig
+from streams.kafka.topics import min_insync_replicas
 from streams.live import faust_seam
 from streams.live.fast_restore import FastMemoryStore, client_config
 from streams.live.intake import Intake, TapMessage
 from streams.live.metrics import LiveMetrics, MetricsServer
+from streams.live.partitions import (
+    CHECK_INTERVAL_S,
+    PartitionChange,
+    PartitionGuard,
+    PartitionsChanged,
+)
 from streams.live.processor import BatchOutcome, Processor, with_changelog
 from streams.live.settings import LiveSettings
 from streams.live.txn import TransactionalSender
@@ -85,6 +93,7 @@ class LiveRuntime:
         processor: Processor,
         metrics: LiveMetrics,
         settings: LiveSettings,
+        partitions: int,
     ) -> None:
         self.app = app
         self.table = table
@@ -99,6 +108,9 @@ class LiveRuntime:
         self.processed = 0
         #: The assignment last announced in the log as being processed.
         self._announced: tuple[int, ...] | None = None
+        #: The events topic's partition count the state is laid out for.
+        self.guard = PartitionGuard(settings.events_topic, partitions)
+        self._counter: Any = None  # a TopicAdmin, made on the first count check
 
     def _load(self, key: bytes) -> bytes | None:
         store = self.table.data
@@ -123,6 +135,14 @@ class LiveRuntime:
                 return
 
     async def handle_batch(self, batch: list[TapMessage]) -> None:
+        guard = self.guard
+        for m in batch:
+            if guard.check_record(m.partition) is not None:
+                break
+        if guard.change is not None:
+            # Nothing of this batch is processed, acked or committed.
+            await self.stop_on(guard.change)
+            return
         changelog = self.changelog_topic
         outcome_box: list[BatchOutcome] = []
 
@@ -158,6 +178,37 @@ class LiveRuntime:
         # faust's "slow processing" check must see our batches.
         faust_seam.mark_inbound(self.app, inbound, time.monotonic())
         self.metrics.record_batch(len(acked), outcome_box[-1])
+
+    async def check_partitions(self) -> None:
+        """Re-read the events topic's partition count (off the loop); stop on a change."""
+        if self.guard.change is not None:
+            return
+        try:
+            change = await asyncio.to_thread(self._count_check)
+        except Exception as exc:  # broker unavailable: the next check retries
+            log.debug("partition count of %s not read: %r", self.settings.events_topic, exc)
+            return
+        if change is not None:
+            await self.stop_on(change)
+
+    def _count_check(self) -> PartitionChange | None:
+        if self._counter is None:
+            from streams.kafka.admin import TopicAdmin
+
+            self._counter = TopicAdmin(self.settings.kafka)
+        return self.guard.check_count(self._counter)
+
+    async def stop_on(self, change: PartitionChange) -> None:
+        """Stop consuming: one ERROR line, then the worker stops with it."""
+        if faust_seam.is_crashed(self.app):
+            return
+        self.intake.clear()
+        if change.now is None:  # seen from a record: name the new count if it can be read
+            with contextlib.suppress(Exception):
+                counted = await asyncio.to_thread(self._count_check)
+                change = counted if counted is not None else change
+        log.error("%s", change.message())
+        await self.app.crash(PartitionsChanged(change))
 
     def _store(self, key: bytes, value: bytes, partition: int) -> None:
         store = self.table.data
@@ -274,6 +325,11 @@ class LiveRuntime:
         }
 
 
+def _changelog_configs(replication: int) -> dict[str, str]:
+    isr = min_insync_replicas(replication)
+    return {} if isr is None else {"min.insync.replicas": str(isr)}
+
+
 def raw_topic(app: Any, name: str, partitions: int) -> Any:
     """The events topic as faust sees it: raw bytes in, our own validation."""
     return app.topic(
@@ -311,6 +367,8 @@ def build_app(
         # decode error during recovery is only logged: the key would be lost).
         key_type=bytes,
         value_type=bytes,
+        # Replicated like the topics `run` creates (streams/kafka/topics.py).
+        extra_topic_configs=_changelog_configs(settings.replication),
     )
     if settings.store_kind == "memory":
         tbl: Any = table  # faust's TableT does not declare the attributes used here
@@ -339,7 +397,7 @@ def build_app(
         max_event_bytes=settings.max_event_bytes,
         cache_keys=settings.state_cache_keys,
     )
-    runtime = LiveRuntime(app, table, processor, metrics, settings)
+    runtime = LiveRuntime(app, table, processor, metrics, settings, partitions)
     # faust's fetcher hands the events topic's records to the intake, and
     # committed offsets are confirmed stable before faust seeks to them
     # (streams/live/faust_seam.py).
@@ -364,6 +422,10 @@ def build_app(
     async def gauges() -> None:
         runtime.refresh_gauges()
         runtime.announce()
+
+    @app.timer(interval=CHECK_INTERVAL_S)  # type: ignore[untyped-decorator]
+    async def partition_count() -> None:
+        await runtime.check_partitions()
 
     async def _assigned(sender: Any, *args: Any, **kwargs: Any) -> None:
         runtime.on_rebalance()

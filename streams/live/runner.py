@@ -8,12 +8,13 @@ import logging
 from typing import Any
 
 from streams.errors import FencewatchError
-from streams.live.app import build_app
+from streams.live.app import TABLE_NAME, build_app
 from streams.live.faust_seam import crash_reason, quiet_framework_logs, quiet_worker
+from streams.live.partitions import PartitionsChanged, check_state_layout
 from streams.live.settings import LiveSettings, prepare_local_state
 from streams.live.topics import ensure_topics
 
-__all__ = ["GC_THRESHOLDS", "WorkerCrashed", "prepare_app", "run_worker"]
+__all__ = ["GC_THRESHOLDS", "WorkerCrashed", "changelog_topic", "prepare_app", "run_worker"]
 
 #: The worker's ``gc.set_threshold`` (Python's default is 700, 10, 10).
 GC_THRESHOLDS: tuple[int, int, int] = (20_000, 10, 10)
@@ -27,11 +28,25 @@ class WorkerCrashed(FencewatchError):
 log = logging.getLogger(__name__)
 
 
+def changelog_topic(settings: LiveSettings) -> str:
+    """The faust engine's state changelog topic (faust's naming)."""
+    return f"{settings.app_id}-{TABLE_NAME}-changelog"
+
+
 def prepare_app(settings: LiveSettings) -> Any:
     """Check the local state directory (created with its parents), create
     missing topics, read the input's partition count, build the app."""
     prepare_local_state(settings)
     partitions = ensure_topics(settings)
+    # A changelog partitioned for another count: the events topic grew while
+    # the workers were stopped (streams/live/partitions.py).
+    from streams.kafka.admin import TopicAdmin
+
+    change = check_state_layout(
+        TopicAdmin(settings.kafka), settings.events_topic, changelog_topic(settings)
+    )
+    if change is not None:
+        raise PartitionsChanged(change)
     log.info("starting %r with %d partitions", settings, partitions)
     return build_app(settings, partitions=partitions)
 

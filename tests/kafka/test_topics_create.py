@@ -198,3 +198,14 @@ def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     status = main(["topics", "create", "--bootstrap-servers", "127.0.0.1:1", "--partitions", "0"])
     assert status == 2
     assert "partitions" in capsys.readouterr().err
+
+
+def test_three_replicas_get_min_insync_replicas_two_and_fewer_keep_the_broker_default() -> None:
+    """Replication 3 puts min.insync.replicas=2 on every topic; 1 and 2 (and the
+    broker default, -1) leave the broker's own min ISR."""
+    for spec in ownership_topic_specs(replication_factor=3):
+        assert spec.replication_factor == 3
+        assert spec.config["min.insync.replicas"] == "2", spec.name
+    for rf in (-1, 1, 2):
+        specs = ownership_topic_specs(replication_factor=rf)
+        assert all("min.insync.replicas" not in s.config for s in specs), rf

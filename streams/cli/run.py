@@ -65,6 +65,11 @@ def register(subparsers: Any) -> None:
     a("--log-level", help="debug, info (default), warning, error; debug shows client logs")
     a("--metrics-port", type=int, help="port of /metrics and /health; 0 disables (default)")
     a("--metrics-host", help="address /metrics binds (default 127.0.0.1; 0.0.0.0 in a container)")
+    a(
+        "--engine",
+        choices=("faust", "rdkafka"),
+        help="faust (default) or rdkafka: one transactional producer per worker (docs/live.md)",
+    )
     p.set_defaults(handler=_run)
 
 
@@ -87,6 +92,7 @@ _SETTING_ARGS = (
     "log_level",
     "metrics_port",
     "metrics_host",
+    "engine",
 )
 
 

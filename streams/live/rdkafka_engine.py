@@ -25,6 +25,7 @@ restores), and carries on: one log line, no traceback.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import socket
@@ -136,6 +137,12 @@ class RdkafkaEngine:
         #: group generation to Python; this numbers ours).
         self.generation = 0
         self.txn_id = transactional_id(settings)
+        #: The member id of the current assignment (librdkafka forgets it
+        #: once the member is fenced, when it is worth logging).
+        self.member = "-"
+        #: A failure already logged that the generation is over: the
+        #: rebalance that follows needs no second line.
+        self._told_stale = False
         self._txn_open = False
         self._txn_began = 0.0
         self._txn_events = 0
@@ -201,6 +208,11 @@ class RdkafkaEngine:
 
     def stop(self) -> None:
         self.stopping = True
+
+    @property
+    def uncommitted_events(self) -> int:
+        """Events processed since the last commit (in the open transaction)."""
+        return self._txn_events
 
     def run(self) -> bool:
         """Process until :meth:`stop`; then commit what can be committed and
@@ -302,9 +314,10 @@ class RdkafkaEngine:
             except BufferError:
                 self.producer.poll(0.05)
 
-    def _commit(self, timeout: float = _CALL_TIMEOUT_S) -> bool:
+    def _commit(self, timeout: float = _CALL_TIMEOUT_S, *, final: bool = False) -> bool:
         """Commit the open transaction with its offsets; on failure abort it
-        and arrange the rewind. Returns whether it committed."""
+        and arrange the rewind (``final``: only try to abort, within a
+        second: the process is stopping). Returns whether it committed."""
         from confluent_kafka import KafkaException, TopicPartition
 
         offsets = [TopicPartition(self.events_topic, p, o) for p, o in self._txn_offsets.items()]
@@ -332,6 +345,12 @@ class RdkafkaEngine:
                         if not retry or attempt == _COMMIT_RETRIES - 1:
                             raise
         except (KafkaException, BrokerError) as exc:
+            if final:
+                log.debug("final commit failed: %s", exc)
+                with contextlib.suppress(KafkaException):
+                    if self.eos:
+                        self.producer.abort_transaction(1.0)
+                return False
             self._failed(exc, "committing")
             return False
         if deferred:
@@ -355,9 +374,12 @@ class RdkafkaEngine:
         events = self._txn_events
         if fatal:
             what = "producer fenced"
+            self._told_stale = True
             self._replace_producer()
         else:
             what = "stale generation" if code in _STALE_GENERATION else "transaction failed"
+            # The rebalance that follows (partitions lost or revoked) is this.
+            self._told_stale = code in _STALE_GENERATION
             self._abort()
         self._clear_txn()
         self._drop_state()
@@ -370,7 +392,7 @@ class RdkafkaEngine:
             code,
             during,
             self.generation,
-            self._member(),
+            self.member,
             self.assigned,
             events,
         )
@@ -455,6 +477,7 @@ class RdkafkaEngine:
             tp.partition: tp.offset for tp in committed if tp.offset is not None and tp.offset >= 0
         }
         self.assigned = parts
+        self.member = self._member()
         consumer.assign(committed)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
@@ -471,17 +494,19 @@ class RdkafkaEngine:
         if self._txn_open:
             self._abort()  # never publish from a generation that is over
             self._clear_txn()
-        log.warning(
-            "partitions %s lost (generation %d, member %s left the group): %d uncommitted "
-            "events aborted, never published; rejoining",
-            lost,
-            self.generation,
-            self._member(),
-            events,
-        )
+        if not self._told_stale:
+            log.warning(
+                "partitions %s lost (generation %d, member %s left the group): %d uncommitted "
+                "events aborted, never published; rejoining",
+                lost,
+                self.generation,
+                self.member,
+                events,
+            )
         self._release()
 
     def _release(self) -> None:
+        self._told_stale = False
         self._drop_state()
         self._reset_needed = False
         self.assigned = []
@@ -518,7 +543,7 @@ class RdkafkaEngine:
         events = self._txn_events
         ok = True
         if self._txn_open:
-            ok = self._commit(timeout=3.0)
+            ok = self._commit(timeout=3.0, final=True)
         if ok:
             log.info(
                 "stopping: every processed event committed (%d in the last transaction); "

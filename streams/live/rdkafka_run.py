@@ -100,11 +100,16 @@ def run_rdkafka(settings: LiveSettings) -> int:
             _hard_exit(128 + signum, f"{name} again: stopping at once")
         log.info("%s: stopping (at most %.0f s)", name, STOP_BOUND_S)
         engine.stop()
-        watchdog = threading.Timer(
-            STOP_BOUND_S,
-            _hard_exit,
-            args=(1, f"stop took over {STOP_BOUND_S:.0f} s: exiting without leaving the group"),
-        )
+        def too_long() -> None:
+            _hard_exit(
+                1,
+                f"stopping: no commit within {STOP_BOUND_S:.0f} s (is the broker reachable?); "
+                f"the last transaction ({engine.uncommitted_events} events) is not committed "
+                "and a restart processes those events again, exactly once; exiting without "
+                "leaving the group",
+            )
+
+        watchdog = threading.Timer(STOP_BOUND_S, too_long)
         watchdog.daemon = True
         watchdog.start()
 
@@ -113,9 +118,26 @@ def run_rdkafka(settings: LiveSettings) -> int:
         previous[sig] = signal.signal(sig, on_signal)
     gc.freeze()
     gc.set_threshold(*_GC_THRESHOLDS)
+    # The loop runs in its own thread: librdkafka calls block for seconds
+    # when the broker is away, and Python runs signal handlers only in the
+    # main thread between bytecodes, so the main thread stays free to take
+    # the signal (and start the stop watchdog) at once.
+    failure: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            engine.run()
+        except BaseException as exc:  # re-raised in the main thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=loop, name="fencewatch-engine", daemon=True)
     try:
-        engine.run()
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if failure:
+        raise failure[0]
     return 0

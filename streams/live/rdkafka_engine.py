@@ -202,7 +202,16 @@ class RdkafkaEngine:
             old.purge()
         except Exception:  # a fenced producer may refuse even this; it is dropped anyway
             log.debug("purge of the fenced producer failed", exc_info=True)
-        self.producer = self._new_producer()
+        from confluent_kafka import KafkaException
+
+        while True:
+            try:
+                self.producer = self._new_producer()
+                return
+            except KafkaException as exc:
+                # The broker is away: nothing can be published meanwhile
+                # anyway; a stop signal is bounded by the runner's watchdog.
+                log.warning("new transactional producer not ready (%s); retrying", exc)
 
     # -- the loop ---------------------------------------------------------------
 

@@ -143,6 +143,11 @@ class RdkafkaEngine:
         #: A failure already logged that the generation is over: the
         #: rebalance that follows needs no second line.
         self._told_stale = False
+        #: Bumped by every assignment change and rewind: a consume() call
+        #: that saw one returns records of the old state of things.
+        self._epoch = 0
+        #: Watermark probes of the changelog (read_committed, read_uncommitted).
+        self._probes: tuple[Any, Any] | None = None
         self._txn_open = False
         self._txn_began = 0.0
         self._txn_events = 0
@@ -240,11 +245,15 @@ class RdkafkaEngine:
                 timeout = max(0.0, self._txn_began + interval - time.monotonic())
             else:
                 timeout = interval
+            epoch = self._epoch
             msgs = self.consumer.consume(MAX_BATCH, min(timeout, 0.5))
             if self.stopping:
                 break  # not processed: their offsets are not committed
-            if msgs:
+            if msgs and epoch == self._epoch:
                 self._handle(msgs)
+            # else: a rebalance ran inside consume(); records it returned
+            # that were fetched before it belong to the old assignment (or
+            # come again from the committed offset): librdkafka refetches.
             if self._txn_open and (
                 time.monotonic() - self._txn_began >= interval or self._txn_events >= COMMIT_EVENTS
             ):
@@ -260,6 +269,8 @@ class RdkafkaEngine:
     def _handle(self, msgs: list[Any]) -> None:
         recs: list[_Rec] = []
         topic = self.events_topic
+        held = set(self.assigned)
+        expected = self.positions
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -267,10 +278,13 @@ class RdkafkaEngine:
                     raise BrokerError(f"consumer failed: {err.str()}", code=err.name())
                 log.warning("consumer: %s", err.str())
                 continue
+            p, offset = m.partition(), m.offset()
+            # Only the partitions held now, and never an offset already
+            # processed (a record fetched again after a rewind or rebalance).
+            if p not in held or offset < expected.get(p, -1):
+                continue
             ts_type, ts = m.timestamp()
-            recs.append(
-                _Rec(topic, m.partition(), m.offset(), m.key(), m.value(), ts if ts_type else None)
-            )
+            recs.append(_Rec(topic, p, offset, m.key(), m.value(), ts if ts_type else None))
         if not recs or self._reset_needed:
             return  # refetched after the rewind
         from confluent_kafka import KafkaException
@@ -434,7 +448,42 @@ class RdkafkaEngine:
 
     # -- assignment and restore -----------------------------------------------
 
+    def _wait_changelog_stable(self, partitions: list[int]) -> None:
+        """Until no transaction is open on the changelog ``partitions`` (last
+        stable offset = high watermark). Only a previous owner can have one:
+        a transaction that committed but whose markers the coordinator has
+        not written yet (the committed offsets already count it, so its
+        state records must be restored), or a dead owner's, which the broker
+        aborts after the transaction timeout. Bounded; logged if it is not."""
+        from confluent_kafka import TopicPartition
+
+        if self._probes is None:
+            from confluent_kafka import Consumer
+
+            base = {**self._client, "group.id": f"{self.settings.app_id}-probe"}
+            self._probes = (
+                Consumer({**base, "isolation.level": "read_committed"}),
+                Consumer({**base, "isolation.level": "read_uncommitted"}),
+            )
+        stable, raw = self._probes
+        deadline = time.monotonic() + TRANSACTION_TIMEOUT_MS / 1000 + 20
+        tps = [TopicPartition(self.changelog, p) for p in partitions]
+        while True:
+            open_ = [
+                tp.partition
+                for tp in tps
+                if stable.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+                < raw.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+            ]
+            if not open_:
+                return
+            if time.monotonic() > deadline or self.stopping:
+                log.warning("changelog partitions %s still have an open transaction", open_)
+                return
+            time.sleep(0.1)
+
     def _restore(self, partitions: list[int]) -> None:
+        self._wait_changelog_stable(partitions)
         values = self.values
 
         def apply(_p: int, key: bytes, value: bytes | None) -> None:
@@ -468,6 +517,7 @@ class RdkafkaEngine:
         return list(self.consumer.committed(tps, timeout=60))
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        self._epoch += 1
         self.generation += 1
         parts = sorted(tp.partition for tp in partitions if tp.topic == self.events_topic)
         self._drop_state()
@@ -515,6 +565,7 @@ class RdkafkaEngine:
         self._release()
 
     def _release(self) -> None:
+        self._epoch += 1
         self._told_stale = False
         self._drop_state()
         self._reset_needed = False
@@ -544,6 +595,7 @@ class RdkafkaEngine:
         finally:
             self.recovering = False
         self.positions = {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+        self._epoch += 1
         self._reset_needed = False
 
     # -- stop -------------------------------------------------------------------

@@ -92,3 +92,24 @@ def test_switching_engine_by_restart_loses_and_repeats_nothing(
     for w in h.workers[1:]:
         loaded = [int(n) for n in RESTORED.findall(w.tail(400_000))]
         assert loaded and max(loaded) > 0, w.tail()
+
+
+@pytest.mark.timeout(90)
+def test_rdkafka_engine_at_least_once_gives_the_audits_findings(live: Live) -> None:
+    """The rdkafka engine with --at-least-once (no transactions: outputs
+    flushed, then offsets committed) gives the SPEC §5 fixture's findings,
+    equal to the audit, and reports exactly_once false."""
+    h = live(partitions=2, engine="rdkafka")
+    w = h.start(extra={"FENCEWATCH_EXACTLY_ONCE": "false"})
+    health = w.wait_ready()
+    assert health["exactly_once"] is False
+    h.produce(h.fixture_events())
+    h.wait_all_committed()
+    latest, _seen = h.live_findings()
+    assert latest == h.audit()
+    assert sorted(d["kind"] for d in latest.values()) == [
+        "conflicting_commit",
+        "stale_activity",
+        "stale_attempt",
+        "stale_commit",
+    ]

@@ -76,6 +76,11 @@ def register(subparsers: Any) -> None:
         help="create topics named by a flag that do not exist yet (default: only the default "
         "topics are created; FENCEWATCH_CREATE_TOPICS=true)",
     )
+    a(
+        "--engine",
+        choices=("faust", "rdkafka"),
+        help="faust (default) or rdkafka: one transactional producer per worker (docs/live.md)",
+    )
     p.set_defaults(handler=_run)
 
 
@@ -98,6 +103,7 @@ _SETTING_ARGS = (
     "log_level",
     "metrics_port",
     "metrics_host",
+    "engine",
 )
 
 

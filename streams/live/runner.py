@@ -52,8 +52,13 @@ def prepare_app(settings: LiveSettings) -> Any:
 
 
 def run_worker(settings: LiveSettings) -> int:
-    """Run a faust worker for ``settings`` until SIGTERM/SIGINT (graceful:
-    commits the open transactions) and return the exit status."""
+    """Run a worker for ``settings`` until SIGTERM/SIGINT (graceful:
+    commits the open transactions) and return the exit status; the engine
+    is ``settings.engine`` (faust here, rdkafka in :mod:`streams.live.rdkafka_run`)."""
+    if settings.engine == "rdkafka":
+        from streams.live.rdkafka_run import run_rdkafka
+
+        return run_rdkafka(settings)
     import faust
 
     app = prepare_app(settings)

@@ -34,6 +34,7 @@ from streams.kafka.topics import (
 
 __all__ = [
     "DEFAULT_DATA_DIR",
+    "ENGINES",
     "ENV_PREFIX",
     "LiveSettings",
     "SettingsError",
@@ -47,6 +48,10 @@ __all__ = [
 #: (one per worker on a host: give each its own --data-dir).
 DEFAULT_DATA_DIR = ".fencewatch/live"
 _STORES = ("memory", "rocksdb")
+#: ``faust``: faust-streaming (one transactional producer per input
+#: partition); ``rdkafka``: confluent-kafka, one transactional producer per
+#: worker (docs/live.md, "Engines").
+ENGINES = ("faust", "rdkafka")
 _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -92,6 +97,8 @@ class LiveSettings:
     metrics_port: int = 0
     #: Address the endpoint binds (0.0.0.0 in a container, to be scraped).
     metrics_host: str = "127.0.0.1"
+    #: Which engine runs the processor (:data:`ENGINES`).
+    engine: str = "faust"
 
     @property
     def bootstrap_servers(self) -> str:
@@ -143,6 +150,10 @@ class LiveSettings:
             raise SettingsError("metrics port must be within 0..65535")
         if not self.metrics_host.strip():
             raise SettingsError("metrics host must not be empty")
+        if self.engine not in ENGINES:
+            raise SettingsError(f"engine must be one of {', '.join(ENGINES)}")
+        if self.engine == "rdkafka" and self.store_kind != "memory":
+            raise SettingsError("--engine rdkafka supports --store memory:// only (for now)")
         return self
 
     def replace(self, **changes: Any) -> LiveSettings:
@@ -179,6 +190,7 @@ _ENV: tuple[tuple[str, str, Any], ...] = (
     ("log_level", "LOG_LEVEL", str),
     ("metrics_port", "METRICS_PORT", int),
     ("metrics_host", "METRICS_HOST", str),
+    ("engine", "ENGINE", str),
 )
 
 

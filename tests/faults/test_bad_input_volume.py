@@ -15,6 +15,7 @@ import pytest
 
 from streams.core.replay import Replay
 from tests.faults.bad_input import BAD_CLASSES, bad_records
+from tests.live.conftest import ENGINES
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults]
 
@@ -82,12 +83,15 @@ def produce_with_positions(
 
 
 @pytest.mark.timeout(600)
-def test_ten_thousand_bad_records_among_valid_traffic(live: Live) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ten_thousand_bad_records_among_valid_traffic(
+    live: Live, engine: str
+) -> None:
     """10,000 bad records of every class mixed into ~5,000 valid events: the worker never
     exits, each bad record is in the DLQ once with its bytes, key, reason and source
     partition/offset, no 'internal error', the findings equal an audit of the valid events
     alone, no revision twice, and the worker's RSS grows by less than 160 MiB."""
-    h = live(partitions=3)
+    h = live(partitions=3, engine=engine)
     valid = [(k, v, None) for k, v in h.scenario_events(n_keys=400, epochs=4)]
     keys = sorted({k.decode() for k, _v, _c in valid if k is not None})
     bad = [(k, v, c) for k, v, c in bad_records(10_000, keys)]

@@ -62,15 +62,18 @@ def no_duplicates_and_audit(h: LiveHarness) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("how", ["restart", "kill9"])
+@pytest.mark.parametrize(
+    ("engine", "how"),
+    [("faust", "restart"), ("faust", "kill9"), ("rdkafka", "restart"), ("rdkafka", "kill9")],
+)
 def test_processor_rides_out_a_broker_restart(
-    restartable_kafka: Any, tmp_path: Path, how: str
+    restartable_kafka: Any, tmp_path: Path, engine: str, how: str
 ) -> None:
     """The broker is restarted cleanly (or killed with -9 and started) while a worker is
     mid-stream: the worker stays up, catches up, and the findings are the audit's with
     every revision exactly once (no loss, no duplicate)."""
     broker = restartable_kafka
-    h = LiveHarness(broker.bootstrap, topic_factory(broker.bootstrap), tmp_path, 3)
+    h = LiveHarness(broker.bootstrap, topic_factory(broker.bootstrap), tmp_path, 3, engine)
     try:
         events = h.scenario_events(n_keys=300, epochs=4, seed=11)
         half = len(events) // 2

@@ -16,6 +16,7 @@ from streams.core import KeyState
 from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, DEFAULT_MAX_FINDINGS_PER_KEY
 from streams.kafka.reader import iter_topic
 from streams.live.processor import split_value
+from tests.live.conftest import ENGINES
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults]
 
@@ -75,12 +76,15 @@ def produce_fast(bootstrap: str, topic: str, records: Iterator[tuple[bytes, byte
 
 
 @pytest.mark.timeout(900)
-def test_one_key_flood_keeps_its_state_bounded(live: Live) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_one_key_flood_keeps_its_state_bounded(
+    live: Live, engine: str
+) -> None:
     """1,000,000 events of one key among 200 ordinary workflows: the flooded key's stored
     state holds at most 1,024 events and 512 finding identities (the rest counted as
     evicted/forgotten), its size stays under 2 MiB, the worker's RSS grows by less than
     256 MiB, no revision is emitted twice, and the other keys' findings equal the audit's."""
-    h = live(partitions=3)
+    h = live(partitions=3, engine=engine)
     others = h.scenario_events(n_keys=200, epochs=4)
     w = h.start()
     w.wait_ready()

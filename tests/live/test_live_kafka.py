@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from tests.live.conftest import ENGINES
+
 pytestmark = pytest.mark.kafka
 
 Live = Callable[..., Any]
@@ -51,11 +53,12 @@ def assert_exactly_once_and_audit(h: Any) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.timeout(90)
-def test_reference_fixture_gives_four_findings_and_nothing_else(live: Live) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_reference_fixture_gives_four_findings_and_nothing_else(live: Live, engine: str) -> None:
     """The SPEC §5 fixture through the broker yields exactly the audit's four
     findings on export-ledger (each with confidence), with headers, nothing in
     the DLQ, and metrics."""
-    h = live(partitions=3)
+    h = live(partitions=3, engine=engine)
     w = h.start()
     w.wait_ready()
     h.produce(h.fixture_events())
@@ -107,11 +110,12 @@ def ev(key: str, kind: str, epoch: int, worker: str, seq: int, effect: str | Non
 
 
 @pytest.mark.timeout(90)
-def test_late_acquisition_and_late_evidence_behave_as_in_the_audit(live: Live) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_late_acquisition_and_late_evidence_behave_as_in_the_audit(live: Live, engine: str) -> None:
     """A lease_acquired that arrives after later-positioned stale activity, and
     buffered evidence of an old epoch arriving after newer events, give the
     same latest findings live as in the audit (classified by position)."""
-    h = live(partitions=2)
+    h = live(partitions=2, engine=engine)
     w = h.start()
     w.wait_ready()
     late_acq = [
@@ -138,11 +142,12 @@ def test_late_acquisition_and_late_evidence_behave_as_in_the_audit(live: Live) -
 
 
 @pytest.mark.timeout(90)
-def test_bad_events_go_to_the_dlq_while_good_ones_flow(live: Live) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_bad_events_go_to_the_dlq_while_good_ones_flow(live: Live, engine: str) -> None:
     """Malformed, mistyped, mis-keyed, oversize and unknown-type events each
     land in the DLQ with their original bytes, a reason and their source
     position; the good events around them still give the audit's findings."""
-    h = live(partitions=3)
+    h = live(partitions=3, engine=engine)
     w = h.start()
     w.wait_ready()
     bad: list[tuple[bytes | None, bytes]] = [
@@ -177,13 +182,18 @@ def test_bad_events_go_to_the_dlq_while_good_ones_flow(live: Live) -> None:
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("store", ["memory://", "rocksdb://"])
-def test_sigkill_mid_stream_and_restart_is_exactly_once(live: Live, store: str) -> None:
+@pytest.mark.parametrize(
+    ("engine", "store"),
+    [("faust", "memory://"), ("faust", "rocksdb://"), ("rdkafka", "memory://")],
+)
+def test_sigkill_mid_stream_and_restart_is_exactly_once(
+    live: Live, engine: str, store: str
+) -> None:
     """A worker killed with SIGKILL mid-stream and restarted (state restored
     from the changelog; RocksDB rebuilt) leaves each (finding id, revision)
     exactly once for a read_committed consumer, the audit's findings, and a
     status topic equal to the audit's per-workflow status."""
-    h = live(partitions=3)
+    h = live(partitions=3, engine=engine)
     events = h.scenario_events(n_keys=300, epochs=4)
     w1 = h.start("w1", store=store)
     w1.wait_ready()
@@ -200,10 +210,11 @@ def test_sigkill_mid_stream_and_restart_is_exactly_once(live: Live, store: str) 
 
 
 @pytest.mark.timeout(150)
-def test_two_workers_split_partitions_and_fail_over(live: Live) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_two_workers_split_partitions_and_fail_over(live: Live, engine: str) -> None:
     """Two workers in one group split the partitions; when one is killed its
     partitions and state move to the other, and the result equals the audit."""
-    h = live(partitions=4)
+    h = live(partitions=4, engine=engine)
     a = h.start("a")
     b = h.start("b")
     a.wait_ready()
@@ -264,8 +275,9 @@ def test_rocksdb_write_of_an_aborted_transaction_does_not_survive_restart(live: 
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_memory_restart_loads_committed_changelog_directly_without_aborted_writes(
-    live: Live,
+    live: Live, engine: str
 ) -> None:
     """A memory-store restart loads the changelog directly (logged and in the
     metrics, every committed record counted): a committed state is restored,
@@ -274,7 +286,7 @@ def test_memory_restart_loads_committed_changelog_directly_without_aborted_write
 
     from streams.core import Detector, parse_event
 
-    h = live(partitions=1)
+    h = live(partitions=1, engine=engine)
     w = h.start("w1")
     w.wait_ready()
     h.produce(h.fixture_events())
@@ -301,7 +313,11 @@ def test_memory_restart_loads_committed_changelog_directly_without_aborted_write
     w2 = h.start("w2")
     w2.wait_ready()
     log = w2.tail(200_000)
-    assert f"fast restore: loaded {committed} changelog records (4 keys in the store)" in log
+    loaded = {
+        "faust": f"fast restore: loaded {committed} changelog records (4 keys in the store)",
+        "rdkafka": f"restored {committed} changelog records (4 keys)",
+    }
+    assert loaded[engine] in log
     deadline = time.monotonic() + 10  # the gauges are refreshed once a second
     text = w2.metrics()
     while "fencewatch_restored_records 0.0" in text and time.monotonic() < deadline:
@@ -325,8 +341,9 @@ def test_memory_restart_loads_committed_changelog_directly_without_aborted_write
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_transactional_input_with_an_aborted_transaction_commits_past_the_gaps(
-    live: Live,
+    live: Live, engine: str
 ) -> None:
     """Input written in transactions, one of them aborted, leaves offsets
     without records (markers, aborted records): the aborted events are never
@@ -334,7 +351,7 @@ def test_transactional_input_with_an_aborted_transaction_commits_past_the_gaps(
     the last record (the batch intake keeps faust's gap bookkeeping)."""
     from confluent_kafka import Producer
 
-    h = live(partitions=1)
+    h = live(partitions=1, engine=engine)
     w = h.start()
     w.wait_ready()
     events = h.fixture_events()
@@ -365,11 +382,14 @@ def test_transactional_input_with_an_aborted_transaction_commits_past_the_gaps(
 
 
 @pytest.mark.timeout(150)
-def test_a_worker_joining_mid_stream_takes_partitions_without_duplicates(live: Live) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_worker_joining_mid_stream_takes_partitions_without_duplicates(
+    live: Live, engine: str
+) -> None:
     """A second worker joining while the first is busy makes the group
     rebalance with batches in flight: every (finding id, revision) is still
     seen exactly once and the result equals the audit."""
-    h = live(partitions=4)
+    h = live(partitions=4, engine=engine)
     a = h.start("a")
     a.wait_ready()
     events = h.scenario_events(n_keys=400, epochs=4, seed=5)

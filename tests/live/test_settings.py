@@ -63,3 +63,30 @@ def test_credentials_never_appear_in_repr() -> None:
     for text in (repr(s), str(s), repr(s.kafka), f"{s}"):
         assert "hunter2" not in text and "keypass" not in text
         assert "svc" in text
+
+
+def test_engine_defaults_to_faust_and_is_read_from_the_environment() -> None:
+    """FENCEWATCH_ENGINE picks the engine (faust when unset); a flag wins."""
+    base = {"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1"}
+    assert settings_from_env(base).engine == "faust"
+    assert settings_from_env({**base, "FENCEWATCH_ENGINE": "rdkafka"}).engine == "rdkafka"
+    flagged = settings_from_env({**base, "FENCEWATCH_ENGINE": "rdkafka"}, {"engine": "faust"})
+    assert flagged.engine == "faust"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"FENCEWATCH_ENGINE": "kafka-streams"}, "engine must be one of faust, rdkafka"),
+        (
+            {"FENCEWATCH_ENGINE": "rdkafka", "FENCEWATCH_STORE": "rocksdb://"},
+            "--engine rdkafka supports --store memory:// only",
+        ),
+    ],
+)
+def test_an_unknown_engine_or_an_unsupported_store_is_one_clear_error(
+    extra: dict[str, str], message: str
+) -> None:
+    """An unknown engine, and rocksdb:// with the rdkafka engine, are refused naming the setting."""
+    with pytest.raises(SettingsError, match=message):
+        settings_from_env({"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1", **extra})

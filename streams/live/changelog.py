@@ -1,0 +1,127 @@
+"""Read a state changelog directly with a read_committed librdkafka consumer,
+up to each partition's last stable offset: the restore of both engines (the
+faust engine's fast memory restore, :mod:`streams.live.fast_restore`, and the
+rdkafka engine, :mod:`streams.live.rdkafka_engine`). One reader, so both
+engines apply the same committed records in the same order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from streams.errors import BrokerError
+from streams.kafka.errors import from_kafka_error, translate
+
+__all__ = ["CHANGELOG_SUFFIX", "LoadResult", "changelog_topic", "load_changelog"]
+
+_BATCH = 10_000
+#: faust names a table's changelog ``<app-id>-<table>-changelog``; the table
+#: is ``owner-state`` (streams.live.app.TABLE_NAME). Both engines use it.
+CHANGELOG_SUFFIX = "-owner-state-changelog"
+
+
+def changelog_topic(app_id: str) -> str:
+    """The state changelog topic of ``app_id`` (the same for both engines)."""
+    return app_id + CHANGELOG_SUFFIX
+
+
+@dataclass(frozen=True, slots=True)
+class LoadResult:
+    """What one direct read of changelog partitions did."""
+
+    ends: dict[int, int]  # partition -> end offset (LSO) read up to, exclusive
+    records: int  # committed records read and applied
+
+
+def load_changelog(
+    client_config: Mapping[str, Any],
+    topic: str,
+    starts: Mapping[int, int | None],
+    apply: Callable[[int, bytes, bytes | None], None],
+    *,
+    timeout: float = 120.0,
+) -> LoadResult:
+    """Read ``topic``'s partitions ``starts`` (partition -> first offset, or
+    ``None`` for the beginning) with read_committed up to each partition's end
+    offset taken before reading, calling ``apply(partition, key, value)`` per
+    keyed record in offset order.
+
+    Raises :class:`~streams.errors.BrokerError` on a broker failure or when
+    the end is not reached within ``timeout`` seconds."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
+    from confluent_kafka import TopicPartition as CTP
+
+    conf: dict[str, Any] = {
+        "group.id": "fencewatch-restore",  # required by the client; never joined
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        # Prefetch generously (bounded at 64 MiB): with librdkafka's defaults
+        # the consumer waits on the fetcher (several times slower, docs/live.md).
+        "queued.min.messages": 1_000_000,
+        "queued.max.messages.kbytes": 65536,
+    }
+    conf.update(client_config)
+    conf["isolation.level"] = "read_committed"  # never anything else: aborted data stays out
+    records = 0
+    consumer = Consumer(conf)
+    try:
+        ends: dict[int, int] = {}
+        assign: list[Any] = []
+        for p, start in starts.items():
+            # Under read_committed the high watermark returned is the LSO.
+            _lo, hi = consumer.get_watermark_offsets(CTP(topic, p), timeout=30, cached=False)
+            ends[p] = hi
+            first = OFFSET_BEGINNING if start is None else start
+            if start is None or start < hi:
+                assign.append(CTP(topic, p, first))
+        pending = {tp.partition for tp in assign}
+        if pending:
+            consumer.assign(assign)
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise BrokerError(
+                    f"changelog {topic}: end not reached in {timeout:.0f} s "
+                    f"(partitions {sorted(pending)})",
+                    code="TIMEOUT",
+                    retriable=True,
+                )
+            batch = consumer.consume(num_messages=_BATCH, timeout=0.1)
+            for m in batch:
+                part, offset = m.partition(), m.offset()
+                err = m.error()
+                if part is None or offset is None:  # client-level error without a partition
+                    if err is not None:
+                        raise from_kafka_error(err, f"changelog {topic}")
+                    continue
+                p = part
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if offset >= ends[p]:
+                            pending.discard(p)
+                        continue
+                    raise from_kafka_error(err, f"changelog {topic}[{p}]")
+                if p not in pending or offset >= ends[p]:
+                    pending.discard(p)  # past the snapshot: faust's recovery reads it
+                    continue
+                key = m.key()
+                if key is not None:  # faust cannot key a table by None either
+                    apply(p, key, m.value())
+                    records += 1
+                if offset >= ends[p] - 1:
+                    pending.discard(p)
+            if not batch and pending:
+                # Aborted records and transaction markers at the tail are
+                # never delivered; the position still moves past them.
+                for tp in consumer.position([CTP(topic, p) for p in pending]):
+                    if tp.offset >= ends[tp.partition]:
+                        pending.discard(tp.partition)
+        return LoadResult(ends, records)
+    except KafkaException as exc:
+        raise translate(exc, f"changelog {topic}") from None
+    finally:
+        consumer.close()

@@ -1,0 +1,680 @@
+"""The rdkafka engine: the live processor on confluent-kafka, with **one**
+transactional producer per worker process (Kafka's exactly-once v2, KIP-447).
+
+The engine holds only consume, commit and restore; what is produced is the
+shared :class:`~streams.live.processor.Processor`'s (the faust engine runs the
+same one), with the same output topics, changelog topic and record format, so
+a deployment switches engine by restarting with the other ``--engine``.
+
+Loop (one thread): ``consume(MAX_BATCH, timeout)`` -> ``process_batch`` ->
+findings, dead letters and changelog records produced into the open
+transaction, state applied to the in-memory table -> every
+``commit_interval`` (or :data:`COMMIT_EVENTS` events) the deferred status
+records (latest per key), ``send_offsets_to_transaction(offsets,
+consumer_group_metadata())`` and one ``commit_transaction``: one EndTxn per
+commit whatever the number of partitions.
+
+Fencing: the offsets go to the group coordinator with the consumer's
+generation and member id, so a worker that lost its partitions (a pause past
+the session timeout) cannot commit: its transaction fails and is aborted.
+A producer fenced outright (its transaction timed out while it was paused)
+is replaced. Either way the worker drops every partition's in-memory state,
+goes back to the committed offsets (or rejoins the group, which assigns and
+restores), and carries on: one log line, no traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from streams.core import Detector, DetectorConfig
+from streams.errors import BrokerError
+from streams.live.changelog import changelog_topic, load_changelog
+from streams.live.metrics import LiveMetrics
+from streams.live.processor import OutRecord, Processor, with_changelog
+from streams.live.settings import LiveSettings
+
+__all__ = [
+    "COMMIT_EVENTS",
+    "MAX_BATCH",
+    "TRANSACTION_TIMEOUT_MS",
+    "RdkafkaEngine",
+    "transactional_id",
+]
+
+log = logging.getLogger(__name__)
+
+#: Records taken from the consumer per batch at most.
+MAX_BATCH = 500
+#: A commit after this many events at the latest, whatever the interval.
+COMMIT_EVENTS = 5_000
+#: The broker aborts a transaction left open this long (a killed or paused
+#: worker's): the read_committed outputs of its partitions wait at most this
+#: long for it. Kafka Streams uses the same 10 s under exactly-once v2.
+TRANSACTION_TIMEOUT_MS = 10_000
+#: Bound of one transactional call while running.
+_CALL_TIMEOUT_S = 10.0
+#: Commit retries of a retriable failure (a broker timing out) before abort.
+_COMMIT_RETRIES = 3
+#: The consumer and librdkafka errors that mean "this member's generation is
+#: over": the transaction's offsets were refused by the group coordinator.
+_STALE_GENERATION = ("ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID",
+                     "REBALANCE_IN_PROGRESS")  # fmt: skip
+
+
+class _Rec(msgspec.Struct, gc=False):
+    """One consumed record as the processor reads it (a Struct: one per event,
+    and a frozen dataclass's ``__init__`` costs several times more)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+
+
+def transactional_id(settings: LiveSettings) -> str:
+    """The worker slot's stable transactional id: the app id, then a digest
+    of this host's name and the absolute data directory (one per worker on a
+    host, docs/live.md). A restarted worker gets the same id, so its first
+    ``init_transactions`` aborts what its previous run left open at once
+    instead of after the transaction timeout."""
+    where = f"{socket.gethostname()}:{Path(settings.data_dir).expanduser().absolute()}"
+    return f"{settings.app_id}-rdkafka-{hashlib.sha256(where.encode()).hexdigest()[:12]}"
+
+
+def _code_name(exc: BaseException) -> str:
+    err = exc.args[0] if exc.args else None
+    name = getattr(err, "name", None)
+    return str(name()) if callable(name) else type(exc).__name__
+
+
+class RdkafkaEngine:
+    """Consume, process, commit and restore for one worker process.
+
+    ``run()`` blocks until :meth:`stop` is called (from a signal handler) and
+    returns after the stop; the caller bounds the stop's duration."""
+
+    def __init__(
+        self, settings: LiveSettings, *, metrics: LiveMetrics | None = None
+    ) -> None:
+        from confluent_kafka import Consumer
+
+        self.settings = settings
+        self.metrics = metrics or LiveMetrics()
+        self.events_topic = settings.events_topic
+        self.changelog = changelog_topic(settings.app_id)
+        self.eos = settings.exactly_once
+        detector = Detector(DetectorConfig(max_events_per_key=settings.max_events_per_key))
+        self.processor = Processor(
+            detector,
+            findings_topic=settings.findings_topic,
+            dlq_topic=settings.dlq,
+            status_topic=settings.status_topic if settings.status else None,
+            max_event_bytes=settings.max_event_bytes,
+            cache_keys=settings.state_cache_keys,
+        )
+        #: The state table of the held partitions: key -> stored value (every
+        #: rebalance drops it all: eager assignment, docs/live.md).
+        self.values: dict[bytes, bytes] = {}
+        #: Input partitions held (sorted), and the next offset to process in each.
+        self.assigned: list[int] = []
+        self.positions: dict[int, int] = {}
+        self.processed = 0
+        self.recovering = False
+        self.stopping = False
+        self.restored_records = 0
+        #: Assignments received so far (librdkafka does not expose the
+        #: group generation to Python; this numbers ours).
+        self.generation = 0
+        self.txn_id = transactional_id(settings)
+        #: The member id of the current assignment (librdkafka forgets it
+        #: once the member is fenced, when it is worth logging).
+        self.member = "-"
+        #: A failure already logged that the generation is over: the
+        #: rebalance that follows needs no second line.
+        self._told_stale = False
+        #: Bumped by every assignment change and rewind: a consume() call
+        #: that saw one returns records of the old state of things.
+        self._epoch = 0
+        #: Watermark probes of the changelog (read_committed, read_uncommitted).
+        self._probes: tuple[Any, Any] | None = None
+        self._txn_open = False
+        self._txn_began = 0.0
+        self._txn_events = 0
+        self._txn_offsets: dict[int, int] = {}
+        self._deferred: dict[bytes | None, OutRecord] = {}
+        self._reset_needed = False
+        self._announced: tuple[int, ...] | None = None
+        self._next_tick = 0.0
+        self._highwaters: dict[int, int] = {}
+        self._client = settings.kafka.librdkafka()
+        conf = dict(self._client)
+        conf.update(
+            {
+                "group.id": settings.app_id,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "auto.offset.reset": "earliest",
+                # Eager range assignment: every rebalance revokes everything,
+                # so there is one point where the whole transaction commits
+                # and every partition's state is dropped (docs/live.md).
+                "partition.assignment.strategy": "range",
+                "session.timeout.ms": int(settings.session_timeout * 1000),
+                "heartbeat.interval.ms": int(settings.heartbeat_interval * 1000),
+                "max.poll.interval.ms": max(300_000, int(settings.session_timeout * 1000)),
+            }
+        )
+        self.consumer = Consumer(conf)
+        self.producer: Any = self._new_producer()
+
+    # -- producer ---------------------------------------------------------------
+
+    def _new_producer(self) -> Any:
+        from confluent_kafka import Producer
+
+        conf = dict(self._client)
+        conf.update(
+            {
+                # murmur2: the Java client's and aiokafka's partitioner, so a
+                # key's status record lands where the faust engine puts it.
+                "partitioner": "murmur2_random",
+                "linger.ms": 5,
+                "queue.buffering.max.messages": 1_000_000,
+            }
+        )
+        if self.eos:
+            conf["transactional.id"] = self.txn_id
+            conf["transaction.timeout.ms"] = TRANSACTION_TIMEOUT_MS
+        producer = Producer(conf)
+        if self.eos:
+            producer.init_transactions(60)
+        return producer
+
+    def _replace_producer(self) -> None:
+        old = self.producer
+        try:
+            old.purge()
+        except Exception:  # a fenced producer may refuse even this; it is dropped anyway
+            log.debug("purge of the fenced producer failed", exc_info=True)
+        from confluent_kafka import KafkaException
+
+        while True:
+            try:
+                self.producer = self._new_producer()
+                return
+            except KafkaException as exc:
+                # The broker is away: nothing can be published meanwhile
+                # anyway; a stop signal is bounded by the runner's watchdog.
+                log.warning("new transactional producer not ready (%s); retrying", exc)
+
+    # -- the loop ---------------------------------------------------------------
+
+    def stop(self) -> None:
+        self.stopping = True
+
+    @property
+    def uncommitted_events(self) -> int:
+        """Events processed since the last commit (in the open transaction)."""
+        return self._txn_events
+
+    def run(self) -> bool:
+        """Process until :meth:`stop`; then commit what can be committed and
+        leave the group. Returns whether the last transaction committed."""
+        self.consumer.subscribe(
+            [self.events_topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        interval = self.settings.commit_interval
+        while not self.stopping:
+            if self._reset_needed:
+                self._rewind()
+            if self._txn_open:
+                timeout = max(0.0, self._txn_began + interval - time.monotonic())
+            else:
+                timeout = interval
+            epoch = self._epoch
+            msgs = self.consumer.consume(MAX_BATCH, min(timeout, 0.5))
+            if self.stopping:
+                break  # not processed: their offsets are not committed
+            if msgs and epoch == self._epoch:
+                self._handle(msgs)
+            # else: a rebalance ran inside consume(); records it returned
+            # that were fetched before it belong to the old assignment (or
+            # come again from the committed offset): librdkafka refetches.
+            if self._txn_open and (
+                time.monotonic() - self._txn_began >= interval or self._txn_events >= COMMIT_EVENTS
+            ):
+                self._commit()
+            now = time.monotonic()
+            if now >= self._next_tick:
+                self._next_tick = now + 1.0
+                self._read_highwaters()
+                self.refresh_gauges()
+                self.announce()
+        return self._finish()
+
+    def _handle(self, msgs: list[Any]) -> None:
+        recs: list[_Rec] = []
+        topic = self.events_topic
+        held = set(self.assigned)
+        expected = self.positions
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.fatal():
+                    raise BrokerError(f"consumer failed: {err.str()}", code=err.name())
+                log.warning("consumer: %s", err.str())
+                continue
+            p, offset = m.partition(), m.offset()
+            # Only the partitions held now, and never an offset already
+            # processed (a record fetched again after a rewind or rebalance).
+            if p not in held or offset < expected.get(p, -1):
+                continue
+            ts_type, ts = m.timestamp()
+            recs.append(_Rec(topic, p, offset, m.key(), m.value(), ts if ts_type else None))
+        if not recs or self._reset_needed:
+            return  # refetched after the rewind
+        from confluent_kafka import KafkaException
+
+        try:
+            if self.eos and not self._txn_open:
+                self.producer.begin_transaction()
+                self._txn_open = True
+                self._txn_began = time.monotonic()
+            outcome = self.processor.process_batch(recs, self.values.get)
+            for records in with_changelog(outcome, self.changelog).values():
+                for r in records:
+                    self._produce(r)
+            if outcome.status:
+                for records in outcome.status.values():
+                    for r in records:
+                        if self.eos:
+                            self._deferred[r.key] = r  # once per key per transaction
+                        else:
+                            self._produce(r)
+                            self.metrics.status_records.inc()
+        except KafkaException as exc:
+            self._failed(exc, "sending")
+            return
+        values = self.values
+        for key, _partition, value in outcome.states:
+            values[key] = value
+        offsets, positions = self._txn_offsets, self.positions
+        for rec in recs:
+            offsets[rec.partition] = positions[rec.partition] = rec.offset + 1
+        self._txn_events += len(recs)
+        self.processed += len(recs)
+        self.metrics.record_batch(len(recs), outcome)
+        if not self.eos:
+            self._txn_open = True  # "open" = offsets not yet committed
+            if not self._txn_began:
+                self._txn_began = time.monotonic()
+
+    def _produce(self, r: OutRecord) -> None:
+        headers = list(r.headers) if r.headers else None
+        while True:
+            try:
+                if r.partition is None:
+                    self.producer.produce(r.topic, r.value, r.key, headers=headers)
+                else:
+                    self.producer.produce(
+                        r.topic, r.value, r.key, partition=r.partition, headers=headers
+                    )
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def _commit(self, timeout: float = _CALL_TIMEOUT_S, *, final: bool = False) -> bool:
+        """Commit the open transaction with its offsets; on failure abort it
+        and arrange the rewind (``final``: only try to abort, within a
+        second: the process is stopping). Returns whether it committed."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        offsets = [TopicPartition(self.events_topic, p, o) for p, o in self._txn_offsets.items()]
+        deferred = list(self._deferred.values())
+        try:
+            if not self.eos:
+                if self.producer.flush(timeout) > 0:
+                    raise BrokerError("outputs not delivered in time", code="TIMEOUT")
+                if offsets:
+                    self.consumer.commit(offsets=offsets, asynchronous=False)
+            else:
+                for r in deferred:
+                    self._produce(r)
+                if offsets:
+                    self.producer.send_offsets_to_transaction(
+                        offsets, self.consumer.consumer_group_metadata(), timeout
+                    )
+                for attempt in range(_COMMIT_RETRIES):
+                    try:
+                        self.producer.commit_transaction(timeout / _COMMIT_RETRIES)
+                        break
+                    except KafkaException as exc:
+                        err = exc.args[0] if exc.args else None
+                        retry = getattr(err, "retriable", lambda: False)()
+                        if not retry or attempt == _COMMIT_RETRIES - 1:
+                            raise
+        except (KafkaException, BrokerError) as exc:
+            if final:
+                log.debug("final commit failed: %s", exc)
+                with contextlib.suppress(KafkaException):
+                    if self.eos:
+                        self.producer.abort_transaction(1.0)
+                return False
+            self._failed(exc, "committing")
+            return False
+        if deferred:
+            self.metrics.status_records.inc(len(deferred))
+        self._clear_txn()
+        return True
+
+    def _clear_txn(self) -> None:
+        self._txn_open = False
+        self._txn_began = 0.0
+        self._txn_events = 0
+        self._txn_offsets = {}
+        self._deferred = {}
+
+    def _failed(self, exc: BaseException, during: str) -> None:
+        """The open transaction cannot commit: abort it (or replace a fenced
+        producer), drop every partition's state and rewind. One log line."""
+        err = exc.args[0] if exc.args else None
+        fatal = bool(getattr(err, "fatal", lambda: False)())
+        code = _code_name(exc)
+        events = self._txn_events
+        if fatal:
+            what = "producer fenced"
+            self._told_stale = True
+            self._replace_producer()
+        else:
+            what = "stale generation" if code in _STALE_GENERATION else "transaction failed"
+            # The rebalance that follows (partitions lost or revoked) is this.
+            self._told_stale = code in _STALE_GENERATION
+            self._abort()
+        self._clear_txn()
+        self._drop_state()
+        self._reset_needed = True
+        log.warning(
+            "%s (%s) while %s: generation %d (member %s) gives up partitions %s as they were "
+            "at the last commit; %d uncommitted events are aborted, never published, and are "
+            "processed again after the rewind or rebalance",
+            what,
+            code,
+            during,
+            self.generation,
+            self.member,
+            self.assigned,
+            events,
+        )
+
+    def _abort(self) -> None:
+        from confluent_kafka import KafkaException
+
+        if not self.eos:
+            self.producer.purge()
+            return
+        try:
+            self.producer.abort_transaction(_CALL_TIMEOUT_S)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if getattr(err, "fatal", lambda: False)():
+                self._replace_producer()
+            else:  # the next init/begin fails and replaces it, or the broker times it out
+                log.debug("abort failed: %s", exc)
+                self._replace_producer()
+
+    def _member(self) -> str:
+        try:
+            return str(self.consumer.memberid())
+        except Exception:  # before the first join there is none
+            return "-"
+
+    def _drop_state(self) -> None:
+        self.values.clear()
+        self.processor.forget()
+
+    # -- assignment and restore -----------------------------------------------
+
+    def _wait_changelog_stable(self, partitions: list[int]) -> None:
+        """Until no transaction is open on the changelog ``partitions`` (last
+        stable offset = high watermark). Only a previous owner can have one:
+        a transaction that committed but whose markers the coordinator has
+        not written yet (the committed offsets already count it, so its
+        state records must be restored), or a dead owner's, which the broker
+        aborts after the transaction timeout. Bounded; logged if it is not."""
+        from confluent_kafka import TopicPartition
+
+        if self._probes is None:
+            from confluent_kafka import Consumer
+
+            base = {**self._client, "group.id": f"{self.settings.app_id}-probe"}
+            self._probes = (
+                Consumer({**base, "isolation.level": "read_committed"}),
+                Consumer({**base, "isolation.level": "read_uncommitted"}),
+            )
+        stable, raw = self._probes
+        deadline = time.monotonic() + TRANSACTION_TIMEOUT_MS / 1000 + 20
+        tps = [TopicPartition(self.changelog, p) for p in partitions]
+        while True:
+            open_ = [
+                tp.partition
+                for tp in tps
+                if stable.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+                < raw.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+            ]
+            if not open_:
+                return
+            if time.monotonic() > deadline or self.stopping:
+                log.warning("changelog partitions %s still have an open transaction", open_)
+                return
+            time.sleep(0.1)
+
+    def _restore(self, partitions: list[int]) -> None:
+        self._wait_changelog_stable(partitions)
+        values = self.values
+
+        def apply(_p: int, key: bytes, value: bytes | None) -> None:
+            if value is None:
+                values.pop(key, None)
+            else:
+                values[key] = value
+
+        began = time.monotonic()
+        result = load_changelog(self._client, self.changelog, dict.fromkeys(partitions), apply)
+        took = time.monotonic() - began
+        self.restored_records += result.records
+        log.info(
+            "restored %d changelog records (%d keys) of %s partitions %s in %.2f s "
+            "(%.0f records/s)",
+            result.records,
+            len(values),
+            self.changelog,
+            partitions,
+            took,
+            result.records / took if took > 0 else 0.0,
+        )
+
+    def _committed(self, partitions: list[int]) -> list[Any]:
+        """The group's committed offsets of ``partitions``, stable: under
+        read_committed librdkafka sends ``require_stable`` and waits while
+        a transaction that commits them is pending."""
+        from confluent_kafka import TopicPartition
+
+        tps = [TopicPartition(self.events_topic, p) for p in partitions]
+        return list(self.consumer.committed(tps, timeout=60))
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        self._epoch += 1
+        self.generation += 1
+        parts = sorted(tp.partition for tp in partitions if tp.topic == self.events_topic)
+        self._drop_state()
+        self.recovering = True
+        try:
+            committed = self._committed(parts)
+            self._restore(parts)
+        except Exception as exc:  # retried by the loop's rewind
+            log.warning("restore of partitions %s failed, retrying: %s", parts, exc)
+            self._drop_state()
+            self._reset_needed = True
+            committed = partitions
+        finally:
+            self.recovering = False
+        self.positions = {
+            tp.partition: tp.offset for tp in committed if tp.offset is not None and tp.offset >= 0
+        }
+        self.assigned = parts
+        self.member = self._member()
+        consumer.assign(committed)
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        if self._txn_open and not self._reset_needed:
+            self._commit()  # before the partitions go (a failure aborts)
+        elif self._txn_open:
+            self._abort()
+            self._clear_txn()
+        self._release()
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        lost = self.assigned
+        events = self._txn_events
+        if self._txn_open:
+            self._abort()  # never publish from a generation that is over
+            self._clear_txn()
+        if not self._told_stale:
+            log.warning(
+                "partitions %s lost (generation %d, member %s left the group): %d uncommitted "
+                "events aborted, never published; rejoining",
+                lost,
+                self.generation,
+                self.member,
+                events,
+            )
+        self._release()
+
+    def _release(self) -> None:
+        self._epoch += 1
+        self._told_stale = False
+        self._drop_state()
+        self._reset_needed = False
+        self.assigned = []
+        self.positions = {}
+
+    def _rewind(self) -> None:
+        """Back to the committed offsets, with the state restored to them."""
+        if not self.assigned:
+            self._reset_needed = False
+            return
+        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+
+        parts = list(self.assigned)
+        self.recovering = True
+        try:
+            committed = self._committed(parts)
+            self._drop_state()
+            self._restore(parts)
+            for tp in committed:
+                offset = tp.offset if tp.offset is not None and tp.offset >= 0 else OFFSET_BEGINNING
+                self.consumer.seek(TopicPartition(self.events_topic, tp.partition, offset))
+        except (KafkaException, BrokerError) as exc:
+            self._drop_state()
+            log.warning("rewind of partitions %s failed, retrying: %s", parts, exc)
+            return
+        finally:
+            self.recovering = False
+        self.positions = {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
+        self._epoch += 1
+        self._reset_needed = False
+
+    # -- stop -------------------------------------------------------------------
+
+    def _finish(self) -> bool:
+        events = self._txn_events
+        ok = True
+        if self._txn_open:
+            ok = self._commit(timeout=3.0, final=True)
+        if ok:
+            log.info(
+                "stopping: every processed event committed (%d in the last transaction); "
+                "leaving the group",
+                events,
+            )
+        else:
+            log.warning(
+                "stopping: the last transaction (%d events) was not committed and is aborted; "
+                "a restart processes those events again, exactly once",
+                events,
+            )
+        self._txn_open = False  # the revoke on close has nothing left to commit
+        self.consumer.close()
+        return ok
+
+    # -- health and gauges ------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "ok": not self.stopping,
+            "recovering": self.recovering,
+            "partitions": list(self.assigned),
+            "processed": self.processed,
+            "exactly_once": self.eos,
+        }
+
+    def _read_highwaters(self) -> None:
+        """The consumer's cached high watermarks (under read_committed: the
+        last stable offsets) of the held partitions; read on the loop's
+        thread only, the /metrics thread uses the copy."""
+        from confluent_kafka import TopicPartition
+
+        highwaters: dict[int, int] = {}
+        for p in self.assigned:
+            _lo, hi = self.consumer.get_watermark_offsets(
+                TopicPartition(self.events_topic, p), cached=True
+            )
+            if hi is not None and hi >= 0:
+                highwaters[p] = hi
+        self._highwaters = highwaters
+
+    def refresh_lag(self) -> None:
+        """The lag gauge of every held partition (0 until known)."""
+        positions = dict(self.positions)
+        highwaters = self._highwaters
+        lags: dict[int, int | None] = {}
+        for p in list(self.assigned):
+            hi, pos = highwaters.get(p), positions.get(p)
+            lags[p] = None if hi is None or pos is None else hi - pos
+        self.metrics.set_lag(lags)
+
+    def refresh_gauges(self) -> None:
+        self.refresh_lag()
+        self.metrics.keys.set(len(self.values))
+        self.metrics.restored.set(self.restored_records)
+
+    def announce(self) -> None:
+        """The faust engine's line, each time a new set of partitions is processed."""
+        if self.recovering or self._reset_needed or not self.generation:
+            return  # before the first assignment there is nothing to say
+        parts = tuple(self.assigned)
+        if parts == self._announced:
+            return
+        self._announced = parts
+        where = ", ".join(map(str, parts)) if parts else "none (other workers have them)"
+        log.info(
+            "processing %s partitions %s (%s, memory store, rdkafka engine)",
+            self.events_topic,
+            where,
+            "exactly-once" if self.eos else "at-least-once",
+        )
+

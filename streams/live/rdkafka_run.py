@@ -1,0 +1,143 @@
+"""Start and stop the rdkafka engine (``fencewatch run --engine rdkafka``):
+topics, the /metrics server thread, signals, and the bounded stop.
+
+Stopping: the first SIGTERM/SIGINT asks the loop to stop; it commits the
+open transaction (or aborts it) and leaves the group, one line saying
+which. Whatever the broker's state, the process is gone
+:data:`STOP_BOUND_S` seconds after that signal: past it a watchdog ends the
+process without leaving the group (the group then waits a session timeout,
+and an open transaction is aborted by the broker; nothing is lost or
+repeated). A second signal ends it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from streams.kafka.admin import TopicAdmin
+from streams.kafka.topics import TopicSpec
+from streams.live.changelog import changelog_topic
+from streams.live.metrics import LiveMetrics, MetricsServer
+from streams.live.rdkafka_engine import RdkafkaEngine
+from streams.live.settings import LiveSettings, prepare_local_state
+from streams.live.topics import ensure_topics
+
+__all__ = ["STOP_BOUND_S", "run_rdkafka"]
+
+#: Seconds from the first stop signal to the end of the process, at most
+#: (Kubernetes' default grace period is 30 s).
+STOP_BOUND_S = 12.0
+#: GC thresholds as the faust engine's runner sets them (streams.live.runner).
+_GC_THRESHOLDS = (20_000, 10, 10)
+
+log = logging.getLogger(__name__)
+
+
+def _ensure_changelog(settings: LiveSettings, partitions: int) -> None:
+    """The state changelog, compacted, partitioned like the input: the topic
+    faust creates for its table, created here when missing."""
+    admin = TopicAdmin(settings.kafka, timeout_s=30.0)
+    name = changelog_topic(settings.app_id)
+    admin.ensure([TopicSpec(name, partitions, settings.replication, {"cleanup.policy": "compact"})])
+
+
+def _serve_metrics(server: MetricsServer) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(server.start())
+        loop.run_forever()
+    except Exception:  # the address was checked before start; log, keep processing
+        log.exception("the /metrics server stopped")
+
+
+def _flush_logs() -> None:
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):  # leaving anyway
+            handler.flush()
+
+
+def _hard_exit(code: int, line: str) -> None:
+    log.warning("%s", line)
+    _flush_logs()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def run_rdkafka(settings: LiveSettings) -> int:
+    """Run the rdkafka engine until SIGTERM/SIGINT; the exit status."""
+    prepare_local_state(settings)
+    partitions = ensure_topics(settings)
+    _ensure_changelog(settings, partitions)
+    log.info("starting %r with %d partitions (rdkafka engine)", settings, partitions)
+    metrics = LiveMetrics()
+    engine = RdkafkaEngine(settings, metrics=metrics)
+    if settings.metrics_port:
+        server = MetricsServer(
+            metrics,
+            engine.health,
+            host=settings.metrics_host,
+            port=settings.metrics_port,
+            refresh=engine.refresh_gauges,
+        )
+        threading.Thread(
+            target=_serve_metrics, args=(server,), name="fencewatch-metrics", daemon=True
+        ).start()
+    signals: list[int] = []
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        signals.append(signum)
+        if len(signals) > 1:
+            _hard_exit(128 + signum, f"{name} again: stopping at once")
+        log.info("%s: stopping (at most %.0f s)", name, STOP_BOUND_S)
+        engine.stop()
+        def too_long() -> None:
+            _hard_exit(
+                1,
+                f"stopping: no commit within {STOP_BOUND_S:.0f} s (is the broker reachable?); "
+                f"the last transaction ({engine.uncommitted_events} events) is not committed "
+                "and a restart processes those events again, exactly once; exiting without "
+                "leaving the group",
+            )
+
+        watchdog = threading.Timer(STOP_BOUND_S, too_long)
+        watchdog.daemon = True
+        watchdog.start()
+
+    previous: dict[signal.Signals, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous[sig] = signal.signal(sig, on_signal)
+    gc.freeze()
+    gc.set_threshold(*_GC_THRESHOLDS)
+    # The loop runs in its own thread: librdkafka calls block for seconds
+    # when the broker is away, and Python runs signal handlers only in the
+    # main thread between bytecodes, so the main thread stays free to take
+    # the signal (and start the stop watchdog) at once.
+    failure: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            engine.run()
+        except BaseException as exc:  # re-raised in the main thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=loop, name="fencewatch-engine", daemon=True)
+    try:
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if failure:
+        raise failure[0]
+    return 0

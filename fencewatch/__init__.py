@@ -74,6 +74,8 @@ from streams.findings import (
     TooManyFindings,
     WebhookTarget,
 )
+
+# SettingsError: the old name of ConfigError (the same class), kept for existing imports.
 from streams.kafka.connection import KafkaConnection, SettingsError
 from streams.kafka.errors import (
     AuthenticationFailed,

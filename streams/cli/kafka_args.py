@@ -107,7 +107,7 @@ def connection_from_args(
     extra: Mapping[str, str] | None = None,
 ) -> Any:
     """A validated :class:`~streams.kafka.connection.KafkaConnection`; raises
-    its ``SettingsError`` (a ValueError) naming a missing or bad setting.
+    its ``ConfigError`` (a ValueError) naming a missing or bad setting.
     Also quiets the client's log unless ``--log-level debug``."""
     from streams.kafka.connection import connection_from_env
     from streams.kafka.logs import configure_client_logs

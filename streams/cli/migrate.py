@@ -51,10 +51,10 @@ def register(subparsers: Any) -> None:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    from streams.errors import FencewatchError
+    from streams.errors import ConfigError, FencewatchError
     from streams.live.migrate import migrate_state
     from streams.live.runner import changelog_topic
-    from streams.live.settings import SettingsError, settings_from_env
+    from streams.live.settings import settings_from_env
 
     names = ("events_topic", "findings_topic", "dlq_topic", "status_topic", "status", "app_id")
     overrides = {name: getattr(args, name, None) for name in names}
@@ -62,10 +62,10 @@ def _migrate(args: argparse.Namespace) -> int:
     try:
         settings = settings_from_env(os.environ, overrides)
         if args.partitions < 1:
-            raise SettingsError(f"--partitions must be >= 1, got {args.partitions}")
+            raise ConfigError(f"--partitions must be >= 1, got {args.partitions}")
         if args.timeout <= 0:
-            raise SettingsError("--timeout must be positive")
-    except SettingsError as exc:
+            raise ConfigError("--timeout must be positive")
+    except ConfigError as exc:
         print(f"fencewatch migrate: {exc}", file=sys.stderr)
         return 2
 

@@ -108,12 +108,11 @@ _SETTING_ARGS = (
 
 
 def _run(args: argparse.Namespace) -> int:
-    from streams.errors import FencewatchError
+    from streams.errors import ConfigError, FencewatchError
     from streams.kafka.admin import TopicAdmin
     from streams.kafka.logs import configure_client_logs
     from streams.live.runner import run_worker
     from streams.live.settings import (
-        SettingsError,
         check_metrics_address,
         prepare_local_state,
         require_store_extra,
@@ -126,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
         settings = settings_from_env(os.environ, overrides)
         require_store_extra(settings)
         check_metrics_address(settings)
-    except SettingsError as exc:
+    except ConfigError as exc:
         print(f"fencewatch run: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.core.errors import FencewatchError
+from streams.core.errors import ConfigError
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -88,8 +88,9 @@ def split_servers(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-class SettingsError(FencewatchError, ValueError):
-    """A connection setting is missing or out of range; the message names it."""
+# A connection setting missing or out of range is a ConfigError (the message
+# names it); SettingsError, its old name, is the same class.
+SettingsError = ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,22 +131,22 @@ class KafkaConnection:
         return split_servers(self.bootstrap_servers)
 
     def validate(self) -> KafkaConnection:
-        """Raise :class:`SettingsError` naming the first bad setting."""
+        """Raise :class:`~streams.errors.ConfigError` naming the first bad setting."""
         try:
             self.servers  # noqa: B018  (parses, raising on a bad address)
         except ValueError as exc:
-            raise SettingsError(str(exc)) from None
+            raise ConfigError(str(exc)) from None
         if self.security_protocol not in _PROTOCOLS:
-            raise SettingsError(f"security protocol must be one of {', '.join(_PROTOCOLS)}")
+            raise ConfigError(f"security protocol must be one of {', '.join(_PROTOCOLS)}")
         if self.security_protocol.startswith("SASL"):
             if self.sasl_mechanism not in _MECHANISMS:
-                raise SettingsError(f"sasl mechanism must be one of {', '.join(_MECHANISMS)}")
+                raise ConfigError(f"sasl mechanism must be one of {', '.join(_MECHANISMS)}")
             if not self.sasl_username or self.sasl_password is None:
-                raise SettingsError(
+                raise ConfigError(
                     "SASL needs a username and a password (FENCEWATCH_SASL_PASSWORD)"
                 )
         if not 0 < self.connect_timeout <= 300:
-            raise SettingsError("connect timeout must be within (0, 300] seconds")
+            raise ConfigError("connect timeout must be within (0, 300] seconds")
         return self
 
     def replace(self, **changes: Any) -> KafkaConnection:
@@ -244,7 +245,7 @@ class KafkaConnection:
             reason = (
                 exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
             )
-            raise SettingsError(f"cannot load the TLS files ({files}): {reason}") from None
+            raise ConfigError(f"cannot load the TLS files ({files}): {reason}") from None
 
 
 # (field, environment suffix)
@@ -281,14 +282,14 @@ def connection_from_env(
         if value is not None:
             values[name] = value
     if not values.get("bootstrap_servers"):
-        raise SettingsError(
+        raise ConfigError(
             f"bootstrap servers are required (--bootstrap-servers or {ENV_PREFIX}BOOTSTRAP_SERVERS)"
         )
     if "connect_timeout" in values:
         try:
             values["connect_timeout"] = float(values["connect_timeout"])
         except ValueError:
-            raise SettingsError(
+            raise ConfigError(
                 f"{ENV_PREFIX}KAFKA_CONNECT_TIMEOUT: not a number: {values['connect_timeout']!r}"
             ) from None
     if "security_protocol" in values:

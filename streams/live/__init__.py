@@ -8,13 +8,12 @@ extra (faust, aiokafka, confluent-kafka, prometheus-client).
 from __future__ import annotations
 
 from streams.live.processor import OutRecord, Processor, SourceRecord
-from streams.live.settings import LiveSettings, SettingsError, settings_from_env
+from streams.live.settings import LiveSettings, settings_from_env
 
 __all__ = [
     "LiveSettings",
     "OutRecord",
     "Processor",
-    "SettingsError",
     "SourceRecord",
     "settings_from_env",
 ]

@@ -39,6 +39,7 @@ from streams.core import Detector, DetectorConfig
 from streams.errors import BrokerError
 from streams.live.changelog import changelog_topic, load_changelog
 from streams.live.metrics import LiveMetrics
+from streams.live.partitions import PartitionGuard, PartitionsChanged
 from streams.live.processor import OutRecord, Processor, with_changelog
 from streams.live.settings import LiveSettings
 
@@ -105,11 +106,21 @@ class RdkafkaEngine:
     returns after the stop; the caller bounds the stop's duration."""
 
     def __init__(
-        self, settings: LiveSettings, *, metrics: LiveMetrics | None = None
+        self,
+        settings: LiveSettings,
+        *,
+        metrics: LiveMetrics | None = None,
+        partitions: int | None = None,
     ) -> None:
         from confluent_kafka import Consumer
 
         self.settings = settings
+        #: The state's layout: a record or a count past it stops the engine
+        #: before anything is processed from split state (streams/live/partitions.py).
+        self.guard = (
+            PartitionGuard(settings.events_topic, partitions) if partitions is not None else None
+        )
+        self._next_count_check = 0.0
         self.metrics = metrics or LiveMetrics()
         self.events_topic = settings.events_topic
         self.changelog = changelog_topic(settings.app_id)
@@ -259,6 +270,13 @@ class RdkafkaEngine:
             ):
                 self._commit()
             now = time.monotonic()
+            if self.guard is not None and now >= self._next_count_check:
+                self._next_count_check = now + 2.0
+                from streams.kafka.admin import TopicAdmin
+
+                change = self.guard.check_count(TopicAdmin(self.settings.kafka))
+                if change is not None:
+                    raise PartitionsChanged(change)
             if now >= self._next_tick:
                 self._next_tick = now + 1.0
                 self._read_highwaters()
@@ -271,6 +289,14 @@ class RdkafkaEngine:
         topic = self.events_topic
         held = set(self.assigned)
         expected = self.positions
+        guard = self.guard
+        if guard is not None:
+            # Before any record of the batch is processed: the open transaction
+            # stays uncommitted (aborted), so nothing comes from split state.
+            for m in msgs:
+                change = guard.check_record(m.partition()) if m.error() is None else None
+                if change is not None:
+                    raise PartitionsChanged(change)
         for m in msgs:
             err = m.error()
             if err is not None:

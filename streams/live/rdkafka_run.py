@@ -27,6 +27,7 @@ from streams.kafka.admin import TopicAdmin
 from streams.kafka.topics import TopicSpec
 from streams.live.changelog import changelog_topic
 from streams.live.metrics import LiveMetrics, MetricsServer
+from streams.live.partitions import PartitionsChanged, check_state_layout
 from streams.live.rdkafka_engine import RdkafkaEngine
 from streams.live.settings import LiveSettings, prepare_local_state
 from streams.live.topics import ensure_topics
@@ -77,9 +78,16 @@ def run_rdkafka(settings: LiveSettings) -> int:
     prepare_local_state(settings)
     partitions = ensure_topics(settings)
     _ensure_changelog(settings, partitions)
+    # A changelog partitioned for another count: the events topic grew while
+    # the workers were stopped (streams/live/partitions.py), as the faust engine checks.
+    change = check_state_layout(
+        TopicAdmin(settings.kafka), settings.events_topic, changelog_topic(settings.app_id)
+    )
+    if change is not None:
+        raise PartitionsChanged(change)
     log.info("starting %r with %d partitions (rdkafka engine)", settings, partitions)
     metrics = LiveMetrics()
-    engine = RdkafkaEngine(settings, metrics=metrics)
+    engine = RdkafkaEngine(settings, metrics=metrics, partitions=partitions)
     if settings.metrics_port:
         server = MetricsServer(
             metrics,

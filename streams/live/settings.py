@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from streams.errors import ConfigError
 from streams.kafka.connection import (
     ENV_PREFIX,
     FIELDS,
     KafkaConnection,
-    SettingsError,
     connection_from_env,
 )
 from streams.kafka.topics import (
@@ -37,7 +37,6 @@ __all__ = [
     "ENGINES",
     "ENV_PREFIX",
     "LiveSettings",
-    "SettingsError",
     "check_metrics_address",
     "prepare_local_state",
     "require_store_extra",
@@ -124,36 +123,36 @@ class LiveSettings:
         self.kafka.validate()
         for name in ("events_topic", "findings_topic", "status_topic", "app_id"):
             if not getattr(self, name):
-                raise SettingsError(f"{name} must not be empty")
+                raise ConfigError(f"{name} must not be empty")
         if len(set(self.topic_names.all())) != 4:
-            raise SettingsError("events, findings, dead-letter and status topics must differ")
+            raise ConfigError("events, findings, dead-letter and status topics must differ")
         if self.partitions is not None and self.partitions < 1:
-            raise SettingsError("partitions must be >= 1")
+            raise ConfigError("partitions must be >= 1")
         if self.replication < 1:
-            raise SettingsError("replication must be >= 1")
+            raise ConfigError("replication must be >= 1")
         if not 0.01 <= self.commit_interval <= 60:
-            raise SettingsError("commit interval must be within 0.01..60 seconds")
+            raise ConfigError("commit interval must be within 0.01..60 seconds")
         if self.store_kind not in _STORES or "://" not in self.store:
-            raise SettingsError("store must be memory:// or rocksdb://")
+            raise ConfigError("store must be memory:// or rocksdb://")
         if not 1 <= self.heartbeat_interval < self.session_timeout:
-            raise SettingsError("heartbeat interval must be >= 1 s and below the session timeout")
+            raise ConfigError("heartbeat interval must be >= 1 s and below the session timeout")
         if self.max_events_per_key < 8:  # the detector's minimum (streams.core.detector)
-            raise SettingsError(
+            raise ConfigError(
                 "--max-events-per-key (FENCEWATCH_MAX_EVENTS_PER_KEY) must be at least 8, "
                 f"got {self.max_events_per_key}"
             )
         if self.max_event_bytes < 1 or self.state_cache_keys < 0:
-            raise SettingsError("limits must be positive")
+            raise ConfigError("limits must be positive")
         if self.log_level.lower() not in _LOG_LEVELS:
-            raise SettingsError(f"log level must be one of {', '.join(_LOG_LEVELS)}")
+            raise ConfigError(f"log level must be one of {', '.join(_LOG_LEVELS)}")
         if not 0 <= self.metrics_port <= 65535:
-            raise SettingsError("metrics port must be within 0..65535")
+            raise ConfigError("metrics port must be within 0..65535")
         if not self.metrics_host.strip():
-            raise SettingsError("metrics host must not be empty")
+            raise ConfigError("metrics host must not be empty")
         if self.engine not in ENGINES:
-            raise SettingsError(f"engine must be one of {', '.join(ENGINES)}")
+            raise ConfigError(f"engine must be one of {', '.join(ENGINES)}")
         if self.engine == "rdkafka" and self.store_kind != "memory":
-            raise SettingsError("--engine rdkafka supports --store memory:// only (for now)")
+            raise ConfigError("--engine rdkafka supports --store memory:// only (for now)")
         return self
 
     def replace(self, **changes: Any) -> LiveSettings:
@@ -167,7 +166,7 @@ def _bool(text: str) -> bool:
         return True
     if lowered in ("0", "false", "no", "off"):
         return False
-    raise SettingsError(f"not a boolean: {text!r}")
+    raise ConfigError(f"not a boolean: {text!r}")
 
 
 _ENV: tuple[tuple[str, str, Any], ...] = (
@@ -199,7 +198,7 @@ def settings_from_env(
 ) -> LiveSettings:
     """Settings from ``FENCEWATCH_*`` variables in ``env``, then ``overrides``
     (CLI flags by setting name, the connection's by its field name; ``None``
-    values mean "not given"). Raises :class:`SettingsError`."""
+    values mean "not given"). Raises :class:`ConfigError`."""
     values: dict[str, Any] = {}
     for name, suffix, parse in _ENV:
         raw = env.get(ENV_PREFIX + suffix)
@@ -207,7 +206,7 @@ def settings_from_env(
             try:
                 values[name] = parse(raw)
             except ValueError as exc:
-                raise SettingsError(f"{ENV_PREFIX}{suffix}: {exc}") from None
+                raise ConfigError(f"{ENV_PREFIX}{suffix}: {exc}") from None
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     kafka = connection_from_env(env, {k: v for k, v in given.items() if k in FIELDS})
     values.update({k: v for k, v in given.items() if k not in FIELDS})
@@ -215,24 +214,24 @@ def settings_from_env(
 
 
 def require_store_extra(settings: LiveSettings) -> None:
-    """Raise :class:`SettingsError` with the pip line when the store's extra
+    """Raise :class:`ConfigError` with the pip line when the store's extra
     is not installed (rocksdb:// without rocksdict)."""
     if settings.store_kind == "rocksdb" and importlib.util.find_spec("rocksdict") is None:
-        raise SettingsError(
+        raise ConfigError(
             "--store rocksdb:// needs the rocksdb extra: pip install 'fencewatch[rocksdb]'"
         )
 
 
 def prepare_local_state(settings: LiveSettings) -> Path:
     """Check what the store needs locally and create the data directory with
-    its parents; returns its absolute path. Raises :class:`SettingsError`
+    its parents; returns its absolute path. Raises :class:`ConfigError`
     naming the problem (a missing extra, a directory that cannot be made)."""
     require_store_extra(settings)
     path = Path(settings.data_dir).expanduser().absolute()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise SettingsError(
+        raise ConfigError(
             f"cannot create the data directory {path}: {exc.strerror or exc}"
         ) from None
     return path
@@ -248,7 +247,7 @@ _BIND_ERRORS = {
 def check_metrics_address(settings: LiveSettings) -> None:
     """Bind (and release) the /metrics address the worker will serve, so that
     a host that does not resolve, is not this machine's or a port in use is
-    one :class:`SettingsError` naming the address before anything starts
+    one :class:`ConfigError` naming the address before anything starts
     (the worker itself would crash with a traceback). Binds as the server
     does: every address the host resolves to, with SO_REUSEADDR."""
     if not settings.metrics_port:
@@ -259,7 +258,7 @@ def check_metrics_address(settings: LiveSettings) -> None:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError):
-        raise SettingsError(f"{where}: unknown host (--metrics-host)") from None
+        raise ConfigError(f"{where}: unknown host (--metrics-host)") from None
     for family, kind, proto, _name, address in infos:
         try:
             with socket.socket(family, kind, proto) as sock:
@@ -269,4 +268,4 @@ def check_metrics_address(settings: LiveSettings) -> None:
                 sock.bind(address)
         except OSError as exc:
             cause = _BIND_ERRORS.get(exc.errno or 0) or (exc.strerror or str(exc)).lower()
-            raise SettingsError(f"{where}: {cause}") from None
+            raise ConfigError(f"{where}: {cause}") from None

@@ -35,7 +35,7 @@ import orjson
 
 from streams.core.records import Event, EventType, event_to_dict
 from streams.core.validate import to_event
-from streams.errors import BrokerError, StoreError
+from streams.errors import BrokerError, ConfigError, StoreError
 from streams.fences.lease import Lease, LeaseStore, Stamp, check_lease_args
 from streams.fences.sink import EffectSink, Receipt
 from streams.kafka.admin import TopicAdmin
@@ -43,7 +43,6 @@ from streams.kafka.clients import Producer
 from streams.kafka.connection import (
     LIBRDKAFKA_LOGGER,
     KafkaConnection,
-    SettingsError,
     split_servers,
 )
 from streams.kafka.errors import watch_credentials
@@ -101,14 +100,14 @@ class ReporterSettings:
     def __post_init__(self) -> None:
         # Every field checked here, naming it: a mistake surfaces where the
         # settings are written, not as a producer that never connects.
-        def bad(name: str, why: str) -> SettingsError:
-            return SettingsError(f"ReporterSettings.{name}: {why}")
+        def bad(name: str, why: str) -> ConfigError:
+            return ConfigError(f"ReporterSettings.{name}: {why}")
 
         servers = self.bootstrap_servers
         if isinstance(servers, KafkaConnection):
             try:
                 servers.validate()
-            except SettingsError as exc:
+            except ConfigError as exc:
                 raise bad("bootstrap_servers", str(exc)) from None
         elif isinstance(servers, str):
             try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from streams.errors import BrokerError
-from streams.kafka.connection import SettingsError, connection_from_env, split_servers
+from streams.errors import BrokerError, ConfigError
+from streams.kafka.connection import connection_from_env, split_servers
 from streams.kafka.errors import (
     AuthenticationFailed,
     AuthorizationFailed,
@@ -85,15 +85,15 @@ def test_secrets_never_appear_in_repr_or_str() -> None:
     ],
 )
 def test_bad_connection_settings_name_the_setting(env: dict[str, str], fragment: str) -> None:
-    """A missing or bad connection setting raises SettingsError naming it."""
-    with pytest.raises(SettingsError, match=fragment):
+    """A missing or bad connection setting raises ConfigError naming it."""
+    with pytest.raises(ConfigError, match=fragment):
         connection_from_env(env)
 
 
 def test_an_unreadable_tls_file_is_a_settings_error() -> None:
-    """A CA file that does not exist is named in a SettingsError, not a FileNotFoundError."""
+    """A CA file that does not exist is named in a ConfigError, not a FileNotFoundError."""
     conn = connection_from_env(SASL_ENV)
-    with pytest.raises(SettingsError, match=r"/etc/ca\.pem"):
+    with pytest.raises(ConfigError, match=r"/etc/ca\.pem"):
         conn.aiokafka_kwargs()
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 import streams
+from streams.errors import ConfigError
 from streams.fixtures import reference_fixture
 from streams.live.settings import (
     DEFAULT_DATA_DIR,
-    SettingsError,
     check_metrics_address,
     prepare_local_state,
 )
@@ -88,12 +88,12 @@ def test_local_state_directory_is_created_with_its_parents(tmp_path: Path) -> No
 
 
 def test_uncreatable_state_directory_is_one_line(tmp_path: Path) -> None:
-    """A data dir below a regular file is refused with a SettingsError naming the path."""
+    """A data dir below a regular file is refused with a ConfigError naming the path."""
     (tmp_path / "file").write_text("")
     settings = live_settings(
         {"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1"}, {"data_dir": str(tmp_path / "file" / "x")}
     )
-    with pytest.raises(SettingsError, match="cannot create the data directory"):
+    with pytest.raises(ConfigError, match="cannot create the data directory"):
         prepare_local_state(settings)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from streams.core import Detector, Event, Finding, KeyState
+from streams.kafka.admin import TopicAdmin
 from streams.live.worker_process import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -228,10 +229,13 @@ class LiveHarness:
         base = {"bootstrap.servers": self.bootstrap, "group.id": "probe"}
         stable = Consumer({**base, "isolation.level": "read_committed"})
         raw = Consumer({**base, "isolation.level": "read_uncommitted"})
+        # Each output topic's own partitions: they need not follow the events
+        # topic's count (it grows in tests/live/test_partition_growth.py; they do not).
+        counts = TopicAdmin(self.bootstrap).partitions([self.findings, self.status, self.dlq])
         tps = [
             TopicPartition(t, p)
             for t in (self.findings, self.status, self.dlq)
-            for p in range(self.partitions)
+            for p in range(counts.get(t, self.partitions))
         ]
         try:
             while True:

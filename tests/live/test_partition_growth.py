@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from streams.core.replay import Replay
 from streams.kafka.reader import iter_topic
 from streams.live.migrate import consistent_partition, murmur2_partition
-from tests.live.conftest import REPO, LiveHarness
+from tests.live.conftest import ENGINES, REPO, LiveHarness
 
 pytestmark = pytest.mark.kafka
 
@@ -85,15 +85,18 @@ def test_partitioners_place_keys_as_the_clients_do(kafka_bootstrap: str, unique_
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "engine", [p if p == "faust" else pytest.param(p, marks=pytest.mark.faults) for p in ENGINES]
+)
 def test_growth_mid_stream_stops_the_worker_then_migrate_makes_findings_exact(
-    live: Any, tmp_path: Any
+    live: Any, tmp_path: Any, engine: str
 ) -> None:
     """Grow 2 -> 4 partitions mid-stream: the worker stops with one line naming
     the change and `fencewatch migrate --partitions 4`, having published only
     findings of the events it processed; a restart is refused with that line;
     a migration to the wrong count is refused in one line; after the
     migration the findings equal the audit's, each revision once."""
-    h: LiveHarness = live(2)
+    h: LiveHarness = live(2, engine=engine)
     events = h.scenario_events(n_keys=60, epochs=3, seed=5)
     half = len(events) // 2
     w1 = h.start("w1")

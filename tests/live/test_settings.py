@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from streams.live.settings import SettingsError, settings_from_env
+from streams.errors import ConfigError
+from streams.live.settings import settings_from_env
 
 
 def test_defaults_follow_the_spec_topic_names() -> None:
@@ -27,7 +28,7 @@ def test_flags_override_environment() -> None:
 
 def test_missing_bootstrap_is_an_error() -> None:
     """Without bootstrap servers the settings are refused with the flag's name."""
-    with pytest.raises(SettingsError, match="bootstrap"):
+    with pytest.raises(ConfigError, match="bootstrap"):
         settings_from_env({})
 
 
@@ -43,8 +44,8 @@ def test_missing_bootstrap_is_an_error() -> None:
     ],
 )
 def test_bad_values_are_refused(name: str, value: str) -> None:
-    """An out-of-range or unparsable setting raises SettingsError."""
-    with pytest.raises(SettingsError):
+    """An out-of-range or unparsable setting raises ConfigError."""
+    with pytest.raises(ConfigError):
         settings_from_env({"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1", name: value})
 
 
@@ -88,5 +89,5 @@ def test_an_unknown_engine_or_an_unsupported_store_is_one_clear_error(
     extra: dict[str, str], message: str
 ) -> None:
     """An unknown engine, and rocksdb:// with the rdkafka engine, are refused naming the setting."""
-    with pytest.raises(SettingsError, match=message):
+    with pytest.raises(ConfigError, match=message):
         settings_from_env({"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1", **extra})

@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 
-from streams.errors import BrokerError
+from streams.errors import BrokerError, ConfigError
 from streams.kafka.admin import TopicAdmin
-from streams.kafka.connection import SettingsError
 from streams.kafka.errors import BrokerUnreachable
 from streams.kafka.topics import TopicSpec
 from streams.sdk import OwnershipReporter, ReporterSettings
@@ -64,11 +63,11 @@ def _client_lines(caplog: pytest.LogCaptureFixture, err: str) -> list[str]:
     ],
 )
 def test_settings_are_validated_when_made(field: str, changes: dict[str, Any]) -> None:
-    """A bad ReporterSettings field raises SettingsError (a ValueError) in one
+    """A bad ReporterSettings field raises ConfigError (a ValueError) in one
     line naming that field, before any client exists."""
     values: dict[str, Any] = {"bootstrap_servers": "127.0.0.1:9092", "worker_id": "alpha"}
     values.update(changes)
-    with pytest.raises(SettingsError) as info:
+    with pytest.raises(ConfigError) as info:
         ReporterSettings(**values)
     assert str(info.value).startswith(f"ReporterSettings.{field}: ")
     assert "\n" not in str(info.value)

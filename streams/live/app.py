@@ -27,7 +27,6 @@ from typing import Any
 
 import faust
 
-from streams.core import Detector, DetectorConfig
 from streams.kafka.topics import min_insync_replicas
 from streams.live import faust_seam
 from streams.live.fast_restore import FastMemoryStore, client_config
@@ -39,7 +38,7 @@ from streams.live.partitions import (
     PartitionGuard,
     PartitionsChanged,
 )
-from streams.live.processor import BatchOutcome, Processor, with_changelog
+from streams.live.processor import BatchOutcome, Processor, processor_for, with_changelog
 from streams.live.settings import LiveSettings
 from streams.live.txn import TransactionalSender
 
@@ -388,15 +387,7 @@ def build_app(
         )
         store.configure(client_config(settings))
         faust_seam.set_table_store(table, store)
-    detector = Detector(DetectorConfig(max_events_per_key=settings.max_events_per_key))
-    processor = Processor(
-        detector,
-        findings_topic=settings.findings_topic,
-        dlq_topic=settings.dlq,
-        status_topic=settings.status_topic if settings.status else None,
-        max_event_bytes=settings.max_event_bytes,
-        cache_keys=settings.state_cache_keys,
-    )
+    processor = processor_for(settings)
     runtime = LiveRuntime(app, table, processor, metrics, settings, partitions)
     # faust's fetcher hands the events topic's records to the intake, and
     # committed offsets are confirmed stable before faust seeks to them

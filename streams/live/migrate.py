@@ -37,11 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streams.core import Detector, DetectorConfig
 from streams.errors import BrokerError
 from streams.kafka.errors import translate
 from streams.live.fast_restore import load_changelog
-from streams.live.processor import OutRecord, Processor, SourceRecord
+from streams.live.processor import OutRecord, SourceRecord, processor_for
 from streams.live.settings import LiveSettings
 
 __all__ = [
@@ -334,14 +333,7 @@ def migrate_state(
     log(f"read the state of {len(state)} keys from {changelog} ({was} partitions)")
     starts = {p: committed.get(p, -1) for p in range(was)}
     tails, ends = _read_tail(settings, starts, timeout_s)
-    processor = Processor(
-        Detector(DetectorConfig(max_events_per_key=settings.max_events_per_key)),
-        findings_topic=settings.findings_topic,
-        dlq_topic=settings.dlq,
-        status_topic=settings.status_topic if settings.status else None,
-        max_event_bytes=settings.max_event_bytes,
-        cache_keys=0,
-    )
+    processor = processor_for(settings, cache_keys=0)
     outputs: list[OutRecord] = []
     status: dict[bytes | None, OutRecord] = {}
     tail_events = findings = 0

@@ -21,14 +21,18 @@ import logging
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 import orjson
 
 from streams.core import Detector, Event, Finding, InvalidEvent, KeyState, parse_event
+from streams.core.detector import DetectorConfig
 from streams.core.records import Kind
 from streams.core.status import build_status, findings_of, stale_effects
+
+if TYPE_CHECKING:
+    from streams.live.settings import LiveSettings
 
 __all__ = [
     "HEADER_ERROR_FIELD",
@@ -44,6 +48,7 @@ __all__ = [
     "SourceRecord",
     "StatusMeta",
     "join_value",
+    "processor_for",
     "split_value",
     "with_changelog",
 ]
@@ -441,3 +446,17 @@ def with_changelog(outcome: BatchOutcome, changelog_topic: str) -> dict[int, lis
 def headers_dict(headers: Sequence[tuple[str, bytes]]) -> dict[str, str]:
     """Decode headers for display and tests (last value wins)."""
     return {k: v.decode("utf-8", "replace") for k, v in headers}
+
+
+def processor_for(settings: LiveSettings, *, cache_keys: int | None = None) -> Processor:
+    """The :class:`Processor` for ``settings``: the one configuration that every
+    engine (faust, rdkafka) and ``fencewatch migrate`` run, so their outputs
+    cannot drift apart. ``cache_keys`` overrides ``settings.state_cache_keys``."""
+    return Processor(
+        Detector(DetectorConfig(max_events_per_key=settings.max_events_per_key)),
+        findings_topic=settings.findings_topic,
+        dlq_topic=settings.dlq,
+        status_topic=settings.status_topic if settings.status else None,
+        max_event_bytes=settings.max_event_bytes,
+        cache_keys=settings.state_cache_keys if cache_keys is None else cache_keys,
+    )

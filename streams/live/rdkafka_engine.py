@@ -35,12 +35,11 @@ from typing import Any
 
 import msgspec
 
-from streams.core import Detector, DetectorConfig
 from streams.errors import BrokerError
 from streams.live.changelog import changelog_topic, load_changelog
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionGuard, PartitionsChanged
-from streams.live.processor import OutRecord, Processor, with_changelog
+from streams.live.processor import OutRecord, processor_for, with_changelog
 from streams.live.settings import LiveSettings
 
 __all__ = [
@@ -125,15 +124,7 @@ class RdkafkaEngine:
         self.events_topic = settings.events_topic
         self.changelog = changelog_topic(settings.app_id)
         self.eos = settings.exactly_once
-        detector = Detector(DetectorConfig(max_events_per_key=settings.max_events_per_key))
-        self.processor = Processor(
-            detector,
-            findings_topic=settings.findings_topic,
-            dlq_topic=settings.dlq,
-            status_topic=settings.status_topic if settings.status else None,
-            max_event_bytes=settings.max_event_bytes,
-            cache_keys=settings.state_cache_keys,
-        )
+        self.processor = processor_for(settings)
         #: The state table of the held partitions: key -> stored value (every
         #: rebalance drops it all: eager assignment, docs/live.md).
         self.values: dict[bytes, bytes] = {}

@@ -7,6 +7,13 @@ through the idempotent producer (``acks=all``: a retry never duplicates a
 record). An invalid line is reported (``FILE:LINE: field: reason``) and never
 sent; its valid neighbours still are. Blank lines are skipped.
 
+Publishing the same file again changes no finding: an event with a ``seq``
+is recognised as redelivered by its seq, and one with neither ``seq`` nor
+``event_id`` is given ``event_id`` ``publish:<digest of the line and its line
+number>``, which the detector drops when it sees it again (SPEC §2). Two
+identical lines of one file keep distinct ids, so they count twice, as in
+``fencewatch audit FILE``. ``--no-event-ids`` sends every line unchanged.
+
 Exit status: 0 every event sent; 1 some lines were invalid (every valid one
 was sent); 2 usage error, unreadable file, missing topic, broker failure or
 events not acknowledged; 130 Ctrl-C (what was queued is still flushed and
@@ -61,6 +68,13 @@ def register(sub: Any) -> None:
         metavar="N",
         help=f"longest event line accepted (default {DEFAULT_MAX_EVENT_BYTES})",
     )
+    p.add_argument(
+        "--no-event-ids",
+        dest="event_ids",
+        action="store_false",
+        help="send lines unchanged: no event_id for events without seq and event_id "
+        "(then publishing a file twice duplicates those events)",
+    )
     add_connection_args(p)
     add_kafka_config_arg(p)
     p.set_defaults(handler=_main)
@@ -90,8 +104,11 @@ def _lines(fh: IO[bytes], limit: int) -> Iterator[tuple[int, bytes | None]]:
 class _Publisher:
     """Validates lines, queues the valid ones, counts what the broker acknowledged."""
 
-    def __init__(self, producer: Any, topic: str, max_bytes: int) -> None:
+    def __init__(
+        self, producer: Any, topic: str, max_bytes: int, *, event_ids: bool = True
+    ) -> None:
         self.producer = producer
+        self.event_ids = event_ids
         self.topic = topic
         self.max_bytes = max_bytes
         self.queued = 0
@@ -135,6 +152,8 @@ class _Publisher:
             except InvalidEvent as exc:
                 self.invalid_line(f"{name}:{number}", str(exc))
                 continue
+            if self.event_ids and event.seq is None and event.event_id is None:
+                data = with_event_id(data, number)
             self._produce(data, event.workflow_key.encode())
         progress.bytes_read(unreported, self.queued)
 
@@ -147,6 +166,20 @@ class _Publisher:
                 self.producer.poll(0.1)
         self.queued += 1
         self.producer.poll(0)
+
+
+def with_event_id(line: bytes, number: int) -> bytes:
+    """``line`` (a valid event without seq and event_id) with a deterministic
+    ``event_id`` from its bytes and line number: the same line of the same file
+    gets the same id on every run, two equal lines of one file two ids."""
+    import hashlib
+
+    import orjson
+
+    digest = hashlib.sha256(line + b"\0" + str(number).encode()).hexdigest()[:32]
+    doc = orjson.loads(line)
+    doc["event_id"] = f"publish:{digest}"
+    return orjson.dumps(doc)
 
 
 def _open(name: str) -> IO[bytes]:
@@ -191,7 +224,7 @@ def _main(args: argparse.Namespace) -> int:
     typed = "-" in args.files and sys.stdin.isatty()
     if typed:
         _err("reading events from stdin (end with Ctrl-D)")
-    pub = _Publisher(producer, topic, args.max_event_bytes)
+    pub = _Publisher(producer, topic, args.max_event_bytes, event_ids=args.event_ids)
     # A display redrawn on the line being typed would garble it (as in audit).
     progress = AuditProgress() if typed else audit_progress(sys.stderr)
     interrupted = False

@@ -99,3 +99,53 @@ def test_a_line_over_the_limit_is_skipped_without_being_held_whole() -> None:
     data = b'{"a": 1}\n' + b"x" * 100 + b"\n" + b'{"b": 2}\n'
     got = list(_lines(io.BytesIO(data), limit=20))
     assert got == [(1, b'{"a": 1}\n'), (2, None), (3, b'{"b": 2}\n')]
+
+
+def test_publishing_a_file_twice_changes_no_finding(
+    kafka_bootstrap: str, unique_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """Events without seq get a deterministic event_id, so a second publish of the same file
+    is dropped as redelivered: the topic's audit equals the file's (two equal lines of the
+    file still count twice); with --no-event-ids the repeat makes a duplicate_commit."""
+    from streams.core.replay import Replay
+
+    def ev(t: str, epoch: int, worker: str, effect: str | None = None) -> bytes:
+        doc = {"type": t, "workflow_key": "pub/twice", "epoch": epoch, "worker_id": worker}
+        if effect is not None:
+            doc["effect_key"] = effect
+        return json.dumps(doc).encode()
+
+    lines = [
+        ev("lease_acquired", 1, "a"),
+        ev("effect_committed", 1, "a", "x"),
+        ev("lease_acquired", 2, "b"),
+        ev("progress", 1, "a"),
+        ev("progress", 1, "a"),  # an equal line: counted twice, as in the file audit
+    ]
+    path = tmp_path / "twice.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+    def audit(topic: str) -> tuple[list[tuple[str, str]], int]:
+        r = Replay()
+        for key, value, p, o in iter_topic(kafka_bootstrap, topic):
+            r.feed(value or b"", key=key, offset=o, source=f"{topic}/{p}")
+        kinds = sorted((f.kind.value, f.finding_id) for f in r.latest_findings())
+        return kinds, r.summary()["redeliveries_dropped"]
+
+    file_audit = Replay()
+    with path.open("rb") as fh:
+        file_audit.feed_stream(fh.read, source=str(path))
+    expected = sorted((f.kind.value, f.finding_id) for f in file_audit.latest_findings())
+
+    topic = unique_topic(1, prefix="publish")
+    base = ["publish", "--bootstrap-servers", kafka_bootstrap, "--topic", topic, str(path)]
+    assert main(base) == 0
+    assert main(base) == 0
+    assert audit(topic) == (expected, len(lines))
+
+    raw = unique_topic(1, prefix="publish")
+    argv = ["publish", "--no-event-ids", "--bootstrap-servers", kafka_bootstrap, "--topic", raw]
+    assert main([*argv, str(path)]) == 0
+    assert main([*argv, str(path)]) == 0
+    kinds, redeliveries = audit(raw)
+    assert redeliveries == 0 and ("duplicate_commit" in {k for k, _ in kinds})

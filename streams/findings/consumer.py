@@ -78,6 +78,8 @@ class TopicReader(Protocol):
 
     def commit_results(self) -> list[tuple[int, int, str | None]]: ...
 
+    def settle_commits(self) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -331,7 +333,8 @@ class FindingsConsumer:
             failing = reason is not None
             if failing != self.stats.commits_failing:
                 self.stats.commits_failing = failing
-                if self._on_commit_state is not None:
+                # At close the outcome is said once, by close() itself.
+                if self._on_commit_state is not None and not force:
                     self._on_commit_state(reason)
         # At close, every position not confirmed stored, synchronously: an
         # asynchronous commit may still be failing unseen.
@@ -399,6 +402,10 @@ class FindingsConsumer:
             return
         self._closed = True
         try:
+            # Learn first which asynchronous commits were stored: a position the
+            # broker stored before it went away needs no commit now (which
+            # would fail and say a restart repeats what it would not).
+            self._tail.settle_commits()
             self.maybe_commit(force=True)
         except FencewatchError as exc:
             action = f"committing the position of group {self.settings.group}"

@@ -17,6 +17,7 @@ durable position: ``fencewatch findings`` and the findings consumer API.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -78,6 +79,8 @@ class TopicTail:
         self.group = group
         self._timeout = timeout
         self._commit_results: list[tuple[int, int, str | None]] = []
+        # Asynchronous commits sent and not answered yet (settle_commits).
+        self._commits_in_flight = 0
         conn = KafkaConnection(conn) if isinstance(conn, str) else conn
         conn.validate()
         # An unreachable address fails here in the connect timeout, naming it.
@@ -218,6 +221,7 @@ class TopicTail:
         try:
             if asynchronous:
                 self._consumer.commit(offsets=tps, asynchronous=True)
+                self._commits_in_flight += 1
             else:
                 self._consumer.commit(offsets=tps, asynchronous=False)
         except KafkaException as exc:
@@ -225,6 +229,7 @@ class TopicTail:
 
     def _on_commit(self, err: Any, partitions: list[Any]) -> None:
         # Served by poll() on the polling thread (librdkafka's callback).
+        self._commits_in_flight = max(0, self._commits_in_flight - 1)
         for tp in partitions:
             if tp.topic == self.topic:
                 failure = err if err is not None else tp.error
@@ -236,6 +241,18 @@ class TopicTail:
         (partition, offset, None if stored else the reason it was not)."""
         done, self._commit_results = self._commit_results, []
         return done
+
+    def settle_commits(self) -> None:
+        """Wait (at most the connect timeout) for the answers to the
+        asynchronous commits still in flight, so that :meth:`commit_results`
+        says which were stored. For a close: a record read meanwhile is
+        dropped, never handed out, so its position is not committed."""
+        deadline = time.monotonic() + self._conn.connect_timeout
+        while self._commits_in_flight > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._consumer.poll(min(left, 0.1))
 
     def close(self) -> None:
         self._consumer.close()

@@ -241,3 +241,59 @@ def test_a_bounded_read_ends_at_the_end_offsets_captured_at_start(
     finally:
         open_txn.abort_transaction(30)
     assert got == {f.finding_id for f in before}
+
+
+class _AnsweredLate:
+    """A reader port whose one asynchronous commit is answered (stored) only
+    when the consumer waits for it: what a close right after a commit sees."""
+
+    def __init__(self, *_: object, **__: object) -> None:
+        f = synthetic_findings(1)[0]
+        self._records = [_tail_record(f.to_json(), f.workflow_key.encode())]
+        self._sent: list[tuple[dict[int, int], bool]] = []
+        self._answers: list[tuple[int, int, str | None]] = []
+        self.finished = False
+
+    def poll(self, timeout: float) -> object:
+        return self._records.pop() if self._records else None
+
+    def commit(self, positions: dict[int, int], *, asynchronous: bool) -> None:
+        self._sent.append((dict(positions), asynchronous))
+
+    def commit_results(self) -> list[tuple[int, int, str | None]]:
+        done, self._answers = self._answers, []
+        return done
+
+    def settle_commits(self) -> None:
+        self._answers = [(p, o, None) for sent, _ in self._sent for p, o in sent.items()]
+
+    def close(self) -> None:
+        pass
+
+
+def _tail_record(value: str | bytes, key: bytes) -> object:
+    from streams.kafka.tail import TailRecord
+
+    raw = value.encode() if isinstance(value, str) else value
+    return TailRecord(key=key, value=raw, partition=0, offset=7, timestamp_ms=-1)
+
+
+def test_close_waits_for_the_answer_to_a_commit_in_flight_and_does_not_commit_again() -> None:
+    """A position whose asynchronous commit was stored is not committed again at
+    close (with the broker gone, that commit would fail and say a restart repeats)."""
+    readers: list[_AnsweredLate] = []
+
+    def factory(*a: object, **kw: object) -> _AnsweredLate:
+        readers.append(_AnsweredLate(*a, **kw))
+        return readers[-1]
+
+    c = FindingsConsumer(
+        FindingsSettings("127.0.0.1:9", "t", group="g", follow=True, commit_interval_s=0.0),
+        tail=factory,  # type: ignore[arg-type]
+    )
+    d = c.poll(0.1)
+    assert d is not None
+    c.ack(d)
+    c.maybe_commit(force=False)
+    c.close()
+    assert readers[0]._sent == [({0: 8}, True)]

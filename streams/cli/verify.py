@@ -61,6 +61,8 @@ def _err(msg: str) -> None:
 def _main(args: argparse.Namespace) -> int:
     from streams.core.validate import InvalidEvent
     from streams.findings.verify import (
+        NoCurrentEpoch,
+        UnknownEffect,
         build_verification,
         check_effect,
         current_epoch,
@@ -84,6 +86,13 @@ def _main(args: argparse.Namespace) -> int:
         publish_verification(conn, event, args.events_topic)
     except InvalidEvent as exc:
         _err(f"the event would be invalid: {exc}")
+        return 2
+    # The library names no flag; the command says which of its flags helps.
+    except UnknownEffect as exc:
+        _err(f"{exc}; check --workflow and --effect, or give --force to record it anyway")
+        return 2
+    except NoCurrentEpoch as exc:
+        _err(f"{exc}: give --epoch N")
         return 2
     except (ValueError, FencewatchError) as exc:
         _err(str(exc))

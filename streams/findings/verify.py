@@ -91,8 +91,7 @@ def check_effect(
     else:
         what = f"{topic} holds no event of it"
     raise UnknownEffect(
-        f"workflow {workflow!r} has no evidence of effect {effect!r} ({what}); "
-        "check --workflow and --effect, or give --force to record it anyway"
+        f"workflow {workflow!r} has no evidence of effect {effect!r} ({what})"
     )
 
 
@@ -104,7 +103,7 @@ def current_epoch(conn: KafkaConnection, workflow: str, status_topic: str | None
     doc = read_status(conn, topic).get(workflow)
     if doc is None or doc.get("current_epoch") is None:
         raise NoCurrentEpoch(
-            f"workflow {workflow!r} has no current epoch on {topic}: give --epoch N"
+            f"workflow {workflow!r} has no current epoch on {topic}"
         )
     return int(doc["current_epoch"])
 

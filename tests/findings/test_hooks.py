@@ -24,7 +24,7 @@ from streams.findings import (
     RetryPolicy,
     WebhookTarget,
 )
-from streams.kafka import committed_offsets
+from streams.kafka import committed_offsets, end_offsets
 from tests.findings.conftest import fixture_findings, synthetic_findings
 from tests.findings.receiver import webhook_receiver
 from tests.support.waiting import wait_until
@@ -322,7 +322,14 @@ def test_sigterm_drains_and_commits_so_a_restart_repeats_nothing(
         second = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL)
         try:
             rx.wait_for(len(findings), timeout=60)
-            time.sleep(1.0)
+            # Every record read and acknowledged (so any repeat was sent)
+            # once the group's position is the topic's end.
+            ends = end_offsets(kafka_bootstrap, topic)
+            wait_until(
+                lambda: committed_offsets(kafka_bootstrap, group, topic, range(3)) == ends,
+                timeout=60,
+                what="the second follower committing the end of the topic",
+            )
         finally:
             second.terminate()
             second.wait(20)

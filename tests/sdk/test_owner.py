@@ -198,13 +198,27 @@ def test_deferred_effects_left_when_the_store_stays_away_are_abandoned(world: Wo
     assert world.sink.effects(KEY) == []
 
 
-def test_wait_s_waits_for_the_holder_to_let_go(world: World) -> None:
+def test_wait_s_waits_for_the_holder_to_let_go(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """own(wait_s=...) retries while another worker holds the key, then gets the next epoch."""
     alpha, beta = world.reporter("alpha"), world.reporter("beta")
     with pytest.raises(LeaseHeld), alpha.own(KEY, ttl=30):
         beta.own(KEY, ttl=30)
     got: dict[str, Any] = {}
     holder = alpha.own(KEY, ttl=30)
+    # The waiter has been refused once (it is waiting) before the holder lets go.
+    refused = threading.Event()
+    acquire = world.leases.acquire
+
+    def observed(key: str, worker: str, ttl: float) -> Any:
+        try:
+            return acquire(key, worker, ttl)
+        except LeaseHeld:
+            refused.set()
+            raise
+
+    monkeypatch.setattr(world.leases, "acquire", observed)
 
     def take() -> None:
         with beta.own(KEY, ttl=30, wait_s=10) as b:
@@ -212,7 +226,7 @@ def test_wait_s_waits_for_the_holder_to_let_go(world: World) -> None:
 
     t = threading.Thread(target=take)
     t.start()
-    time.sleep(0.3)
+    assert refused.wait(15), "the waiter never asked for the lease"
     holder.close()
     t.join(15)
     assert got["epoch"] == holder.epoch + 1

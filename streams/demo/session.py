@@ -22,9 +22,8 @@ from pathlib import Path
 from streams.core.findings import Finding
 from streams.demo import kafka_io
 from streams.demo.findings import render_findings
-from streams.demo.processes import Child, Children
+from streams.demo.processes import Child, Children, free_port, is_ready, read_health
 from streams.errors import FencewatchError
-from streams.live.worker_process import free_port, is_ready, read_health
 
 __all__ = ["DemoError", "DemoSession", "DemoSettings", "Output"]
 

@@ -26,7 +26,6 @@ LAYERS: dict[str, set[str]] = {
     "<streams>": set(),
     "<_native>": set(),
     "<fixtures>": set(),
-    "<schemas>": set(),
     "<errors>": {"core"},
     "<extras>": {"core"},
     "kafka": _BASE,
@@ -41,7 +40,7 @@ LAYERS: dict[str, set[str]] = {
     # The operator console (fencewatch serve): tails the topics, draws the report's timeline.
     "console": _BASE | {"kafka", "findings", "report"},
     "cli": _BASE
-    | {"<streams>", "<_native>", "<extras>", "<fixtures>", "<schemas>"}
+    | {"<streams>", "<_native>", "<extras>", "<fixtures>"}
     | {"kafka", "fences", "findings", "live", "report", "sdk", "demo", "integrations", "console"},
     "<__main__>": {"cli"},
     # fencewatch.integrations.* re-export the runtime adapters; import

@@ -182,7 +182,7 @@ class DemoSession:
             f"all {sum(end.values())} events processed; {revisions} finding record"
             f"{'s' if revisions != 1 else ''} on {self.findings_topic}"
         )
-        return [Finding.from_dict(doc) for doc in latest.values()], revisions
+        return latest, revisions
 
     def show_findings(self) -> list[Finding]:
         """:meth:`settled_findings`, told in the audit report's style."""

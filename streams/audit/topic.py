@@ -24,38 +24,21 @@ read a topic once between two bounds, feed every record to a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import orjson
 
+from streams.audit.ports import Interruptible, TopicProgress
 from streams.core.replay import Replay
 from streams.kafka.connection import KafkaConnection
 from streams.kafka.reader import BEGINNING, END, Bound, TopicRecord, Truncated
 from streams.report.coverage import INTERRUPTED, Coverage, MissingHistory
 
-__all__ = ["Interruptible", "TopicAudit", "TopicProgress", "audit_topic"]
-
-_T = TypeVar("_T")
+__all__ = ["TopicAudit", "audit_topic"]
 
 #: Records between two progress updates (an update of the terminal display
 #: takes a lock and formats; per record it would cost more than the detector).
 UPDATE_EVERY = 256
-
-
-class TopicProgress(Protocol):
-    """Where a long read reports how far it got (the CLI's terminal display)."""
-
-    def topic(self, name: str, total_records: int, partitions: int) -> None: ...
-
-    def records(self, done: int, partitions_done: int) -> None: ...
-
-
-class Interruptible(Protocol):
-    """A blocking step that a Ctrl-C can cut short (``call`` returns None then)."""
-
-    requested: bool
-
-    def call(self, fn: Callable[..., _T], *args: Any) -> _T | None: ...
 
 
 class TopicAudit:

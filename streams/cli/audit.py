@@ -26,17 +26,23 @@ while the events come from a terminal (typed: no display over the typing).
 from __future__ import annotations
 
 import argparse
-import gc
-import io
 import os
-import stat
 import sys
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
 from streams._native import native_summary
+from streams.audit.files import (
+    Input,
+    Interrupted,
+    StrictStop,
+    batch_gc,
+    format_hint,
+    invalid_where,
+    no_event_message,
+    run_files,
+)
 from streams.cli.kafka_args import (
     add_connection_args,
     add_kafka_config_arg,
@@ -46,7 +52,7 @@ from streams.cli.kafka_args import (
 from streams.cli.progress import AuditProgress, Interrupt, audit_progress
 from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, Detector, DetectorConfig
 from streams.core.records import SEVERITY_RANK, Severity
-from streams.core.replay import Invalid, Replay
+from streams.core.replay import Replay
 from streams.core.validate import DEFAULT_MAX_EVENT_BYTES
 from streams.core.whatif import what_if_fenced
 from streams.errors import FencewatchError
@@ -56,21 +62,9 @@ from streams.report.coverage import INTERRUPTED, Coverage
 if TYPE_CHECKING:
     from streams.audit.topic import TopicAudit
 
-__all__ = ["batch_gc", "format_hint", "no_event_message", "register", "run_files"]
+__all__ = ["register"]
 
 _FAIL_ON = [s.value for s in Severity] + ["never"]
-
-
-class _StrictStop(Exception):
-    """First invalid record under --strict (``inputs``: the files read so far)."""
-
-    def __init__(self, inputs: list[_Input] | None = None) -> None:
-        super().__init__()
-        self.inputs = inputs or []
-
-
-class _Interrupted(Exception):
-    """Ctrl-C while reading a file: the replay stops between two records."""
 
 
 class _Unreadable(Exception):
@@ -188,146 +182,6 @@ def _err(msg: str) -> None:
     print(f"fencewatch audit: {msg}", file=sys.stderr)
 
 
-def run_files(
-    replay: Replay,
-    streams_: list[tuple[str, IO[bytes]]],
-    *,
-    strict: bool,
-    progress: AuditProgress | None = None,
-    interrupt: Interrupt | None = None,
-) -> list[_Input]:
-    """Feed each file's lines in order; line numbers count on across files.
-    Returns the inputs read (their first bytes say what a file that held no
-    event was)."""
-    progress = progress or AuditProgress()
-    inputs: list[_Input] = []
-    offset = 0
-    for name, fh in streams_:
-        src = _Input(name, fh, replay, progress, interrupt)
-        inputs.append(src)
-        progress.file(name, src.size)
-        before = replay.invalid_count
-        offset = replay.feed_stream(src.read, source=name, offset=offset, stop_on_invalid=strict)
-        if strict and replay.invalid_count != before:
-            raise _StrictStop(inputs)
-        if interrupt is not None and interrupt.requested:
-            break
-    return inputs
-
-
-class _Input:
-    """One input file as :meth:`Replay.feed_stream` reads it: counts the bytes
-    for the progress display, keeps the first bytes (gzip magic? a JSON
-    array?), and ends the stream early when Ctrl-C was pressed."""
-
-    __slots__ = ("_interrupt", "_progress", "_read", "_replay", "head", "name", "size")
-
-    def __init__(
-        self,
-        name: str,
-        fh: IO[bytes],
-        replay: Replay,
-        progress: AuditProgress,
-        interrupt: Interrupt | None,
-    ) -> None:
-        self.name = name
-        # read1: return what is there (a pipe need not fill a whole chunk).
-        self._read = getattr(fh, "read1", fh.read)
-        self._replay = replay
-        self._progress = progress
-        self._interrupt = interrupt
-        self.head = b""
-        self.size = _regular_size(fh)
-
-    def read(self, n: int) -> bytes:
-        if self._interrupt is None:
-            data = self._read(n)
-        else:
-            got = self._interrupt.call(self._read, n)
-            if got is None:
-                # Ctrl-C: stop here, between lines. Raised rather than
-                # returning end of input, which would feed the partial line
-                # read so far as a (spurious, invalid) record.
-                raise _Interrupted
-            data = got
-        if data:
-            if len(self.head) < _HEAD_BYTES:
-                self.head += data[: _HEAD_BYTES - len(self.head)]
-            r = self._replay
-            self._progress.bytes_read(len(data), r.records - r.invalid_count)
-        return data
-
-
-_HEAD_BYTES = 64
-_GZIP_MAGIC = b"\x1f\x8b"
-
-
-def _regular_size(fh: IO[bytes]) -> int | None:
-    """The size of a regular file (for "bytes of total"); None for a pipe."""
-    try:
-        st = os.fstat(fh.fileno())
-    except (OSError, ValueError, io.UnsupportedOperation):
-        return None
-    return st.st_size if stat.S_ISREG(st.st_mode) else None
-
-
-def format_hint(inputs: list[_Input]) -> str | None:
-    """What an input that is not JSON Lines looks like, from its first bytes:
-    gzip, or one JSON array; None when neither."""
-    for src in inputs:
-        head = src.head.removeprefix(b"\xef\xbb\xbf").lstrip()
-        if src.head.startswith(_GZIP_MAGIC):
-            return f"is it gzip-compressed? try: zcat {src.name} | fencewatch audit -"
-        if head.startswith(b"["):
-            return (
-                "it looks like one JSON array; audit reads JSON Lines, one event object per "
-                f"line: jq -c '.[]' {src.name} | fencewatch audit -"
-            )
-    return None
-
-
-def no_event_message(replay: Replay, what: str, inputs: list[_Input]) -> str | None:
-    """SPEC §6: input that holds records and not one valid event is unreadable
-    (a gzip file, one JSON array, the wrong file). The one line saying so,
-    with a guess at why; None when there is an event, or no record at all
-    (an empty input is an empty report)."""
-    if replay.records == 0 or replay.records > replay.invalid_count:
-        return None
-    n = replay.records
-    base = f"{what}: no valid event in {n:,} record{'s' if n != 1 else ''}"
-    hint = format_hint(inputs)
-    if hint is not None:
-        return f"{base} ({hint})"
-    if replay.invalid and all("over the limit" in i.reason for i in replay.invalid):
-        return f"{base} (every record is over --max-event-bytes {replay.max_event_bytes})"
-    if replay.invalid:
-        inv = replay.invalid[0]
-        return f"{base} (first, {_where(inv)}: {inv.field + ': ' if inv.field else ''}{inv.reason})"
-    return base
-
-
-def _where(inv: Invalid) -> str:
-    return f"{inv.source}:{inv.line}" if inv.line is not None else f"{inv.source}@{inv.offset}"
-
-
-@contextmanager
-def batch_gc() -> Iterator[None]:
-    """Keep the cyclic garbage collector off during a replay.
-
-    The detector's objects form no reference cycles (each is freed by
-    reference counting the moment it is dropped), so all the collector would
-    do is rescan the evidence retained for every workflow, again and again
-    (a large share of the audit: docs/performance.md). It is switched back
-    on, as it was, afterwards."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _time_ms(text: str) -> int:
     if text.isdigit():
         return int(text)
@@ -428,7 +282,7 @@ def _run_otlp(replay: Replay, args: argparse.Namespace) -> None:
             before = replay.invalid_count
             offset = feed_otlp(replay, fh, source=path, offset=offset, stop_on_invalid=args.strict)
         if args.strict and replay.invalid_count != before:
-            raise _StrictStop
+            raise StrictStop
 
 
 def _reads_terminal(args: argparse.Namespace) -> bool:
@@ -445,11 +299,11 @@ def _replay_inputs(
     progress: AuditProgress,
     interrupt: Interrupt,
     topic: TopicAudit | None,
-) -> list[_Input]:
+) -> list[Input]:
     if topic is not None:
         topic.run(strict=args.strict, progress=progress, interrupt=interrupt)
         if topic.strict_stop:
-            raise _StrictStop
+            raise StrictStop
         unreadable = _not_an_events_topic(args, topic)
         if unreadable is not None:
             raise _Unreadable(unreadable)
@@ -507,7 +361,7 @@ def _audit(args: argparse.Namespace) -> int:
         )
     replay = Replay(detector, max_event_bytes=args.max_event_bytes)
     strict_stop = False
-    inputs: list[_Input] = []
+    inputs: list[Input] = []
     # Events typed at a terminal are not long work, and a display redrawn on
     # the line being typed garbles it: no display when stdin is a terminal.
     progress = AuditProgress() if _reads_terminal(args) else audit_progress(sys.stderr)
@@ -518,9 +372,9 @@ def _audit(args: argparse.Namespace) -> int:
             topic = _topic_audit(replay, args)
         with interrupt:
             inputs = _replay_inputs(replay, args, progress, interrupt, topic)
-    except (_Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: not the main thread
+    except (Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: not the main thread
         interrupt.requested = True
-    except _StrictStop as stop:
+    except StrictStop as stop:
         strict_stop = True
         inputs = stop.inputs
     except _Unreadable as exc:
@@ -599,7 +453,7 @@ def _audit(args: argparse.Namespace) -> int:
         inv = replay.invalid[-1]
         hint = format_hint(inputs) if replay.records == replay.invalid_count else None
         _err(
-            f"--strict: invalid record at {_where(inv)}: "
+            f"--strict: invalid record at {invalid_where(inv)}: "
             f"{inv.field + ': ' if inv.field else ''}{inv.reason}"
             + (f" ({hint})" if hint else "")
         )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from streams.audit import audit_topic
+from streams.audit.topic import audit_topic
 from streams.core.replay import Replay
 from streams.kafka.connection import KafkaConnection
 from streams.kafka.reader import Offset

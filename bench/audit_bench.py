@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from results import Figure, add_json_arg, emit
 
-from streams.cli.audit import batch_gc, run_files
+from streams.audit.files import batch_gc, run_files
 from streams.core.replay import Replay
 from streams.report import render_json
 

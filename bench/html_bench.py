@@ -28,7 +28,7 @@ import orjson
 from audit_bench import bench_file
 from results import Figure, add_json_arg, emit
 
-from streams.cli.audit import batch_gc, run_files
+from streams.audit.files import batch_gc, run_files
 from streams.core.detector import Detector, DetectorConfig
 from streams.core.replay import Replay
 from streams.report import render_html, render_json

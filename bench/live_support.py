@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import sys
 import threading
 import time
 import uuid
@@ -12,9 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from streams.live.worker_process import WorkerProcess
-
 REPO = Path(__file__).resolve().parents[1]
+# The worker harness is the tests' (tests/support/worker.py, not shipped): the
+# benchmarks run workers the way the live tests do.
+sys.path.insert(0, str(REPO))
+
+from tests.support.worker import WorkerProcess  # noqa: E402 - needs REPO on sys.path
 
 
 def bootstrap() -> str:

@@ -26,48 +26,45 @@ while the events come from a terminal (typed: no display over the typing).
 from __future__ import annotations
 
 import argparse
-import gc
-import io
 import os
-import stat
 import sys
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from streams._native import native_summary
+from streams.audit.files import (
+    Input,
+    Interrupted,
+    StrictStop,
+    batch_gc,
+    format_hint,
+    invalid_where,
+    no_event_message,
+    run_files,
+)
 from streams.cli.kafka_args import (
     add_connection_args,
     add_kafka_config_arg,
     connection_from_args,
     kafka_config,
 )
-from streams.cli.progress import TOPIC_UPDATE_EVERY, AuditProgress, Interrupt, audit_progress
+from streams.cli.progress import AuditProgress, Interrupt, audit_progress
 from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, Detector, DetectorConfig
 from streams.core.records import SEVERITY_RANK, Severity
-from streams.core.replay import Invalid, Replay
+from streams.core.replay import Replay
 from streams.core.validate import DEFAULT_MAX_EVENT_BYTES
 from streams.core.whatif import what_if_fenced
 from streams.errors import FencewatchError
 from streams.report import FORMATS, render_html, render_json, render_jsonl, render_text
-from streams.report.coverage import INTERRUPTED, Coverage, MissingHistory
+from streams.report.coverage import INTERRUPTED, Coverage
 
-__all__ = ["batch_gc", "format_hint", "no_event_message", "register", "run_files"]
+if TYPE_CHECKING:
+    from streams.audit.topic import TopicAudit
+
+__all__ = ["register"]
 
 _FAIL_ON = [s.value for s in Severity] + ["never"]
-
-
-class _StrictStop(Exception):
-    """First invalid record under --strict (``inputs``: the files read so far)."""
-
-    def __init__(self, inputs: list[_Input] | None = None) -> None:
-        super().__init__()
-        self.inputs = inputs or []
-
-
-class _Interrupted(Exception):
-    """Ctrl-C while reading a file: the replay stops between two records."""
 
 
 class _Unreadable(Exception):
@@ -185,146 +182,6 @@ def _err(msg: str) -> None:
     print(f"fencewatch audit: {msg}", file=sys.stderr)
 
 
-def run_files(
-    replay: Replay,
-    streams_: list[tuple[str, IO[bytes]]],
-    *,
-    strict: bool,
-    progress: AuditProgress | None = None,
-    interrupt: Interrupt | None = None,
-) -> list[_Input]:
-    """Feed each file's lines in order; line numbers count on across files.
-    Returns the inputs read (their first bytes say what a file that held no
-    event was)."""
-    progress = progress or AuditProgress()
-    inputs: list[_Input] = []
-    offset = 0
-    for name, fh in streams_:
-        src = _Input(name, fh, replay, progress, interrupt)
-        inputs.append(src)
-        progress.file(name, src.size)
-        before = replay.invalid_count
-        offset = replay.feed_stream(src.read, source=name, offset=offset, stop_on_invalid=strict)
-        if strict and replay.invalid_count != before:
-            raise _StrictStop(inputs)
-        if interrupt is not None and interrupt.requested:
-            break
-    return inputs
-
-
-class _Input:
-    """One input file as :meth:`Replay.feed_stream` reads it: counts the bytes
-    for the progress display, keeps the first bytes (gzip magic? a JSON
-    array?), and ends the stream early when Ctrl-C was pressed."""
-
-    __slots__ = ("_interrupt", "_progress", "_read", "_replay", "head", "name", "size")
-
-    def __init__(
-        self,
-        name: str,
-        fh: IO[bytes],
-        replay: Replay,
-        progress: AuditProgress,
-        interrupt: Interrupt | None,
-    ) -> None:
-        self.name = name
-        # read1: return what is there (a pipe need not fill a whole chunk).
-        self._read = getattr(fh, "read1", fh.read)
-        self._replay = replay
-        self._progress = progress
-        self._interrupt = interrupt
-        self.head = b""
-        self.size = _regular_size(fh)
-
-    def read(self, n: int) -> bytes:
-        if self._interrupt is None:
-            data = self._read(n)
-        else:
-            got = self._interrupt.call(self._read, n)
-            if got is None:
-                # Ctrl-C: stop here, between lines. Raised rather than
-                # returning end of input, which would feed the partial line
-                # read so far as a (spurious, invalid) record.
-                raise _Interrupted
-            data = got
-        if data:
-            if len(self.head) < _HEAD_BYTES:
-                self.head += data[: _HEAD_BYTES - len(self.head)]
-            r = self._replay
-            self._progress.bytes_read(len(data), r.records - r.invalid_count)
-        return data
-
-
-_HEAD_BYTES = 64
-_GZIP_MAGIC = b"\x1f\x8b"
-
-
-def _regular_size(fh: IO[bytes]) -> int | None:
-    """The size of a regular file (for "bytes of total"); None for a pipe."""
-    try:
-        st = os.fstat(fh.fileno())
-    except (OSError, ValueError, io.UnsupportedOperation):
-        return None
-    return st.st_size if stat.S_ISREG(st.st_mode) else None
-
-
-def format_hint(inputs: list[_Input]) -> str | None:
-    """What an input that is not JSON Lines looks like, from its first bytes:
-    gzip, or one JSON array; None when neither."""
-    for src in inputs:
-        head = src.head.removeprefix(b"\xef\xbb\xbf").lstrip()
-        if src.head.startswith(_GZIP_MAGIC):
-            return f"is it gzip-compressed? try: zcat {src.name} | fencewatch audit -"
-        if head.startswith(b"["):
-            return (
-                "it looks like one JSON array; audit reads JSON Lines, one event object per "
-                f"line: jq -c '.[]' {src.name} | fencewatch audit -"
-            )
-    return None
-
-
-def no_event_message(replay: Replay, what: str, inputs: list[_Input]) -> str | None:
-    """SPEC §6: input that holds records and not one valid event is unreadable
-    (a gzip file, one JSON array, the wrong file). The one line saying so,
-    with a guess at why; None when there is an event, or no record at all
-    (an empty input is an empty report)."""
-    if replay.records == 0 or replay.records > replay.invalid_count:
-        return None
-    n = replay.records
-    base = f"{what}: no valid event in {n:,} record{'s' if n != 1 else ''}"
-    hint = format_hint(inputs)
-    if hint is not None:
-        return f"{base} ({hint})"
-    if replay.invalid and all("over the limit" in i.reason for i in replay.invalid):
-        return f"{base} (every record is over --max-event-bytes {replay.max_event_bytes})"
-    if replay.invalid:
-        inv = replay.invalid[0]
-        return f"{base} (first, {_where(inv)}: {inv.field + ': ' if inv.field else ''}{inv.reason})"
-    return base
-
-
-def _where(inv: Invalid) -> str:
-    return f"{inv.source}:{inv.line}" if inv.line is not None else f"{inv.source}@{inv.offset}"
-
-
-@contextmanager
-def batch_gc() -> Iterator[None]:
-    """Keep the cyclic garbage collector off during a replay.
-
-    The detector's objects form no reference cycles (each is freed by
-    reference counting the moment it is dropped), so all the collector would
-    do is rescan the evidence retained for every workflow, again and again
-    (a large share of the audit: docs/performance.md). It is switched back
-    on, as it was, afterwards."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _time_ms(text: str) -> int:
     if text.isdigit():
         return int(text)
@@ -380,156 +237,36 @@ def _bound(offset: int | dict[int, int] | None, time_text: str | None, default: 
     return default
 
 
-class _TopicRead:
-    """What a topic audit read: where each partition started, stopped and
-    got to, the partitions whose early records were deleted (and the keys
-    read from them), and why the read ended early, if it did."""
+def _topic_audit(replay: Replay, args: argparse.Namespace) -> TopicAudit:
+    """The topic audit (:mod:`streams.audit.topic`) the flags ask for, not
+    run yet: made first, so that what it reads is at hand even when reading
+    raises (Ctrl-C off the main thread)."""
+    from streams.audit.topic import TopicAudit  # Kafka only when asked
+    from streams.kafka.reader import BEGINNING, END
 
-    __slots__ = ("begin", "keys", "lost", "missing", "reached", "stop", "topic")
-
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
-        self.begin: dict[int, int] = {}
-        self.stop: dict[int, int] = {}
-        self.reached: dict[int, int] = {}
-        self.missing: tuple[MissingHistory, ...] = ()
-        self.keys: dict[str, int] = {}
-        self.lost: str | None = None
-
-    def coverage(self, interrupted: bool) -> Coverage | None:
-        partial = self.lost or (INTERRUPTED if interrupted else None)
-        if partial is None and not self.missing:
-            return None
-        nexts = dict(self.reached) if partial is not None and self.reached else None
-        return Coverage(partial=partial, next_offsets=nexts, missing=self.missing, keys=self.keys)
-
-
-def _key_of(key: bytes | None, value: bytes | None) -> str | None:
-    """The workflow key of a record (its Kafka key, else its value's field)."""
-    if key is not None:
-        return key.decode("utf-8", "replace")
-    import orjson
-
-    try:
-        doc = orjson.loads(value or b"")
-    except orjson.JSONDecodeError:
-        return None
-    wkey = doc.get("workflow_key") if isinstance(doc, dict) else None
-    return wkey if isinstance(wkey, str) else None
-
-
-def _run_topic(
-    replay: Replay,
-    args: argparse.Namespace,
-    progress: AuditProgress,
-    interrupt: Interrupt,
-    read: _TopicRead,
-) -> None:
-    from streams.kafka.errors import BrokerUnreachable
-    from streams.kafka.reader import BEGINNING, END, Truncated, iter_topic  # Kafka only when asked
-
-    config = kafka_config(args.kafka_config)
     start = _bound(args.from_offset, args.since, BEGINNING)
     end = _bound(args.to_offset, args.until, END)
-    conn = connection_from_args(args, extra=config)
-    source = args.topic
-    # Progress from the end offsets snapshotted when the read starts: a
-    # partition is done at its end offset (records of aborted transactions
-    # and markers are skipped, so offsets, not counts, measure the way).
-    begin, stop, reached = read.begin, read.stop, read.reached
-
-    def plan(b: dict[int, int], e: dict[int, int]) -> None:
-        begin.update(b)
-        stop.update(e)
-        reached.update(b)
-        total = sum(max(0, e[p] - b[p]) for p in b)
-        progress.topic(source, total, len(b))
-
-    def report() -> None:
-        done = sum(reached[p] - begin[p] for p in reached)
-        finished = sum(1 for p in reached if reached[p] >= stop[p])
-        progress.records(done, finished)
-
-    def truncated(parts: list[Truncated]) -> None:
-        read.missing = tuple(
-            MissingHistory(source, t.partition, t.asked, t.log_start, t.missing) for t in parts
-        )
-
-    records = iter_topic(
-        conn, args.topic, start=start, end=end, on_plan=plan, on_truncated=truncated
-    )
-    # Partitions with deleted history (known before the first record).
-    gapped: frozenset[int] = frozenset()
-    n = 0
-    first: bytes | None = None
-    while True:
-        try:
-            rec = interrupt.call(next, records, None)
-        except BrokerUnreachable as exc:
-            if not begin:
-                raise  # before the read started: nothing to report
-            read.lost = f"broker unreachable: {exc}"
-            break
-        if rec is None:
-            break
-        if n == 0:
-            first = rec.value
-            gapped = frozenset(m.partition for m in read.missing)
-        before = replay.invalid_count
-        replay.feed(
-            rec.value or b"", key=rec.key, offset=rec.offset, source=f"{source}/{rec.partition}"
-        )
-        if args.strict and replay.invalid_count != before:
-            raise _StrictStop
-        if rec.partition in gapped:
-            wkey = _key_of(rec.key, rec.value)
-            if wkey is not None and wkey in replay.states:
-                read.keys[wkey] = rec.partition
-        reached[rec.partition] = min(rec.offset + 1, stop.get(rec.partition, rec.offset + 1))
-        n += 1
-        if n % TOPIC_UPDATE_EVERY == 0:
-            report()
-    if stop and not interrupt.requested and read.lost is None:
-        reached.update(stop)
-    if stop:
-        report()
-    if n and replay.invalid_count == replay.records and not (interrupt.requested or read.lost):
-        _not_an_events_topic(args, conn.bootstrap_servers, first, n)
+    conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
+    return TopicAudit(conn, args.topic, replay=replay, start=start, end=end)
 
 
-def _not_an_events_topic(
-    args: argparse.Namespace, bootstrap: str, first: bytes | None, n: int
-) -> None:
+def _not_an_events_topic(args: argparse.Namespace, audit: TopicAudit) -> str | None:
     """Records and no valid event, the first one a finding or a status
     record: someone pointed the audit at fencewatch's own output; say what
     the topic holds and which command reads it."""
-    from streams.findings.select import NotAFinding, decode_finding
-
-    try:
-        decode_finding(first)
-        holds, command = "findings", "findings"
-    except NotAFinding:
-        if not _is_status_record(first):
-            return
-        holds, command = "per-workflow status records (SPEC §8)", "status"
-    raise _Unreadable(
-        f"topic {args.topic} holds {holds}, not events ({n} record{'s' if n != 1 else ''}, "
-        f"no valid event): read it with fencewatch {command} --bootstrap-servers {bootstrap} "
-        f"--topic {args.topic}"
+    if audit.holds is None:
+        return None
+    holds, command = (
+        ("findings", "findings")
+        if audit.holds == "findings"
+        else ("per-workflow status records (SPEC §8)", "status")
     )
-
-
-def _is_status_record(value: bytes | None) -> bool:
-    import orjson
-
-    from streams.core.status import WorkflowStatus
-
-    try:
-        doc = orjson.loads(value or b"")
-        WorkflowStatus.from_dict(doc)
-    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError):
-        return False
-    return True
+    n = audit.records
+    return (
+        f"topic {args.topic} holds {holds}, not events ({n} record{'s' if n != 1 else ''}, "
+        f"no valid event): read it with fencewatch {command} --bootstrap-servers "
+        f"{audit.conn.bootstrap_servers} --topic {args.topic}"
+    )
 
 
 def _run_otlp(replay: Replay, args: argparse.Namespace) -> None:
@@ -545,7 +282,7 @@ def _run_otlp(replay: Replay, args: argparse.Namespace) -> None:
             before = replay.invalid_count
             offset = feed_otlp(replay, fh, source=path, offset=offset, stop_on_invalid=args.strict)
         if args.strict and replay.invalid_count != before:
-            raise _StrictStop
+            raise StrictStop
 
 
 def _reads_terminal(args: argparse.Namespace) -> bool:
@@ -561,10 +298,15 @@ def _replay_inputs(
     args: argparse.Namespace,
     progress: AuditProgress,
     interrupt: Interrupt,
-    read: _TopicRead,
-) -> list[_Input]:
-    if args.topic:
-        _run_topic(replay, args, progress, interrupt, read)
+    topic: TopicAudit | None,
+) -> list[Input]:
+    if topic is not None:
+        topic.run(strict=args.strict, progress=progress, interrupt=interrupt)
+        if topic.strict_stop:
+            raise StrictStop
+        unreadable = _not_an_events_topic(args, topic)
+        if unreadable is not None:
+            raise _Unreadable(unreadable)
         return []
     if args.otlp:
         _run_otlp(replay, args)
@@ -619,18 +361,20 @@ def _audit(args: argparse.Namespace) -> int:
         )
     replay = Replay(detector, max_event_bytes=args.max_event_bytes)
     strict_stop = False
-    inputs: list[_Input] = []
+    inputs: list[Input] = []
     # Events typed at a terminal are not long work, and a display redrawn on
     # the line being typed garbles it: no display when stdin is a terminal.
     progress = AuditProgress() if _reads_terminal(args) else audit_progress(sys.stderr)
     interrupt = Interrupt()
-    read = _TopicRead(args.topic or "")
+    topic: TopicAudit | None = None
     try:
+        if args.topic:
+            topic = _topic_audit(replay, args)
         with interrupt:
-            inputs = _replay_inputs(replay, args, progress, interrupt, read)
-    except (_Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: not the main thread
+            inputs = _replay_inputs(replay, args, progress, interrupt, topic)
+    except (Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: not the main thread
         interrupt.requested = True
-    except _StrictStop as stop:
+    except StrictStop as stop:
         strict_stop = True
         inputs = stop.inputs
     except _Unreadable as exc:
@@ -647,8 +391,12 @@ def _audit(args: argparse.Namespace) -> int:
         return 2
     finally:
         progress.close()
-    partial = interrupt.requested or read.lost is not None
-    coverage = read.coverage(interrupt.requested)
+    lost = topic.lost if topic is not None else None
+    partial = interrupt.requested or lost is not None
+    if topic is not None:
+        coverage = topic.coverage(interrupt.requested)
+    else:
+        coverage = Coverage(partial=INTERRUPTED) if interrupt.requested else None
     if not partial and not strict_stop:
         what = (
             f"topic {args.topic}"
@@ -692,8 +440,8 @@ def _audit(args: argparse.Namespace) -> int:
     resume = coverage.resume_arg() if coverage is not None else None
     resume_text = f"; resume with --from-offset {resume}" if resume else ""
     n_read = f"{replay.records:,} record{'s' if replay.records != 1 else ''}"
-    if read.lost is not None:
-        _err(f"{read.lost}; after {n_read} the report is PARTIAL{resume_text}")
+    if lost is not None:
+        _err(f"{lost}; after {n_read} the report is PARTIAL{resume_text}")
         return 2
     if partial:
         _err(
@@ -705,7 +453,7 @@ def _audit(args: argparse.Namespace) -> int:
         inv = replay.invalid[-1]
         hint = format_hint(inputs) if replay.records == replay.invalid_count else None
         _err(
-            f"--strict: invalid record at {_where(inv)}: "
+            f"--strict: invalid record at {invalid_where(inv)}: "
             f"{inv.field + ': ' if inv.field else ''}{inv.reason}"
             + (f" ({hint})" if hint else "")
         )

@@ -144,15 +144,13 @@ def _settings(args: argparse.Namespace) -> Any:
     from streams.findings import (
         DEFAULT_FINDINGS_TOPIC,
         DEFAULT_MAX_TRACKED,
-        FROM_BEGINNING,
-        ONLY_NEW,
         FindingFilter,
         FindingsSettings,
-        Since,
     )
+    from streams.kafka.reader import BEGINNING, END, Timestamp
 
     conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
-    start = Since(time_ms(args.since)) if args.since else ONLY_NEW if args.new else FROM_BEGINNING
+    start = Timestamp(time_ms(args.since)) if args.since else END if args.new else BEGINNING
     return FindingsSettings(
         connection=conn,
         topic=args.topic or DEFAULT_FINDINGS_TOPIC,

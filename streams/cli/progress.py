@@ -15,14 +15,9 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, TextIO, TypeVar
 
-__all__ = ["TOPIC_UPDATE_EVERY", "AuditProgress", "Interrupt", "audit_progress", "demo_status"]
+__all__ = ["AuditProgress", "Interrupt", "audit_progress", "demo_status"]
 
 _T = TypeVar("_T")
-
-#: Records between two updates of a topic display (an update takes a lock and
-#: formats; per record it would cost more than the detector).
-TOPIC_UPDATE_EVERY = 256
-
 
 class Interrupt:
     """SIGINT while reading input: stop at the next record boundary.

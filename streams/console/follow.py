@@ -75,9 +75,10 @@ def status_follower(
     conn: KafkaConnection, topic: str, view: ConsoleView, metrics: ConsoleMetrics
 ) -> Follower:
     def body(stop: threading.Event) -> None:
-        from streams.kafka.tail import FROM_BEGINNING, TopicTail
+        from streams.kafka.reader import BEGINNING
+        from streams.kafka.tail import TopicTail
 
-        tail = TopicTail(conn, topic, start=FROM_BEGINNING, timeout=conn.connect_timeout)
+        tail = TopicTail(conn, topic, start=BEGINNING, timeout=conn.connect_timeout)
         follower.error = None
         try:
             while not stop.is_set():

@@ -1,5 +1,8 @@
 """The demos' Kafka side: publish evidence, learn when the processor has
-committed all of it, read the findings back, clean up.
+committed all of it, read the findings back (the findings consumer's
+:meth:`~streams.findings.consumer.FindingsConsumer.latest`), audit the events
+topic (:func:`streams.audit.topic.audit_topic`, as ``fencewatch audit
+--topic`` does), clean up.
 
 "Done" is exact rather than guessed: the live processor commits its
 consumer offsets in the same Kafka transaction as the findings those events
@@ -19,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from streams.core.findings import Finding
 from streams.errors import BrokerError, FencewatchError
 
 __all__ = [
@@ -114,23 +118,21 @@ def wait_committed(
         time.sleep(0.1)
 
 
-def latest_findings(bootstrap: str, topic: str) -> tuple[dict[str, dict[str, Any]], int]:
+def latest_findings(bootstrap: str, topic: str) -> tuple[list[Finding], int]:
     """The latest revision of each finding on ``topic`` (read_committed, to the
-    current end), and the number of records read."""
-    from streams.kafka.reader import iter_topic
+    current end: :meth:`FindingsConsumer.latest`), and the number of records
+    read. A record that is not a finding is an error."""
+    from streams.findings.consumer import FindingsConsumer, FindingsSettings
+    from streams.kafka.connection import KafkaConnection
 
-    latest: dict[str, dict[str, Any]] = {}
-    n = 0
-    for record in iter_topic(bootstrap, topic, timeout=_TIMEOUT_S):
-        n += 1
-        try:
-            doc = orjson.loads(record.value or b"")
-            fid, rev = doc["finding_id"], doc["revision"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            raise BrokerError(f"{topic}@{record.offset}: not a finding record") from None
-        if fid not in latest or rev > latest[fid]["revision"]:
-            latest[fid] = doc
-    return latest, n
+    with FindingsConsumer(FindingsSettings(KafkaConnection(bootstrap), topic)) as consumer:
+        latest = consumer.latest()
+        stats = consumer.stats
+    if stats.not_findings:
+        raise BrokerError(
+            f"{topic}: {stats.not_findings} records are not findings ({'; '.join(stats.errors)})"
+        )
+    return latest, stats.records
 
 
 def record_count(bootstrap: str, topic: str) -> int:
@@ -141,12 +143,9 @@ def record_count(bootstrap: str, topic: str) -> int:
 
 
 def audit_topic(bootstrap: str, topic: str) -> dict[str, dict[str, Any]]:
-    """What ``fencewatch audit --topic`` finds on ``topic``: latest revision
-    per finding id, from the core detector."""
-    from streams.core.replay import Replay
-    from streams.kafka.reader import iter_topic
+    """What ``fencewatch audit --topic`` finds on ``topic`` (the same library
+    call): latest revision per finding id."""
+    from streams.audit.topic import audit_topic
+    from streams.kafka.connection import KafkaConnection
 
-    replay = Replay()
-    for key, value, partition, offset in iter_topic(bootstrap, topic, timeout=_TIMEOUT_S):
-        replay.feed(value or b"", key=key, offset=offset, source=f"{topic}/{partition}")
-    return {f.finding_id: f.to_dict() for f in replay.latest_findings()}
+    return audit_topic(KafkaConnection(bootstrap), topic, timeout=_TIMEOUT_S).latest()

@@ -1,4 +1,6 @@
-"""Child processes of a demo: the live processor and the workers.
+"""Child processes of a demo: the live processor and the workers (and, through
+``tests/support/worker.py``, the workers the live tests and benchmarks run:
+one supervisor for both).
 
 Every child is started under :mod:`streams.demo.guard` (it dies with the
 demo even if the demo is SIGKILLed) and registered in a :class:`Children`
@@ -9,17 +11,20 @@ therefore never leave a process behind.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["Child", "Children", "Line"]
+__all__ = ["Child", "Children", "Line", "free_port", "is_ready", "read_health"]
 
 #: Longest line read from a worker's stdout; longer output is cut into pieces.
 MAX_LINE_BYTES = 64 * 1024
@@ -30,6 +35,34 @@ _STOP_WAIT_S = 15.0
 #: (monotonic time received, child name, the line without its newline;
 #: ``None`` when the child closed its stdout).
 Line = tuple[float, str, bytes | None]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def read_health(port: int) -> dict[str, Any] | None:
+    """The ``/health`` document of the ``fencewatch run`` worker serving on
+    ``port``, or None while nothing (valid) answers there."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+            doc = json.loads(r.read())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def is_ready(health: dict[str, Any] | None) -> bool:
+    """Holds partitions and is not restoring state: it is processing."""
+    return bool(
+        health is not None
+        and health.get("ok")
+        and health.get("partitions")
+        and not health.get("recovering")
+    )
 
 
 class Child:
@@ -44,6 +77,7 @@ class Child:
         env: dict[str, str] | None = None,
         lines: queue.Queue[Line] | None = None,
         death_signal: int = signal.SIGTERM,
+        cwd: Path | None = None,
     ) -> None:
         from streams.demo.guard import guarded
 
@@ -56,6 +90,7 @@ class Child:
             stdout=subprocess.PIPE if lines is not None else self._log,
             stderr=self._log,
             env=env,
+            cwd=cwd,
         )
         self.paused = False
         self._reader: threading.Thread | None = None
@@ -89,6 +124,11 @@ class Child:
         self.proc.send_signal(signal.SIGCONT)
         self.paused = False
 
+    def kill(self) -> None:
+        """SIGKILL (a crash: no shutdown code runs), and reap it."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
     def wait(self, timeout: float) -> int:
         """The exit status; raises subprocess.TimeoutExpired."""
         return self.proc.wait(timeout)
@@ -112,8 +152,9 @@ class Child:
         return int(self.proc.returncode)
 
     def tail(self, max_bytes: int = 3000) -> str:
-        """The end of the child's log (for error messages)."""
-        self._log.flush()
+        """The end of the child's log (for error messages; after stop too)."""
+        if not self._log.closed:
+            self._log.flush()
         try:
             data = self.log_path.read_bytes()
         except OSError:

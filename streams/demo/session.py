@@ -22,9 +22,8 @@ from pathlib import Path
 from streams.core.findings import Finding
 from streams.demo import kafka_io
 from streams.demo.findings import render_findings
-from streams.demo.processes import Child, Children
+from streams.demo.processes import Child, Children, free_port, is_ready, read_health
 from streams.errors import FencewatchError
-from streams.live.worker_process import free_port, is_ready, read_health
 
 __all__ = ["DemoError", "DemoSession", "DemoSettings", "Output"]
 
@@ -183,7 +182,7 @@ class DemoSession:
             f"all {sum(end.values())} events processed; {revisions} finding record"
             f"{'s' if revisions != 1 else ''} on {self.findings_topic}"
         )
-        return [Finding.from_dict(doc) for doc in latest.values()], revisions
+        return latest, revisions
 
     def show_findings(self) -> list[Finding]:
         """:meth:`settled_findings`, told in the audit report's style."""

@@ -29,7 +29,16 @@ from streams.findings.select import (
     RevisionTracker,
     decode_finding,
 )
-from streams.kafka.tail import FROM_BEGINNING, ONLY_NEW, Since
+from streams.kafka.reader import BEGINNING, END, Timestamp
+
+# The tail's start bounds under the names the public API (fencewatch) has
+# always given them: the bounded reader's one vocabulary (streams.kafka.reader).
+#: Start at each partition's log start.
+FROM_BEGINNING = BEGINNING
+#: Start at each partition's end when the reader starts: only records produced later.
+ONLY_NEW = END
+#: Start at the first record whose timestamp is >= ``ms`` (epoch ms).
+Since = Timestamp
 
 __all__ = [
     "DEFAULT_FINDINGS_TOPIC",

@@ -47,7 +47,8 @@ from streams.findings.select import (
     decode_finding,
 )
 from streams.kafka.connection import KafkaConnection
-from streams.kafka.tail import FROM_BEGINNING, Start, TailRecord, TopicTail
+from streams.kafka.reader import BEGINNING, Bound, TopicRecord
+from streams.kafka.tail import TopicTail
 from streams.kafka.topics import DEFAULT_FINDINGS_TOPIC
 
 __all__ = [
@@ -72,7 +73,7 @@ class TopicReader(Protocol):
     @property
     def finished(self) -> bool: ...
 
-    def poll(self, timeout: float) -> TailRecord | None: ...
+    def poll(self, timeout: float) -> TopicRecord | None: ...
 
     def commit(self, positions: Mapping[int, int], *, asynchronous: bool) -> None: ...
 
@@ -125,7 +126,7 @@ class FindingsSettings:
     #: A consumer group that stores the position (None: nothing is committed).
     group: str | None = None
     #: Where to start when the group has no committed position.
-    start: Start = FROM_BEGINNING
+    start: Bound = BEGINNING
     #: Keep reading new records; False ends at the end offsets captured at start.
     follow: bool = False
     filter: FindingFilter = field(default_factory=FindingFilter)
@@ -259,7 +260,7 @@ class FindingsConsumer:
             if left <= 0:
                 return None
 
-    def _admit(self, rec: TailRecord) -> Delivery | None:
+    def _admit(self, rec: TopicRecord) -> Delivery | None:
         st = self.stats
         st.records += 1
         try:

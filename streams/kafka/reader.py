@@ -1,5 +1,8 @@
 """Read a Kafka topic once, from a start bound to an end bound, for the audit
-(SPEC §6: ``fencewatch audit --topic``).
+(SPEC §6: ``fencewatch audit --topic``); and the one vocabulary of records
+and positions that this bounded read and the tail (:mod:`streams.kafka.tail`)
+share: :class:`TopicRecord`, and the bounds :data:`BEGINNING`, :data:`END`,
+:class:`Offset`, :class:`PartitionOffsets` and :class:`Timestamp`.
 
 ::
 
@@ -30,9 +33,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from streams.kafka.connection import KafkaConnection, check_reachable
 from streams.kafka.errors import (
@@ -53,16 +56,24 @@ __all__ = [
     "TopicRecord",
     "Truncated",
     "iter_topic",
+    "resolve_bound",
 ]
 
 
-class TopicRecord(NamedTuple):
-    """One record; unpacks as ``key, value, partition, offset``."""
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    """One record, of a bounded read or a tail. Unpacks as ``key, value,
+    partition, offset`` (the common loop); the timestamp is read by name."""
 
     key: bytes | None
     value: bytes | None
     partition: int
     offset: int
+    #: The record's Kafka timestamp (broker or producer time), epoch ms; -1 if none.
+    timestamp_ms: int = -1
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.key, self.value, self.partition, self.offset))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,13 +112,15 @@ class Timestamp:
     ms: int
 
 
-class _Edge(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class _Edge:
     name: str
 
 
-#: Start at each partition's log start.
+#: Each partition's log start.
 BEGINNING = _Edge("beginning")
-#: End at each partition's high watermark, snapshotted when the read starts.
+#: Each partition's high watermark, snapshotted when the read starts: as an
+#: end, a finite read of a growing topic; as a start, only records produced later.
 END = _Edge("end")
 
 Bound = Offset | PartitionOffsets | Timestamp | _Edge
@@ -127,12 +140,14 @@ def iter_topic(
     timeout: float | None = None,
     on_plan: Callable[[dict[int, int], dict[int, int]], None] | None = None,
     on_truncated: Callable[[list[Truncated]], None] | None = None,
+    only_partitions: Collection[int] | None = None,
 ) -> Iterator[TopicRecord]:
     """Yield the records of ``topic`` with ``start <= position < end`` per
     partition (end exclusive; a :class:`Timestamp` end stops before the first
     record at or after it). ``conn`` is a connection or a bare bootstrap
     string; ``config`` adds librdkafka settings; ``timeout`` bounds each wait
-    (default: the connection's connect timeout).
+    (default: the connection's connect timeout); ``only_partitions`` reads
+    those partitions of the topic alone (default: every partition).
 
     Raises :class:`~streams.kafka.errors.TopicMissing` for an unknown topic,
     :class:`~streams.kafka.errors.BrokerUnreachable` (at once, naming the
@@ -188,7 +203,9 @@ def iter_topic(
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
             error = tmeta.error if tmeta is not None else None
             raise topic_unavailable(topic, conn.bootstrap_servers, error)
-        partitions = sorted(tmeta.partitions)
+        partitions = sorted(
+            p for p in tmeta.partitions if only_partitions is None or p in only_partitions
+        )
         try:
             lows: dict[int, int] = {}
             highs: dict[int, int] = {}
@@ -197,8 +214,10 @@ def iter_topic(
                     TopicPartition(topic, p), timeout=timeout, cached=False
                 )
                 lows[p], highs[p] = lo, hi
-            begin = _resolve(consumer, topic, partitions, start, lows, highs, timeout)
-            stop = _resolve(consumer, topic, partitions, end, lows, highs, timeout, is_end=True)
+            begin = resolve_bound(consumer, topic, partitions, start, lows, highs, timeout)
+            stop = resolve_bound(
+                consumer, topic, partitions, end, lows, highs, timeout, is_end=True
+            )
         except KafkaException as exc:
             raise translate(exc, f"offsets of {topic}") from None
         if on_plan is not None:
@@ -238,7 +257,8 @@ def iter_topic(
                 pending.discard(p)
                 consumer.incremental_unassign([TopicPartition(topic, p, OFFSET_END)])
                 continue
-            yield TopicRecord(msg.key(), msg.value(), p, offset)
+            ts_type, ts = msg.timestamp()
+            yield TopicRecord(msg.key(), msg.value(), p, offset, ts if ts_type else -1)
             if offset + 1 >= stop[p]:
                 pending.discard(p)
                 consumer.incremental_unassign([TopicPartition(topic, p, OFFSET_END)])
@@ -292,7 +312,7 @@ def _truncated(
     return out
 
 
-def _resolve(
+def resolve_bound(
     consumer: Any,
     topic: str,
     partitions: list[int],
@@ -303,6 +323,9 @@ def _resolve(
     *,
     is_end: bool = False,
 ) -> dict[int, int]:
+    """The offset per partition that ``bound`` names, given the watermarks
+    (a :class:`Timestamp` asks the broker through ``consumer``). Raises the
+    client's ``KafkaException``; the caller translates it."""
     from confluent_kafka import TopicPartition
 
     if bound == BEGINNING:

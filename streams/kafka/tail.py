@@ -1,4 +1,4 @@
-"""A positioned topic reader for consumers that follow a topic and may keep a
+r"""A positioned topic reader for consumers that follow a topic and may keep a
 durable position: ``fencewatch findings`` and the findings consumer API.
 
 * Every partition of the topic is *assigned* (never a group subscription):
@@ -9,7 +9,11 @@ durable position: ``fencewatch findings`` and the findings consumer API.
 * ``isolation.level=read_committed``: records of aborted transactions are
   never returned.
 * The start is the group's committed offset where there is one, else the
-  ``start`` bound (log start, end = only new records, or a timestamp).
+  ``start`` bound, in the bounded reader's vocabulary
+  (:mod:`streams.kafka.reader`): :data:`BEGINNING` (log start), :data:`END`
+  (the end when the reader starts: only new records), a :class:`Timestamp`,
+  an :class:`Offset` or :class:`PartitionOffsets`. Records are
+  :class:`TopicRecord`\ s.
 * ``stop_at_end``: the read ends at the high watermarks captured at start (a
   partition whose last records are transaction markers ends at its EOF).
 * Client exceptions leave as :class:`~streams.errors.BrokerError`.
@@ -19,44 +23,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from streams.kafka.clients import fetch_committed
 from streams.kafka.connection import KafkaConnection, check_reachable
 from streams.kafka.errors import from_kafka_error, no_answer, topic_unavailable, translate
+from streams.kafka.reader import BEGINNING, Bound, TopicRecord, resolve_bound
 
-__all__ = ["FROM_BEGINNING", "ONLY_NEW", "Since", "Start", "TailRecord", "TopicTail"]
-
-
-@dataclass(frozen=True, slots=True)
-class TailRecord:
-    key: bytes | None
-    value: bytes | None
-    partition: int
-    offset: int
-    #: The record's Kafka timestamp (broker or producer time), epoch ms; -1 if none.
-    timestamp_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Edge:
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class Since:
-    """Start at the first record whose timestamp is >= ``ms`` (epoch ms)."""
-
-    ms: int
-
-
-#: Each partition's log start.
-FROM_BEGINNING = _Edge("beginning")
-#: Each partition's end when the reader starts: only records produced later.
-ONLY_NEW = _Edge("new")
-
-Start = _Edge | Since
+__all__ = ["TopicTail"]
 
 
 class TopicTail:
@@ -69,7 +43,7 @@ class TopicTail:
         topic: str,
         *,
         group: str | None = None,
-        start: Start = FROM_BEGINNING,
+        start: Bound = BEGINNING,
         stop_at_end: bool = False,
         timeout: float = 30.0,
     ) -> None:
@@ -120,7 +94,7 @@ class TopicTail:
             self._consumer.close()
             raise
 
-    def _open(self, start: Start, stop_at_end: bool, tp: Any) -> None:
+    def _open(self, start: Bound, stop_at_end: bool, tp: Any) -> None:
         from confluent_kafka import KafkaException
 
         c, topic, timeout = self._consumer, self.topic, self._timeout
@@ -141,14 +115,7 @@ class TopicTail:
         highs: dict[int, int] = {}
         for p in self.partitions:
             lows[p], highs[p] = c.get_watermark_offsets(tp(topic, p), timeout=timeout, cached=False)
-        if isinstance(start, Since):
-            found = c.offsets_for_times([tp(topic, p, start.ms) for p in self.partitions], timeout)
-            # -1: no record at or after the time: start at the end.
-            begin = {t.partition: highs[t.partition] if t.offset < 0 else t.offset for t in found}
-        elif start == ONLY_NEW:
-            begin = dict(highs)
-        else:
-            begin = dict(lows)
+        begin = resolve_bound(c, topic, self.partitions, start, lows, highs, timeout)
         if self.group is not None:
             for t in fetch_committed(c, [tp(topic, p) for p in self.partitions], timeout):
                 if t.offset >= 0:
@@ -170,7 +137,7 @@ class TopicTail:
         """A bounded read has reached every partition's end snapshot."""
         return self.end_positions is not None and not self._pending
 
-    def poll(self, timeout: float) -> TailRecord | None:
+    def poll(self, timeout: float) -> TopicRecord | None:
         """The next record, or None when none came within ``timeout`` (or the
         bounded read is finished)."""
         from confluent_kafka import OFFSET_END, KafkaError, KafkaException, TopicPartition
@@ -199,7 +166,7 @@ class TopicTail:
                 self._done(p, TopicPartition, OFFSET_END)
                 continue
             ts_type, ts = msg.timestamp()
-            rec = TailRecord(msg.key(), msg.value(), p, offset, ts if ts_type else -1)
+            rec = TopicRecord(msg.key(), msg.value(), p, offset, ts if ts_type else -1)
             if ends is not None and offset + 1 >= ends[p]:
                 self._done(p, TopicPartition, OFFSET_END)
             return rec

@@ -3,6 +3,12 @@ up to each partition's last stable offset: the restore of both engines (the
 faust engine's fast memory restore, :mod:`streams.live.fast_restore`, and the
 rdkafka engine, :mod:`streams.live.rdkafka_engine`). One reader, so both
 engines apply the same committed records in the same order.
+
+Not the bounded reader of :mod:`streams.kafka.reader` (which ``fencewatch
+migrate`` uses for its events tail): restore speed is the engines' start
+time, and this loop's batched ``consume`` with a 64 MiB prefetch read 300,000
+changelog-sized records 1.6 to 4 times faster than ``iter_topic``'s
+per-record ``poll`` on the shared 2-core machine (2026-12-02, two rounds).
 """
 
 from __future__ import annotations

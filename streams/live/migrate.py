@@ -121,66 +121,33 @@ def _conf(settings: LiveSettings, **extra: Any) -> dict[str, Any]:
 def _read_tail(
     settings: LiveSettings, starts: dict[int, int], timeout: float
 ) -> tuple[dict[int, list[SourceRecord]], dict[int, int]]:
-    """Committed events of the old partitions from ``starts`` to their end now."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+    """Committed events of the old partitions from ``starts`` (-1: the log
+    start) to their end now, and those ends: the bounded reader's read."""
+    from streams.kafka.reader import END, PartitionOffsets, iter_topic
 
     topic = settings.events_topic
-    consumer = Consumer(
-        _conf(
-            settings,
-            **{
-                "group.id": f"{settings.app_id}-migrate-reader",  # never joined
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "isolation.level": "read_committed",
-            },
-        )
-    )
     out: dict[int, list[SourceRecord]] = {p: [] for p in starts}
-    try:
-        ends: dict[int, int] = {}
-        assign = []
-        for p, start in starts.items():
-            _lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), 30, False)
-            ends[p] = hi
-            if start < hi:
-                assign.append(TopicPartition(topic, p, start if start >= 0 else OFFSET_BEGINNING))
-        pending = {tp.partition for tp in assign}
-        if pending:
-            consumer.assign(assign)
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise MigrationError(
-                    f"events {topic}: end not reached in {timeout:.0f} s "
-                    f"(partitions {sorted(pending)})",
-                    code="TIMEOUT",
-                )
-            for m in consumer.consume(num_messages=1000, timeout=0.2):
-                part, offset, err = m.partition(), m.offset(), m.error()
-                if part is None or offset is None:
-                    continue
-                p = part
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if offset >= ends[p]:
-                            pending.discard(p)
-                        continue
-                    raise MigrationError(f"reading {topic}[{p}]: {err.str()}", code="READ")
-                if offset >= ends[p]:
-                    pending.discard(p)
-                    continue
-                _ts_type, ts = m.timestamp()
-                out[p].append(SourceRecord(topic, p, offset, m.key(), m.value(), ts))
-                if offset >= ends[p] - 1:
-                    pending.discard(p)
-            if pending:  # transaction markers at the tail are never delivered
-                for tp in consumer.position([TopicPartition(topic, p) for p in pending]):
-                    if tp.offset >= ends[tp.partition]:
-                        pending.discard(tp.partition)
-        return out, ends
-    finally:
-        consumer.close()
+    ends: dict[int, int] = {}
+
+    def plan(_begin: dict[int, int], end: dict[int, int]) -> None:
+        ends.update(end)
+
+    records = iter_topic(
+        settings.kafka,
+        topic,
+        start=PartitionOffsets({p: max(o, 0) for p, o in starts.items()}),
+        end=END,
+        config={"group.id": f"{settings.app_id}-migrate-reader"},  # never joined
+        timeout=timeout,
+        on_plan=plan,
+        only_partitions=starts,
+    )
+    for r in records:
+        out[r.partition].append(
+            SourceRecord(topic, r.partition, r.offset, r.key, r.value, r.timestamp_ms)
+        )
+    return out, ends
+
 
 
 def _committed(settings: LiveSettings, partitions: range, timeout: float) -> dict[int, int]:

@@ -4,7 +4,7 @@ new stored value out.
 
 The faust wiring (:mod:`streams.live.app`) only moves bytes between Kafka, the
 state table and this class, so everything that decides *what* is produced is
-tested without a broker (:mod:`streams.live.testing` drives the batch path
+tested without a broker (``tests/support/driver.py`` drives the batch path
 with its transaction semantics).
 
 The stored value of a key is its ``KeyState.to_bytes()``, followed, when the

@@ -106,7 +106,7 @@ def _check_findings_and_scrape() -> None:
     # Findings commit in the same transactions as the worker's offsets.
     kafka_io.wait_committed(HOST_BOOTSTRAP, app_id, DEFAULT_EVENTS_TOPIC, _PROCESSED_TIMEOUT_S)
     latest, _ = kafka_io.latest_findings(HOST_BOOTSTRAP, DEFAULT_FINDINGS_TOPIC)
-    found = {(f["workflow_key"], f["kind"], f["event_seq"]) for f in latest.values()}
+    found = {(f.workflow_key, f.kind.value, f.event_seq) for f in latest}
     assert found == REFERENCE_EXPECTED
 
     targets = _scraped_up()

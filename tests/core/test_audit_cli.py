@@ -12,7 +12,7 @@ from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
 from streams.cli import main
-from streams.schemas import load_schema
+from tests.support.schemas import load_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "examples" / "reference.jsonl"

@@ -1,4 +1,5 @@
-"""The wheel carries the JSON Schemas, so an installed fencewatch validates against the contract."""
+"""What the wheel ships: the JSON Schemas (the contract, readable from an
+installed fencewatch), and none of the test harness (tests/support/)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,32 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+#: Modules that were in the wheel and are test support now (issue 19): the
+#: broker-free batch driver, the worker harness, a reader shim, the schema loader.
+MOVED_TO_TESTS = (
+    "streams/live/testing.py",
+    "streams/live/worker_process.py",
+    "streams/live/replay_reader.py",
+    "streams/schemas.py",
+)
 
-@pytest.mark.slow
-def test_installed_wheel_loads_schemas_without_a_checkout(tmp_path: Path) -> None:
-    """A wheel built from the tree ships streams/_schemas and load_schema reads them from there."""
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from the tree (hatch, as pyproject.toml configures it)."""
+    dist = tmp_path_factory.mktemp("dist")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(tmp_path / "dist"), str(ROOT)],
+         "-w", str(dist), str(ROOT)],
         check=True, capture_output=True,
     )
-    (wheel,) = (tmp_path / "dist").glob("fencewatch-*.whl")
+    (built,) = dist.glob("fencewatch-*.whl")
+    return built
+
+
+@pytest.mark.slow
+def test_installed_wheel_carries_the_schemas(wheel: Path, tmp_path: Path) -> None:
+    """A wheel built from the tree ships streams/_schemas, read from the installed package."""
     names = zipfile.ZipFile(wheel).namelist()
     for name in ("event", "finding", "audit-report"):
         assert f"streams/_schemas/{name}.schema.json" in names
@@ -31,12 +48,25 @@ def test_installed_wheel_loads_schemas_without_a_checkout(tmp_path: Path) -> Non
         check=True, capture_output=True,
     )
     code = (
-        "import streams.schemas as s; d = s.schema_dir(); "
-        "assert '_schemas' in str(d), d; "
-        "assert s.load_schema('finding')['title'].startswith('fencewatch finding'); "
-        "print(s.__file__)"
+        "import json; from importlib import resources; import streams; "
+        "d = resources.files('streams') / '_schemas'; "
+        "doc = json.loads((d / 'finding.schema.json').read_text()); "
+        "assert doc['title'].startswith('fencewatch finding'), doc['title']; "
+        "print(streams.__file__)"
     )
     out = subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, "
                           f"{str(target)!r}); sys.path.extend({sys.path[1:]!r}); {code}"],
                          cwd=tmp_path, capture_output=True, text=True, check=True)
     assert out.stdout.strip().startswith(str(target))
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_no_test_harness(wheel: Path) -> None:
+    """None of the modules moved to tests/support/ is in the wheel, nor any tests/ file."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "streams/live/processor.py" in names  # the listing is the real one
+    assert [m for m in MOVED_TO_TESTS if m in names] == []
+    assert [n for n in names if n.startswith("tests/") or "/tests/support/" in n] == []
+    # They are where the tests import them from now.
+    for module in ("driver", "worker", "schemas"):
+        assert (ROOT / "tests" / "support" / f"{module}.py").is_file()

@@ -18,7 +18,7 @@ import pytest
 
 from streams.core.replay import Replay
 from streams.demo.processes import Child, Children
-from streams.live.worker_process import free_port
+from tests.support.worker import free_port
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from streams.live.settings import (
     prepare_local_state,
 )
 from streams.live.settings import settings_from_env as live_settings
-from streams.live.worker_process import WorkerProcess
+from tests.support.worker import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from streams.kafka import TopicAdmin, TopicSpec, end_offsets
-from streams.live.worker_process import free_port, is_ready
+from tests.support.worker import free_port, is_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Dependency wheels kept between runs (the first run fills it from the index;

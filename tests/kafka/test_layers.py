@@ -26,7 +26,6 @@ LAYERS: dict[str, set[str]] = {
     "<streams>": set(),
     "<_native>": set(),
     "<fixtures>": set(),
-    "<schemas>": set(),
     "<errors>": {"core"},
     "<extras>": {"core"},
     "kafka": _BASE,
@@ -37,12 +36,15 @@ LAYERS: dict[str, set[str]] = {
     "live": _BASE | {"kafka"},
     "sdk": _BASE | {"kafka", "fences"},
     "integrations": _BASE | {"<extras>", "kafka", "fences", "sdk"},
-    "demo": _BASE | {"<fixtures>", "kafka", "fences", "live", "report", "sdk"},
+    # The topic audit as a library call (fencewatch audit --topic, the demos).
+    "audit": _BASE | {"kafka", "report", "findings"},
+    "demo": _BASE | {"<fixtures>", "kafka", "fences", "live", "report", "sdk", "audit", "findings"},
     # The operator console (fencewatch serve): tails the topics, draws the report's timeline.
     "console": _BASE | {"kafka", "findings", "report"},
     "cli": _BASE
-    | {"<streams>", "<_native>", "<extras>", "<fixtures>", "<schemas>"}
-    | {"kafka", "fences", "findings", "live", "report", "sdk", "demo", "integrations", "console"},
+    | {"<streams>", "<_native>", "<extras>", "<fixtures>"}
+    | {"kafka", "fences", "findings", "live", "report", "sdk", "demo", "integrations", "console"}
+    | {"audit"},
     "<__main__>": {"cli"},
     # fencewatch.integrations.* re-export the runtime adapters; import
     # fencewatch itself loads none of them (tests/integrations/test_isolation.py).

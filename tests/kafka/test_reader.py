@@ -8,7 +8,16 @@ import pytest
 
 from streams.errors import BrokerError
 from streams.kafka.errors import TopicMissing
-from streams.kafka.reader import END, Offset, PartitionOffsets, Timestamp, Truncated, iter_topic
+from streams.kafka.reader import (
+    END,
+    Bound,
+    Offset,
+    PartitionOffsets,
+    Timestamp,
+    TopicRecord,
+    Truncated,
+    iter_topic,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -100,3 +109,38 @@ def test_per_partition_start_and_deleted_history_are_reported(
     seen.clear()
     list(iter_topic(kafka_bootstrap, topic, start=Offset(2), on_truncated=seen.append))
     assert seen == [[]]
+
+
+def test_the_tail_and_the_bounded_read_share_records_and_bounds(
+    kafka_bootstrap: str, unique_topic: Callable[..., str]
+) -> None:
+    """TopicTail takes the reader's bounds (here PartitionOffsets and Timestamp) and gives
+    the same TopicRecords, timestamps included; only_partitions limits a bounded read."""
+    from streams.kafka.tail import TopicTail
+
+    topic = unique_topic(2)
+    _fill(kafka_bootstrap, topic)
+
+    def tail(start: Bound) -> list[TopicRecord]:
+        t = TopicTail(kafka_bootstrap, topic, start=start, stop_at_end=True)
+        out = []
+        try:
+            while (rec := t.poll(5)) is not None:
+                out.append(rec)
+        finally:
+            t.close()
+        assert t.finished
+        return out
+
+    bounded = list(iter_topic(kafka_bootstrap, topic, start=PartitionOffsets({1: 3})))
+    followed = tail(PartitionOffsets({1: 3}))
+    assert sorted(followed, key=lambda r: (r.partition, r.offset)) == sorted(
+        bounded, key=lambda r: (r.partition, r.offset)
+    )
+    assert sorted((r.partition, r.offset) for r in followed) == [
+        (0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 3), (1, 4)
+    ]
+    assert {r.timestamp_ms for r in followed if r.partition == 1} == {T0 + 7000, T0 + 9000}
+    assert sorted((r.partition, r.offset) for r in tail(Timestamp(T0 + 8000))) == [(0, 4), (1, 4)]
+    only = list(iter_topic(kafka_bootstrap, topic, only_partitions=[1]))
+    assert [(r.partition, r.offset) for r in only] == [(1, o) for o in range(5)]

@@ -16,7 +16,7 @@ from streams.kafka import (
     TopicSpec,
     ownership_topic_specs,
 )
-from streams.live.worker_process import free_port
+from tests.support.worker import free_port
 
 
 def _names() -> tuple[str, str, str, str]:

@@ -14,7 +14,7 @@ import pytest
 
 from streams.core import Detector, Event, Finding, KeyState
 from streams.kafka.admin import TopicAdmin
-from streams.live.worker_process import WorkerProcess
+from tests.support.worker import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "examples" / "reference.jsonl"
@@ -308,7 +308,7 @@ class LiveHarness:
         of the events topic, as the audit computes it."""
         from streams.core.replay import Replay
         from streams.core.status import status_from_replay
-        from streams.live.replay_reader import iter_topic
+        from streams.kafka.reader import iter_topic
 
         r = Replay()
         for key, value, partition, offset in iter_topic(self.bootstrap, self.events):

@@ -1,4 +1,4 @@
-"""The live batch path through the broker-free driver (streams/live/testing.py):
+"""The live batch path through the broker-free driver (tests/support/driver.py):
 findings, dead letters, the status topic, state, commits and aborted batches."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from streams.core.replay import Replay
 from streams.core.status import WorkflowStatus, status_from_replay
 from streams.live.processor import split_value
-from streams.live.testing import BatchAborted, BatchDriver
 from tests.live.conftest import fixture_events, scenario_events
+from tests.support.driver import BatchAborted, BatchDriver
 
 
 def ev(key: str, kind: str, epoch: int, worker: str, seq: int, **kw: Any) -> bytes:

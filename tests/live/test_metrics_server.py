@@ -8,7 +8,7 @@ import asyncio
 import urllib.request
 
 from streams.live.metrics import LiveMetrics, MetricsServer
-from streams.live.worker_process import free_port
+from tests.support.worker import free_port
 
 
 def test_each_scrape_reports_the_lag_of_every_partition_assigned_now() -> None:

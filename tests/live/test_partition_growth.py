@@ -41,7 +41,7 @@ def _audit_old_partitions_first(h: LiveHarness) -> dict[str, dict[str, Any]]:
     partitions first: for a key that moved from p to p + old count, its old
     partition's events before its new one's, the order the producers wrote
     them in (revision numbers depend on arrival order)."""
-    records = sorted(iter_topic(h.bootstrap, h.events), key=lambda r: (r[2], r[3]))
+    records = sorted(iter_topic(h.bootstrap, h.events), key=lambda r: (r.partition, r.offset))
     r = Replay()
     for key, value, partition, offset in records:
         r.feed(value or b"", key=key, offset=offset, source=f"{h.events}/{partition}")

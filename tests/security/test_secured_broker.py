@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from streams.core import EventType
-from streams.live.worker_process import WorkerProcess
 from tests.security.conftest import REPO, SecureKafka
+from tests.support.worker import WorkerProcess
 
 pytestmark = pytest.mark.kafka
 

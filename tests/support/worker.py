@@ -2,23 +2,23 @@
 ``/health`` endpoint: what the live tests and benchmarks start, stop, kill -9
 and wait on (one implementation for both, so they measure what they test).
 
-Not used by the worker itself; an adapter for whoever runs workers.
+A thin layer over the product's one child-process supervisor,
+:class:`streams.demo.processes.Child` (the demos run their processor with it):
+the worker also dies with the test process, even one killed with SIGKILL.
+Test support, not shipped (tests/kafka/test_wheel_contents.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import socket
-import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from streams.demo.processes import Child, free_port, is_ready, read_health
 from streams.errors import FencewatchError
 
 __all__ = ["WorkerProcess", "WorkerProcessError", "free_port", "is_ready", "read_health"]
@@ -29,35 +29,7 @@ class WorkerProcessError(FencewatchError):
     message carries the tail of its log."""
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def read_health(port: int) -> dict[str, Any] | None:
-    """The ``/health`` document of the worker serving on ``port``, or None
-    while nothing (valid) answers there."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-            doc = json.loads(r.read())
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-def is_ready(health: dict[str, Any] | None) -> bool:
-    """Holds partitions and is not restoring state: it is processing."""
-    return bool(
-        health is not None
-        and health.get("ok")
-        and health.get("partitions")
-        and not health.get("recovering")
-    )
-
-
-class WorkerProcess:
+class WorkerProcess(Child):
     """``python -m streams run`` with ``env`` on top of this process's
     environment, its output in ``log_path`` and its metrics/health server on a
     free port (``FENCEWATCH_METRICS_PORT``)."""
@@ -70,24 +42,17 @@ class WorkerProcess:
         name: str = "worker",
         cwd: Path | None = None,
     ) -> None:
-        self.name = name
         self.port = free_port()
-        self.log_path = log_path
         full = dict(os.environ)
         full.update(env)
         # The harness names its own (run-unique) topics: creating them is asked for.
         full.setdefault("FENCEWATCH_CREATE_TOPICS", "true")
         full["FENCEWATCH_METRICS_PORT"] = str(self.port)
-        self.log: IO[bytes] = open(log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.started = time.monotonic()
         #: Seconds from start to the first ready health answer (wait_ready).
         self.ready_after: float | None = None
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streams", "run"],
-            cwd=cwd,
-            env=full,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+        super().__init__(
+            name, [sys.executable, "-m", "streams", "run"], log_path=log_path, env=full, cwd=cwd
         )
 
     def health(self) -> dict[str, Any] | None:
@@ -135,25 +100,6 @@ class WorkerProcess:
                 return int(line.split()[1]) * 1024
         return 0
 
-    def kill(self) -> None:
-        """kill -9, and reap it."""
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM (the worker leaves its group at once), SIGKILL after
-        ``timeout``; idempotent."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
-
-    def tail(self, n: int = 4000) -> str:
-        """The last ``n`` bytes of the worker's log."""
-        if not self.log.closed:
-            self.log.flush()
-        return self.log_path.read_bytes()[-n:].decode("utf-8", "replace")
+    def tail(self, max_bytes: int = 4000) -> str:
+        """The last ``max_bytes`` of the worker's log."""
+        return super().tail(max_bytes)

@@ -272,10 +272,10 @@ class _AnsweredLate:
 
 
 def _tail_record(value: str | bytes, key: bytes) -> object:
-    from streams.kafka.tail import TailRecord
+    from streams.kafka.reader import TopicRecord
 
     raw = value.encode() if isinstance(value, str) else value
-    return TailRecord(key=key, value=raw, partition=0, offset=7, timestamp_ms=-1)
+    return TopicRecord(key=key, value=raw, partition=0, offset=7, timestamp_ms=-1)
 
 
 def test_close_waits_for_the_answer_to_a_commit_in_flight_and_does_not_commit_again() -> None:

@@ -21,7 +21,7 @@ from streams.cli import main
 from streams.kafka import TopicAdmin, TopicSpec
 from tests.report.scale import ordinary_workflow
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.faults]
 
 N_WORKFLOWS = 2_000  # 20,000 records over 3 partitions
 N_RECORDS = 10 * N_WORKFLOWS

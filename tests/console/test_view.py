@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from streams.console.view import (
     ENTRY_OVERHEAD,
@@ -97,6 +98,7 @@ def _rss() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+@pytest.mark.faults
 def test_memory_bound_at_100000_workflows() -> None:
     """100,000 workflows (status record and 4 finding revisions each): the process grows by
     less than the stated bound per workflow, close to what the view counts; past

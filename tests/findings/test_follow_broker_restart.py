@@ -19,7 +19,7 @@ from tests.findings.conftest import produce_findings, synthetic_findings
 from tests.findings.receiver import webhook_receiver
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.faults]
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from streams.kafka.admin import TopicAdmin, TopicSpec
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.faults]
 
 _DEADLINE_S = 60.0  # a bound on waiting, not a timing assertion
 

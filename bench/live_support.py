@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import os
+import queue
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +225,8 @@ class BareRelay:
         )
         self.dst, self.interval = dst, interval
         self.relayed = 0
+        #: Wall time (ms) of each send_offsets + commit + begin.
+        self.commit_ms: list[float] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run)
 
@@ -248,9 +252,11 @@ class BareRelay:
             p.poll(0)
             if positions and time.monotonic() - last >= self.interval:
                 offsets = [TopicPartition(t, q, o) for (t, q), o in positions.items()]
+                t0 = time.monotonic()
                 p.send_offsets_to_transaction(offsets, c.consumer_group_metadata(), 30)
                 p.commit_transaction(30)
                 p.begin_transaction()
+                self.commit_ms.append((time.monotonic() - t0) * 1000)
                 self.relayed += pending
                 pending = 0
                 positions.clear()
@@ -259,26 +265,169 @@ class BareRelay:
         c.close()
 
 
-def _relay_main(bs: str, src: str, dst: str, partitions: int, interval: float, stop: Any) -> None:
-    BareRelay(bs, src, dst, partitions, interval).relay(stop)
+def commit_summary(commit_ms: list[float]) -> dict[str, float]:
+    """Count, p50, p99 and max (ms) of a relay's transaction commits."""
+    if not commit_ms:
+        return {"commits": 0, "p50": 0.0, "p99": 0.0, "max": 0.0}
+    ordered = sorted(commit_ms)
+    n = len(ordered)
+    return {
+        "commits": n,
+        "p50": ordered[n // 2],
+        "p99": ordered[min(n - 1, int(0.99 * n))],
+        "max": ordered[-1],
+    }
+
+
+def _relay_main(
+    bs: str, src: str, dst: str, partitions: int, interval: float, stop: Any, report: Any
+) -> None:
+    relay = BareRelay(bs, src, dst, partitions, interval)
+    try:
+        relay.relay(stop)
+    finally:
+        report.put(commit_summary(relay.commit_ms))
 
 
 class RelayProcess:
     """:class:`BareRelay` in a process of its own, as the worker is: in the
     benchmark's process it would share the interpreter (and its lock) with the
-    load generator and the reader whose timings it is compared with."""
+    load generator and the reader whose timings it is compared with.
+    :meth:`close` returns its commit durations (:func:`commit_summary`): a
+    commit that took seconds is the broker's stall, not the reader's."""
 
     def __init__(self, bs: str, src: str, dst: str, partitions: int, interval: float) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._stop = ctx.Event()
+        self._report = ctx.Queue()
         self.proc = ctx.Process(
-            target=_relay_main, args=(bs, src, dst, partitions, interval, self._stop)
+            target=_relay_main,
+            args=(bs, src, dst, partitions, interval, self._stop, self._report),
         )
         self.proc.start()
 
-    def close(self) -> None:
+    def close(self) -> dict[str, float] | None:
         self._stop.set()
+        try:
+            summary: dict[str, float] | None = self._report.get(timeout=60)
+        except queue.Empty:
+            summary = None
         self.proc.join(60)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        return summary
+
+
+def paced(
+    p: Any, topic: str, keys: list[str], rate: int, value: Callable[[str], bytes]
+) -> tuple[list[float], list[float], float]:
+    """Produce one record per key at ``rate`` on an absolute schedule. Returns
+    the monotonic time each was handed to the client, the time the broker
+    acknowledged it (NaN if it did not), and how far (ms) the generator fell
+    behind its schedule at worst (a starved generator sends a burst, which
+    then queues: the generator's delay, not the processor's)."""
+    sent: list[float] = []
+    acked = [math.nan] * len(keys)
+
+    def ack(i: int) -> Callable[[Any, Any], None]:
+        def done(err: Any, _msg: Any) -> None:
+            if err is None:
+                acked[i] = time.monotonic()
+
+        return done
+
+    behind = 0.0
+    start = time.monotonic()
+    for i, k in enumerate(keys):
+        delay = start + i / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        elif -delay > behind:
+            behind = -delay
+        p.produce(topic, value(k), key=k.encode(), on_delivery=ack(i))
+        sent.append(time.monotonic())
+        p.poll(0)
+    p.flush(60)
+    return sent, acked, behind * 1000
+
+
+def key_value(k: str) -> bytes:
+    """The record value the relay relays: the key itself."""
+    return k.encode()
+
+
+def stale_progress(k: str) -> bytes:
+    """A stale checkpoint of epoch 1 after :func:`handovers`: one finding each."""
+    return doc(k, "progress", 1, "old", 3)
+
+
+def _generate_main(
+    bs: str,
+    topic: str,
+    warm: list[str],
+    keys: list[str],
+    rate: int,
+    value: Callable[[str], bytes],
+    go: Any,
+    conn: Any,
+) -> None:
+    p = producer(bs, **{"linger.ms": 0})
+    paced(p, topic, warm, rate, value)
+    conn.send("warm")
+    if not go.wait(300):
+        return
+    start = time.monotonic()
+    sent, acked, behind = paced(p, topic, keys, rate, value)
+    # The rate handed to the client (the final flush waits for the broker's acks).
+    actual = len(keys) / max(1e-9, sent[-1] - start) if sent else 0.0
+    conn.send((sent, acked, behind, actual))
+
+
+class LoadGenerator:
+    """Paced produce (:func:`paced`) in a process of its own: first ``warm``
+    (unmeasured), then, after :meth:`go`, ``keys``. Kept out of the
+    process that reads the output and stamps what it sees, so the reader's
+    timestamps never wait for the generator's interpreter (or the other way
+    round). Monotonic time is system-wide on Linux, so the two processes'
+    stamps compare."""
+
+    def __init__(
+        self,
+        bs: str,
+        topic: str,
+        warm: list[str],
+        keys: list[str],
+        rate: int,
+        value: Callable[[str], bytes],
+    ) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self._go = ctx.Event()
+        self._conn, child = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(
+            target=_generate_main, args=(bs, topic, warm, keys, rate, value, self._go, child)
+        )
+        self.proc.start()
+        child.close()
+
+    def warm_sent(self, timeout: float) -> bool:
+        """Whether every warm-up record was handed to the client (waits up to ``timeout``)."""
+        return bool(self._conn.poll(timeout)) and self._conn.recv() == "warm"
+
+    def go(self) -> None:
+        self._go.set()
+
+    def result(self, timeout: float) -> tuple[list[float], list[float], float, float]:
+        """(send time per key, broker ack time per key, worst lag behind
+        schedule in ms, actual rate)."""
+        if not self._conn.poll(timeout):
+            raise TimeoutError("the load generator sent no result")
+        sent, acked, behind, rate = self._conn.recv()
+        return sent, acked, behind, rate
+
+    def close(self) -> None:
+        self._go.set()
+        self.proc.join(30)
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join()

@@ -32,6 +32,10 @@ class Figure:
     ``limit_kind`` is ``"measured"`` (the limit was measured in the same run)
     or ``"configured"`` (a setting of the run, such as a session timeout): the
     documents label the second kind so that it is never read as a measurement.
+
+    ``runs`` and ``limit_runs``: the figure and its limit in each of several
+    runs, when ``value`` and ``limit`` summarize them (a median); the
+    documents show their spread beside the value.
     """
 
     name: str
@@ -42,6 +46,8 @@ class Figure:
     target: str | None = None
     note: str = ""
     limit_kind: str = "measured"
+    runs: list[float] | None = None
+    limit_runs: list[float] | None = None
 
     def __post_init__(self) -> None:
         if self.limit_kind not in ("measured", "configured"):

@@ -191,11 +191,22 @@ def verdict(results: dict[str, Any], fig: dict[str, Any]) -> str:
     )
 
 
+def spread(runs: list[float] | None) -> str:
+    """`` (median of 3 runs: 120 to 480)`` for a figure summarizing several runs."""
+    if not runs or len(runs) < 2:
+        return ""
+    return f" (median of {len(runs)} runs: {fmt(min(runs))} to {fmt(max(runs))})"
+
+
+def value_cell(fig: dict[str, Any]) -> str:
+    return f"{fmt(fig['value'])} {fig['unit']}{spread(fig.get('runs'))}"
+
+
 def limit_cell(fig: dict[str, Any]) -> str:
     """The limit column; a configured limit and an absolute target say what they are."""
     if fig.get("limit") is None:
         return "none: an absolute target" if fig.get("target") else ""
-    text = f"{fig['limit_name']}: {fmt(fig['limit'])} {fig['unit']}"
+    text = f"{fig['limit_name']}: {fmt(fig['limit'])} {fig['unit']}{spread(fig.get('limit_runs'))}"
     if fig.get("limit_kind", "measured") == "configured":
         return f"configured, not measured: {text}"
     return text
@@ -216,7 +227,7 @@ def figure_rows(results: dict[str, Any], only_targets: bool) -> list[str]:
                 continue
             ratio = fmt(fig["ratio"]) if fig.get("ratio") is not None else ""
             rows.append(
-                f"| {fig['name']} ({script_cell(entry)}) | {fmt(fig['value'])} {fig['unit']} "
+                f"| {fig['name']} ({script_cell(entry)}) | {value_cell(fig)} "
                 f"| {limit_cell(fig)} | {ratio} | {verdict(results, fig)} |"
             )
         if entry.get("error"):
@@ -285,7 +296,9 @@ def render_doc(results: dict[str, Any]) -> str:
         "every `bench/*.py` that has a line `# make-bench: ARGS` among its first 40",
         "lines, as `python bench/NAME.py ARGS --json FILE`. The script writes its",
         "figures with `bench/results.py` (`Figure(name, value, unit, limit_name,",
-        'limit, target, note)`, `target` like `"ratio >= 0.5"` or `"value <= 250"`).',
+        'limit, target, note)`, `target` like `"ratio >= 0.5"` or `"value <= 250"`;',
+        "a figure that summarizes several runs also gives `runs` and `limit_runs`, and",
+        "the tables show the median with the lowest and highest run).",
         "The runner adds the machine facts and the verdicts, writes",
         "`bench/results.json`, and regenerates this page and the README's table.",
         "`bench/run_all.py --render-only` rewrites the documents from the committed",

@@ -104,3 +104,21 @@ def test_configured_and_absent_limits_are_labelled() -> None:
     results = json.loads((REPO / "bench" / "results.json").read_text())
     failover = [f for e in results["benches"] for f in e["figures"] if "failover" in f["name"]]
     assert failover and all(f["limit_kind"] == "configured" for f in failover)
+
+
+def test_a_figure_of_several_runs_shows_its_spread() -> None:
+    """A value and limit summarizing several runs show the lowest and highest run beside them."""
+    run_all = _run_all()
+    fig = {
+        "value": 300.0,
+        "unit": "ms",
+        "runs": [250.0, 300.0, 1200.0],
+        "limit_name": "bare relay (p99)",
+        "limit": 200.0,
+        "limit_runs": [180.0, 200.0, 3500.0],
+        "target": "ratio <= 1",
+    }
+    assert run_all.value_cell(fig) == "300 ms (median of 3 runs: 250 to 1,200)"
+    assert run_all.limit_cell(fig) == "bare relay (p99): 200 ms (median of 3 runs: 180 to 3,500)"
+    single = {"value": 300.0, "unit": "ms"}
+    assert run_all.value_cell(single) == "300 ms"

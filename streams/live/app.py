@@ -106,6 +106,7 @@ class LiveRuntime:
         #: Called (once) when this app must be replaced by a fresh one in the
         #: same process (its producer was fenced); set by the runner.
         self.replace: Callable[[], None] | None = None
+        self._crashing: asyncio.Future[Any] | None = None
         self.intake = Intake(frozenset({settings.events_topic}), maxsize=INTAKE_SIZE)
         self.changelog_topic: str = table.changelog_topic.get_topic_name()
         self.positions: dict[int, int] = {}
@@ -238,16 +239,21 @@ class LiveRuntime:
             "producer fenced (%s) while committing partitions %s in generation %s: this "
             "worker was paused or cut off past its session and another worker took them; "
             "%d uncommitted events aborted, never published; dropping the state of "
-            "partitions %s and restarting the faust app in this process to rejoin the group "
-            "and restore from the changelog",
+            "partitions %s and %s",
             type(exc.cause).__name__,
             partitions,
             self.app.consumer_generation_id,
             self.sender.uncommitted,
             assigned,
+            "restarting the faust app in this process to rejoin the group and restore from "
+            "the changelog"
+            if self.replace is not None
+            else "stopping the worker (faust's own command line cannot replace the app)",
         )
         if self.replace is not None:
             self.replace()
+        else:  # faust's own command line (worker_app): no one to replace the app
+            self._crashing = asyncio.ensure_future(self.app.crash(exc.cause))
 
     def _store(self, key: bytes, value: bytes, partition: int) -> None:
         store = self.table.data

@@ -71,6 +71,12 @@ def _quiet_tracebacks() -> None:
             handler.addFilter(_NoTraceback())
 
 
+def _loud_tracebacks() -> None:
+    for handler in logging.getLogger().handlers:
+        for f in [f for f in handler.filters if isinstance(f, _NoTraceback)]:
+            handler.removeFilter(f)
+
+
 def _flush_logs() -> None:
     for handler in logging.getLogger().handlers:
         with contextlib.suppress(Exception):  # leaving anyway
@@ -98,6 +104,19 @@ class _Supervisor:
         runtime = self.runtime
         return 0 if runtime is None else int(runtime.sender.uncommitted)
 
+    def left_behind(self) -> str:
+        """What a stop now leaves uncommitted, for its one line."""
+        runtime = self.runtime
+        if runtime is not None and not runtime.sender.exactly_once:
+            return (
+                "the events after the last offset commit are processed again after a "
+                "restart (at-least-once)"
+            )
+        return (
+            f"the last transaction ({self.uncommitted()} events) is not committed and a "
+            "restart processes those events again, exactly once"
+        )
+
     def on_signal(self, signum: int) -> None:
         """A stop signal (on the event loop, or between two apps)."""
         name = signal.Signals(signum).name
@@ -105,9 +124,7 @@ class _Supervisor:
         if len(self.signals) > 1:
             _hard_exit(
                 128 + signum,
-                f"{name} again: stopping at once; the last transaction "
-                f"({self.uncommitted()} events) is not committed and a restart processes "
-                "those events again, exactly once",
+                f"{name} again: stopping at once; {self.left_behind()}",
             )
         log.info("%s: stopping (at most %.0f s)", name, STOP_BOUND_S)
         _quiet_tracebacks()
@@ -121,9 +138,7 @@ class _Supervisor:
         _hard_exit(
             1,
             f"stopping: no commit within {STOP_BOUND_S:.0f} s (is the broker reachable?); "
-            f"the last transaction ({self.uncommitted()} events) is not committed and a "
-            "restart processes those events again, exactly once; exiting without leaving "
-            "the group",
+            f"{self.left_behind()}; exiting without leaving the group",
         )
 
     def replace(self) -> None:
@@ -140,7 +155,12 @@ class _Supervisor:
         if self._watchdog is not None:
             self._watchdog.cancel()
         left = self.uncommitted()
-        if left:
+        if self.runtime is not None and not self.runtime.sender.exactly_once:
+            log.info(
+                "stopping: at-least-once, events after the last offset commit are "
+                "processed again after a restart"
+            )
+        elif left:
             log.warning(
                 "stopping: the last transaction (%d events) was not committed; a restart "
                 "processes those events again, exactly once",
@@ -218,6 +238,7 @@ def run_faust(settings: LiveSettings) -> int:
         if not supervisor.replacing:
             break
         replaced += 1
+        _loud_tracebacks()  # the next app's errors are its own
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_DFL if sig == signal.SIGTERM else signal.default_int_handler)
     if supervisor.signals:

@@ -65,16 +65,32 @@ class _NoTraceback(logging.Filter):
         return True
 
 
+def _thread_ended(args: threading.ExceptHookArgs) -> None:
+    # faust's consumer thread can end on the broker's errors while its app
+    # stops; Python would print the traceback (to stderr, which mode logs).
+    name = args.thread.name if args.thread is not None else "?"
+    log.info("stopping: thread %s ended on %s", name, args.exc_type.__name__)
+
+
 def _quiet_tracebacks() -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, _NoTraceback) for f in handler.filters):
             handler.addFilter(_NoTraceback())
+    threading.excepthook = _thread_ended
+    sys.unraisablehook = _unraisable
+
+
+def _unraisable(args: Any) -> None:
+    # An exception in a finalizer of a client object torn down mid-request.
+    log.debug("stopping: ignored %s in %r", args.exc_type.__name__, args.object)
 
 
 def _loud_tracebacks() -> None:
     for handler in logging.getLogger().handlers:
         for f in [f for f in handler.filters if isinstance(f, _NoTraceback)]:
             handler.removeFilter(f)
+    threading.excepthook = threading.__excepthook__
+    sys.unraisablehook = sys.__unraisablehook__
 
 
 def _flush_logs() -> None:

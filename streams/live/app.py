@@ -23,6 +23,7 @@ import contextlib
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from typing import Any
 
 import faust
@@ -40,7 +41,7 @@ from streams.live.partitions import (
 )
 from streams.live.processor import BatchOutcome, Processor, processor_for, with_changelog
 from streams.live.settings import LiveSettings
-from streams.live.txn import TransactionalSender
+from streams.live.txn import TransactionalSender, TransactionFenced
 
 __all__ = ["INTAKE_SIZE", "MAX_BATCH", "TABLE_NAME", "LiveRuntime", "build_app"]
 
@@ -101,6 +102,11 @@ class LiveRuntime:
         self.settings = settings
         self.sender = TransactionalSender(app, exactly_once=settings.exactly_once)
         self.sender.on_flushed = metrics.status_records.inc
+        self.sender.on_fenced = self._on_fenced
+        #: Called (once) when this app must be replaced by a fresh one in the
+        #: same process (its producer was fenced); set by the runner.
+        self.replace: Callable[[], None] | None = None
+        self._crashing: asyncio.Future[Any] | None = None
         self.intake = Intake(frozenset({settings.events_topic}), maxsize=INTAKE_SIZE)
         self.changelog_topic: str = table.changelog_topic.get_topic_name()
         self.positions: dict[int, int] = {}
@@ -129,8 +135,14 @@ class LiveRuntime:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a send failed: the transactions are poisoned
+                if faust_seam.is_fencing(exc):
+                    fenced = exc if isinstance(exc, TransactionFenced) else None
+                    self.sender.fence(fenced or TransactionFenced([], exc))
+                    return
                 log.exception("batch failed; stopping the worker")
                 await self.app.crash(exc)
+                return
+            if self.sender.fenced is not None:
                 return
 
     async def handle_batch(self, batch: list[TapMessage]) -> None:
@@ -208,6 +220,40 @@ class LiveRuntime:
                 change = counted if counted is not None else change
         log.error("%s", change.message())
         await self.app.crash(PartitionsChanged(change))
+
+    def _on_fenced(self, exc: TransactionFenced) -> None:
+        """The broker refused this worker's transactions (it was paused or cut
+        off past its session, and another worker took its partitions): one
+        line, then the app is replaced by a fresh one in this process, which
+        rejoins the group and restores its partitions from the changelog.
+        Nothing of the open transactions is ever committed (the sender is
+        fenced for good), so the broker aborts them."""
+        self.intake.clear()
+        assigned = sorted(
+            tp.partition
+            for tp in self.app.consumer.assignment()
+            if tp.topic == self.settings.events_topic
+        )
+        partitions = exc.partitions or assigned
+        log.warning(
+            "producer fenced (%s) while committing partitions %s in generation %s: this "
+            "worker was paused or cut off past its session and another worker took them; "
+            "%d uncommitted events aborted, never published; dropping the state of "
+            "partitions %s and %s",
+            type(exc.cause).__name__,
+            partitions,
+            self.app.consumer_generation_id,
+            self.sender.uncommitted,
+            assigned,
+            "restarting the faust app in this process to rejoin the group and restore from "
+            "the changelog"
+            if self.replace is not None
+            else "stopping the worker (faust's own command line cannot replace the app)",
+        )
+        if self.replace is not None:
+            self.replace()
+        else:  # faust's own command line (worker_app): no one to replace the app
+            self._crashing = asyncio.ensure_future(self.app.crash(exc.cause))
 
     def _store(self, key: bytes, value: bytes, partition: int) -> None:
         store = self.table.data
@@ -435,5 +481,11 @@ def build_app(
         @app.task  # type: ignore[untyped-decorator]
         async def serve_metrics() -> None:
             await server.start()
+            try:
+                await asyncio.Event().wait()
+            finally:
+                # Cancelled when the app stops: free the port for the app
+                # that replaces this one (runner.run_worker).
+                await server.stop()
 
     return app

@@ -114,6 +114,15 @@ DIGESTS: dict[str, str] = {
     "aiokafka.producer.transaction_manager:TransactionManager.is_in_transaction": (
         "29bec6ded8baf597a1194eb6286112012b472c52455b706d1c62751332454297"
     ),
+    "aiokafka.producer.transaction_manager:TransactionManager.is_fatal_error": (
+        "7ac04ee86cfa38d634126c5133bb8913a9d4a36c714e505fc756ae52ea7d52a7"
+    ),
+    "mode.worker:Worker._install_signal_handlers_unix": (
+        "6a1810b3485970e8d0c5dd1ded34eccfc467e9693c82c1c32c7e38f635fb1648"
+    ),
+    "mode.worker:Worker._schedule_shutdown": (
+        "1a6a5dfc88c2298b7ddc84be024a4344a54eaca8ba3a2d39e0447fa5b3905aa4"
+    ),
     "faust.worker:Worker.on_setup_root_logger": (
         "0d468284fb5c8880059b6d0c1e27128c1409bc3357dfe95fa4eed5885e0ccafa"
     ),

@@ -37,6 +37,7 @@ import importlib
 import inspect
 import logging
 import os
+import signal
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -51,6 +52,7 @@ __all__ = [
     "FaustSeamMismatch",
     "LiveHooks",
     "Manifest",
+    "TransactionFenced",
     "TransactionUnavailable",
     "add_gap",
     "append_records",
@@ -62,6 +64,7 @@ __all__ = [
     "install",
     "install_commit_gate",
     "is_crashed",
+    "is_fencing",
     "mark_inbound",
     "memory_store_apply",
     "memory_store_put",
@@ -72,7 +75,9 @@ __all__ = [
     "render_manifest",
     "rocksdb_key_estimate",
     "set_table_store",
+    "stop_worker",
     "store_put",
+    "take_stop_signals",
     "transaction_lock",
     "transaction_producer",
     "transaction_producer_ready",
@@ -150,6 +155,11 @@ TARGETS: tuple[str, ...] = (
     "aiokafka.client:AIOKafkaClient._wait_on_metadata",
     "aiokafka.producer.transaction_manager:TransactionManager.error_transaction",
     "aiokafka.producer.transaction_manager:TransactionManager.is_in_transaction",
+    "aiokafka.producer.transaction_manager:TransactionManager.is_fatal_error",
+    # R the stop signals go to the worker's _on_sigterm/_on_sigint, and a
+    # stop is scheduled as a signal's (take_stop_signals, stop_worker).
+    "mode.worker:Worker._install_signal_handlers_unix",
+    "mode.worker:Worker._schedule_shutdown",
     # R a worker with a spinner sets the root logger to DEBUG (quiet_worker).
     "faust.worker:Worker.on_setup_root_logger",
     "faust.worker:Worker._setup_spinner_handler",
@@ -458,8 +468,12 @@ def _fix_sequential_commit() -> None:
     so N partitions take N times as long and the batches wait for it (commit
     gate). The transactions belong to independent producers, so this runs
     the same per-partition steps, under the same per-producer locks,
-    concurrently. If one fails the error is raised as before (faust then
-    crashes the worker); the others complete."""
+    concurrently. If one fails the error is raised as before; the others
+    complete. A *fenced* producer (:func:`is_fencing`: another producer took
+    its transactional id while this worker was paused or cut off) raises
+    :class:`TransactionFenced` naming every partition refused, which faust's
+    ``TransactionManager.commit`` does not catch (it would crash the app on
+    ``ProducerFenced``): the commit gate hands it to the live runtime."""
     from faust.transport.drivers.aiokafka import Producer
 
     async def commit_transactions(
@@ -479,9 +493,25 @@ def _fix_sequential_commit() -> None:
                 if start_new_transaction:
                     await txp.begin_transaction()
 
-        await asyncio.gather(
-            *(commit_one(tid, offsets) for tid, offsets in tid_to_offset_map.items())
+        items = list(tid_to_offset_map.items())
+        results = await asyncio.gather(
+            *(commit_one(tid, offsets) for tid, offsets in items), return_exceptions=True
         )
+        fenced: list[int] = []
+        first: BaseException | None = None
+        other: BaseException | None = None
+        for (_tid, offsets), result in zip(items, results, strict=True):
+            if not isinstance(result, BaseException):
+                continue
+            if is_fencing(result):
+                fenced.extend(tp.partition for tp in offsets)
+                first = first or result
+            elif other is None:
+                other = result
+        if first is not None:
+            raise TransactionFenced(sorted(fenced), first) from first
+        if other is not None:
+            raise other
 
     _patch(
         Producer,
@@ -552,6 +582,10 @@ def install_commit_gate(
     consumer: Any,
     gate: asyncio.Lock,
     before_commit: Callable[[], Awaitable[None]] | None = None,
+    *,
+    on_fenced: Callable[[TransactionFenced], None] | None = None,
+    blocked: Callable[[], bool] | None = None,
+    after_commit: Callable[[], None] | None = None,
 ) -> None:
     """fix 3. The periodic commit computes the committable offsets first and
     takes the per-partition transaction lock later, so it can commit a
@@ -559,22 +593,52 @@ def install_commit_gate(
     (the one entry point of every commit) hold ``gate`` from computing the
     offsets to the end of the transaction commit; ``before_commit`` runs
     first, under the gate (records that belong at the end of the
-    transactions). Per consumer instance."""
+    transactions). Per consumer instance.
+
+    While ``blocked()`` nothing is committed (a fenced worker never commits
+    again from its old generation); a :class:`TransactionFenced` raised by
+    the commit goes to ``on_fenced`` (the commit then counts as not done);
+    ``after_commit`` runs after a commit that completed."""
     original = consumer.force_commit
     if getattr(original, _MARK, False):
         return
 
     async def gated_force_commit(*args: Any, **kwargs: Any) -> bool:
         async with gate:
-            if before_commit is not None:
-                await before_commit()
-            return bool(await original(*args, **kwargs))
+            if blocked is not None and blocked():
+                return False
+            try:
+                if before_commit is not None:
+                    await before_commit()
+                done = bool(await original(*args, **kwargs))
+            except TransactionFenced as exc:
+                if on_fenced is None:
+                    raise
+                on_fenced(exc)
+                return False
+            if after_commit is not None:
+                after_commit()
+            return done
 
     setattr(gated_force_commit, _MARK, True)
     consumer.force_commit = gated_force_commit
 
 
 # -- the worker ----------------------------------------------------------------
+
+
+def take_stop_signals(worker: Any, on_signal: Callable[[int], None]) -> None:
+    """Route the SIGTERM/SIGINT handlers mode's ``Worker`` installs on its
+    loop at start to ``on_signal(signum)`` (which decides when to call
+    :func:`stop_worker`). Call before ``execute_from_commandline``."""
+    worker._on_sigterm = lambda: on_signal(signal.SIGTERM)
+    worker._on_sigint = lambda: on_signal(signal.SIGINT)
+
+
+def stop_worker(worker: Any, signum: int) -> None:
+    """Stop ``worker`` as mode does on a stop signal (once; its
+    ``execute_from_commandline`` then returns). Call on its loop."""
+    worker._schedule_shutdown(signal.Signals(signum))
 
 
 def quiet_worker(worker: Any) -> None:
@@ -678,6 +742,44 @@ class TransactionUnavailable(FencewatchError):
     """No transactional producer (or none in a transaction) for a partition."""
 
 
+class TransactionFenced(FencewatchError):
+    """The broker refused this worker's transactions for ``partitions``: their
+    producer was fenced (another producer took the transactional id, or the
+    transaction timed out) or its group generation is stale. Nothing of the
+    open transactions can be committed any more."""
+
+    def __init__(self, partitions: Sequence[int], cause: BaseException) -> None:
+        self.partitions = list(partitions)
+        self.cause = cause
+        super().__init__(f"{type(cause).__name__} for partitions {self.partitions}")
+
+
+#: aiokafka errors that mean this worker's producer or group membership is
+#: stale: the worker must rejoin and restore, never publish from it again.
+_FENCING_ERRORS = frozenset(
+    {
+        "ProducerFenced",
+        "InvalidProducerEpoch",
+        "IllegalGenerationError",
+        "UnknownMemberIdError",
+        "FencedInstanceIdError",
+    }
+)
+
+
+def is_fencing(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) says this
+    worker's producer was fenced or its group generation is stale."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, TransactionFenced) or type(current).__name__ in _FENCING_ERRORS:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 async def append_records(
     txp: Any,
     records: Sequence[Any],
@@ -695,6 +797,9 @@ async def append_records(
     from aiokafka.structs import TopicPartition
 
     manager = txp._txn_manager
+    if manager is not None and manager.is_fatal_error():
+        # aiokafka moves a fenced producer to its fatal state.
+        raise TransactionFenced([], RuntimeError(f"{manager.transactional_id} fenced"))
     if manager is not None and not manager.is_in_transaction():
         raise TransactionUnavailable(
             f"transactional producer {manager.transactional_id} is not in a transaction"

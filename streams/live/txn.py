@@ -52,10 +52,16 @@ from contextlib import AsyncExitStack
 from typing import Any, Protocol
 
 from streams.live import faust_seam
-from streams.live.faust_seam import TransactionUnavailable
+from streams.live.faust_seam import TransactionFenced, TransactionUnavailable
 from streams.live.processor import OutRecord
 
-__all__ = ["BatchMessage", "BatchPlan", "TransactionUnavailable", "TransactionalSender"]
+__all__ = [
+    "BatchMessage",
+    "BatchPlan",
+    "TransactionFenced",
+    "TransactionUnavailable",
+    "TransactionalSender",
+]
 
 log = logging.getLogger(__name__)
 
@@ -90,14 +96,50 @@ class TransactionalSender:
         self._deferred: dict[str, dict[bytes | None, OutRecord]] = {}
         #: Called with the number of deferred records each commit wrote.
         self.on_flushed: Callable[[int], None] | None = None
+        #: Set once a commit was refused as fenced: from then on this sender
+        #: processes, acks and commits nothing (its app is being replaced).
+        self.fenced: TransactionFenced | None = None
+        #: Called (once) with the refusal that set :attr:`fenced`.
+        self.on_fenced: Callable[[TransactionFenced], None] | None = None
+        #: Records acked so far, and as of the last completed commit.
+        self.acked = 0
+        self.committed = 0
 
     def install_commit_gate(self) -> None:
         """Make the consumer's commit take :attr:`gate` (idempotent; see
         :func:`streams.live.faust_seam.install_commit_gate`)."""
         if self._gated or not self.exactly_once:
             return
-        faust_seam.install_commit_gate(self.app.consumer, self.gate, self.flush_deferred)
+        faust_seam.install_commit_gate(
+            self.app.consumer,
+            self.gate,
+            self.flush_deferred,
+            on_fenced=self.fence,
+            blocked=lambda: self.fenced is not None,
+            after_commit=self._committed,
+        )
         self._gated = True
+
+    @property
+    def uncommitted(self) -> int:
+        """Records acked since the last completed commit (under exactly-once
+        their outputs are in open transactions)."""
+        return self.acked - self.committed
+
+    def _committed(self) -> None:
+        # Under the gate: no batch is acked between the commit and this.
+        self.committed = self.acked
+
+    def fence(self, exc: TransactionFenced) -> None:
+        """Stop for good: nothing more is processed, acked or committed
+        (:meth:`send_batch` returns nothing, the gate refuses commits), and
+        :attr:`on_fenced` is told once."""
+        if self.fenced is not None:
+            return
+        self.fenced = exc
+        self._deferred.clear()
+        if self.on_fenced is not None:
+            self.on_fenced(exc)
 
     def defer(self, records: Mapping[int, Sequence[OutRecord]]) -> None:
         """Write ``records`` (by source partition of the batch being sent) at
@@ -160,7 +202,7 @@ class TransactionalSender:
         before a rebalance that started since, or of partitions no longer
         assigned, are dropped unprocessed (the rebalance's seek fetches them
         again). Returns the records acked."""
-        if not messages:
+        if not messages or self.fenced is not None:
             return []
         if not self.exactly_once:
             return await self._send_batch_plain(messages, plan)
@@ -195,6 +237,8 @@ class TransactionalSender:
                 txp = faust_seam.transaction_producer(producer, tid)
                 if txp is not None:  # else fenced or stopped while we waited
                     txps[p] = txp
+            if self.fenced is not None:
+                return []
             kept = [m for m in self._current(messages) if m.partition in txps]
             if not kept:
                 return []
@@ -212,6 +256,7 @@ class TransactionalSender:
             consumer = self.app.consumer
             for m in kept:
                 consumer.ack(m)
+            self.acked += len(kept)
             return kept
 
     async def _send_all(self, txp: Any, records: Sequence[OutRecord]) -> None:
@@ -232,6 +277,7 @@ class TransactionalSender:
         consumer = self.app.consumer
         for m in kept:
             consumer.ack(m)
+        self.acked += len(kept)
         return kept
 
     async def _wait_for_transaction(self, topic: str, partition: int) -> str | None:
@@ -261,5 +307,13 @@ class TransactionalSender:
 def _log_send_failure(fut: asyncio.Future[Any]) -> None:
     # A failed send leaves the transaction abortable; the next commit raises
     # and crashes the worker, and a restart reprocesses from the last commit.
-    if not fut.cancelled() and fut.exception() is not None:
-        log.error("transactional send failed: %r", fut.exception())
+    # A fenced producer's sends fail too: the fencing line says it once.
+    if fut.cancelled():
+        return
+    exc = fut.exception()
+    if exc is None:
+        return
+    if faust_seam.is_fencing(exc):
+        log.debug("transactional send refused: %r", exc)
+    else:
+        log.error("transactional send failed: %r", exc)

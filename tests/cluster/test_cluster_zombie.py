@@ -2,8 +2,8 @@
 from the cluster past its session timeout, the other takes its partitions,
 then the network heals. The cut-off worker's late transactions must be
 fenced: findings exactly the audit's, every revision once, DLQ empty, both
-workers up after healing (the last is a known defect: the faust worker exits
-on ProducerFenced; the test reports it as xfail after the safety checks)."""
+workers up after healing, and the healed one (fenced) back in the group,
+consuming again."""
 
 from __future__ import annotations
 
@@ -62,12 +62,28 @@ def test_worker_cut_off_past_its_session_is_fenced_after_healing(
         latest = no_duplicates_and_audit(h)
         assert len(latest) > 100
         assert h.read(h.dlq) == []
-        if w1.proc.poll() is not None and "ProducerFenced" in w1.tail(20000):
-            # Known defect (docs/reliability.md): the healed zombie's commit is
-            # refused (fenced, as it must be), and the faust worker then exits
-            # instead of dropping the batch and rejoining the group.
-            pytest.xfail("the healed zombie worker exits on ProducerFenced instead of rejoining")
         assert w1.proc.poll() is None, f"w1 exited after healing: {w1.tail()}"
+        log = w1.log_path.read_text("utf-8", "replace")
+        assert "Traceback" not in log, log[-4000:]
+        if "producer fenced" in log:
+            # Its commit was refused: it replaced its app and rejoined.
+            assert "restarting the faust app in this process" in log, log[-4000:]
+        # Back in the group: after a later rebalance (w2 leaves) it takes
+        # every partition and consumes what is produced then.
+        w2.stop()
+        deadline = time.monotonic() + 300
+        while sorted((w1.health() or {}).get("partitions", [])) != [0, 1, 2]:
+            assert w1.proc.poll() is None, f"w1 exited: {w1.tail()}"
+            assert time.monotonic() < deadline, f"w1 never took over: {w1.tail()}"
+            time.sleep(0.2)
+        more = h.scenario_events(n_keys=50, epochs=2, seed=41)
+        processed = (w1.health() or {}).get("processed", 0)
+        h.produce(more)
+        w1.wait_processed(processed + len(more), timeout=300)
+        h.wait_all_committed(timeout=300)
+        no_duplicates_and_audit(h)
+        assert h.read(h.dlq) == []
+        assert w1.proc.poll() is None, f"w1 exited: {w1.tail()}"
     finally:
         h.close()
         kafka_cluster.ensure_all_up()

@@ -300,6 +300,81 @@ def test_commit_transactions_patched_commits_partitions_concurrently() -> None:
     assert [s for s in steps if s.startswith("b")] == ["b:offsets", "b:commit", "b:begin"]
 
 
+def _commit_with_fenced_b(fn: Any) -> tuple[BaseException | None, list[str]]:
+    import aiokafka.errors
+
+    steps: list[str] = []
+
+    class Txp:
+        def __init__(self, name: str, fenced: bool) -> None:
+            self.name = name
+            self.fenced = fenced
+
+        async def send_offsets_to_transaction(self, offsets: Any, group: str) -> None:
+            if self.fenced:
+                raise aiokafka.errors.ProducerFenced()
+            steps.append(f"{self.name}:offsets")
+
+        async def commit_transaction(self) -> None:
+            steps.append(f"{self.name}:commit")
+
+        async def begin_transaction(self) -> None:
+            steps.append(f"{self.name}:begin")
+
+    async def go() -> BaseException | None:
+        producer = SimpleNamespace(
+            _trn_locks=defaultdict(asyncio.Lock),
+            _transaction_producers={"a": Txp("a", False), "b": Txp("b", True)},
+            log=SimpleNamespace(warning=lambda *a: None),
+        )
+        offsets = {"a": {TP("events", 0): 5}, "b": {TP("events", 1): 7, TP("events", 3): 2}}
+        try:
+            await fn(producer, offsets, "group")
+        except BaseException as exc:
+            return exc
+        return None
+
+    return asyncio.run(go()), steps
+
+
+def test_commit_transactions_unpatched_raises_producer_fenced() -> None:
+    """faust's commit raises aiokafka's ProducerFenced (its caller then crashes the app)."""
+    exc, _steps = _commit_with_fenced_b(faust_seam.original(COMMIT))
+    assert type(exc).__name__ == "ProducerFenced"
+
+
+def test_commit_transactions_patched_names_the_fenced_partitions() -> None:
+    """The patched commit completes the others and raises TransactionFenced
+    naming the refused partitions (faust does not catch it)."""
+    exc, steps = _commit_with_fenced_b(patched(COMMIT))
+    assert isinstance(exc, faust_seam.TransactionFenced)
+    assert exc.partitions == [1, 3]
+    assert faust_seam.is_fencing(exc)
+    assert steps == ["a:offsets", "a:commit", "a:begin"]
+
+
+def test_the_gate_hands_a_fencing_to_on_fenced_and_then_commits_nothing() -> None:
+    """A TransactionFenced from the commit goes to on_fenced (the commit
+    returns False, no traceback); while blocked no commit runs at all."""
+    calls: list[str] = []
+    fenced: list[faust_seam.TransactionFenced] = []
+
+    async def force_commit() -> bool:
+        calls.append("commit")
+        raise faust_seam.TransactionFenced([2], RuntimeError("refused"))
+
+    async def go() -> list[bool]:
+        consumer = SimpleNamespace(force_commit=force_commit)
+        faust_seam.install_commit_gate(
+            consumer, asyncio.Lock(), on_fenced=fenced.append, blocked=lambda: bool(fenced)
+        )
+        return [await consumer.force_commit(), await consumer.force_commit()]
+
+    assert asyncio.run(go()) == [False, False]
+    assert calls == ["commit"]
+    assert [f.partitions for f in fenced] == [[2]]
+
+
 # -- fix 6: seek to committed offsets only once they are stable --------------------
 
 

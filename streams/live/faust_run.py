@@ -1,0 +1,282 @@
+"""Run the faust engine (``fencewatch run``, the default): signals, the
+bounded stop, and the in-process replacement of a fenced app.
+
+**A fenced worker.** A worker paused (SIGSTOP, a GC pause, a suspended VM)
+or cut off from the cluster past its session timeout loses its partitions;
+another worker's producers take the same transactional ids and the broker
+fences the old ones. faust would crash the app on that ``ProducerFenced``
+and exit. Here the commit gate stops the app's sender for good (nothing is
+processed, acked or committed by it again), the runtime says so in one
+line, and this module stops that app without committing, then builds a
+fresh one from the same settings (:func:`~streams.live.runner.prepare_app`,
+the factory the first start used) in the same process: it rejoins the
+group and restores its partitions from the changelog before processing,
+exactly as after a restart by a supervisor, without the process exiting.
+faust cannot rejoin in place: its consumer, producers, table recovery and
+the transactional producers of every partition live for the app's life.
+
+**Stopping.** The first SIGTERM/SIGINT stops the app gracefully (open
+transactions committed, the group left), with one line saying whether every
+processed event was committed. Whatever the broker's state the process is
+gone :data:`STOP_BOUND_S` seconds after that signal: past it a watchdog
+ends it with one line (the last transaction is not committed; a restart
+processes its events again, exactly once). A second signal ends it at once.
+While stopping or replacing an app the frameworks' error records are logged
+without their tracebacks (they are the stop's consequences, e.g. a dead
+broker's timeouts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from streams.live import faust_seam
+from streams.live.metrics import LiveMetrics
+from streams.live.settings import LiveSettings
+
+__all__ = ["GC_THRESHOLDS", "STOP_BOUND_S", "run_faust"]
+
+#: Seconds from the first stop signal to the end of the process, at most
+#: (Kubernetes' default grace period is 30 s).
+STOP_BOUND_S = 12.0
+#: The worker's ``gc.set_threshold`` (Python's default is 700, 10, 10).
+GC_THRESHOLDS: tuple[int, int, int] = (20_000, 10, 10)
+#: The frameworks whose error records lose their tracebacks while stopping.
+_FRAMEWORKS = ("faust", "mode", "aiokafka", "asyncio")
+
+log = logging.getLogger(__name__)
+
+
+class _NoTraceback(logging.Filter):
+    """Drops the traceback of the frameworks' records (the message stays)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.split(".", 1)[0] in _FRAMEWORKS and record.exc_info:
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def _thread_ended(args: threading.ExceptHookArgs) -> None:
+    # faust's consumer thread can end on the broker's errors while its app
+    # stops; Python would print the traceback (to stderr, which mode logs).
+    name = args.thread.name if args.thread is not None else "?"
+    log.info("stopping: thread %s ended on %s", name, args.exc_type.__name__)
+
+
+def _quiet_tracebacks() -> None:
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, _NoTraceback) for f in handler.filters):
+            handler.addFilter(_NoTraceback())
+    threading.excepthook = _thread_ended
+    sys.unraisablehook = _unraisable
+
+
+def _unraisable(args: Any) -> None:
+    # An exception in a finalizer of a client object torn down mid-request.
+    log.debug("stopping: ignored %s in %r", args.exc_type.__name__, args.object)
+
+
+def _loud_tracebacks() -> None:
+    for handler in logging.getLogger().handlers:
+        for f in [f for f in handler.filters if isinstance(f, _NoTraceback)]:
+            handler.removeFilter(f)
+    threading.excepthook = threading.__excepthook__
+    sys.unraisablehook = sys.__unraisablehook__
+
+
+def _flush_logs() -> None:
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):  # leaving anyway
+            handler.flush()
+
+
+def _hard_exit(code: int, line: str) -> None:
+    log.warning("%s", line)
+    _flush_logs()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class _Supervisor:
+    """The signals of the process and the app that runs now."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+        self.worker: Any = None
+        self.runtime: Any = None
+        self.replacing = False
+        self._watchdog: threading.Timer | None = None
+
+    def uncommitted(self) -> int:
+        runtime = self.runtime
+        return 0 if runtime is None else int(runtime.sender.uncommitted)
+
+    def left_behind(self) -> str:
+        """What a stop now leaves uncommitted, for its one line."""
+        runtime = self.runtime
+        if runtime is not None and not runtime.sender.exactly_once:
+            return (
+                "the events after the last offset commit are processed again after a "
+                "restart (at-least-once)"
+            )
+        return (
+            f"the last transaction ({self.uncommitted()} events) is not committed and a "
+            "restart processes those events again, exactly once"
+        )
+
+    def on_signal(self, signum: int) -> None:
+        """A stop signal (on the event loop, or between two apps)."""
+        name = signal.Signals(signum).name
+        self.signals.append(signum)
+        if len(self.signals) > 1:
+            _hard_exit(
+                128 + signum,
+                f"{name} again: stopping at once; {self.left_behind()}",
+            )
+        log.info("%s: stopping (at most %.0f s)", name, STOP_BOUND_S)
+        _quiet_tracebacks()
+        self._watchdog = threading.Timer(STOP_BOUND_S, self._too_long)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+        if self.worker is not None:
+            faust_seam.stop_worker(self.worker, signum)
+
+    def _too_long(self) -> None:
+        _hard_exit(
+            1,
+            f"stopping: no commit within {STOP_BOUND_S:.0f} s (is the broker reachable?); "
+            f"{self.left_behind()}; exiting without leaving the group",
+        )
+
+    def replace(self) -> None:
+        """Stop the current app (it commits nothing more) so that
+        :func:`run_faust` builds the next one."""
+        if self.replacing or self.signals:
+            return
+        self.replacing = True
+        _quiet_tracebacks()
+        faust_seam.stop_worker(self.worker, signal.SIGTERM)
+
+    def stopped(self) -> None:
+        """After a graceful stop: one line saying what was committed."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        left = self.uncommitted()
+        if self.runtime is not None and not self.runtime.sender.exactly_once:
+            log.info(
+                "stopping: at-least-once, events after the last offset commit are "
+                "processed again after a restart"
+            )
+        elif left:
+            log.warning(
+                "stopping: the last transaction (%d events) was not committed; a restart "
+                "processes those events again, exactly once",
+                left,
+            )
+        else:
+            log.info("stopping: every processed event committed")
+
+
+def run_faust(settings: LiveSettings) -> int:
+    """Run the faust engine until SIGTERM/SIGINT and return the exit status;
+    a fenced app is replaced by a fresh one in this process."""
+    import faust
+
+    from streams.live.runner import prepare_app
+
+    supervisor = _Supervisor()
+    metrics = LiveMetrics()  # one registry for every app of this process
+    processed = 0
+    replaced = 0
+    while True:
+        supervisor.replacing = False
+        app = prepare_app(settings, metrics=metrics)
+        if supervisor.signals:  # a stop signal while the next app was built
+            break
+        hooks = faust_seam.hooks_of(app)
+        runtime = hooks.runtime if hooks is not None else None
+        if runtime is not None:
+            runtime.processed = processed
+            runtime.replace = supervisor.replace
+        supervisor.runtime = runtime
+        if replaced == 0:
+            # Everything allocated so far (modules, faust's and aiokafka's
+            # objects) lives as long as the process: out of the collector's
+            # way, a full collection scans only what the processing
+            # allocates (shorter gen-2 pauses, which show in the latency
+            # tail: docs/live.md).
+            gc.freeze()
+            # A batch keeps a few thousand objects alive while it runs: with
+            # the default 700-allocation young generation they survive
+            # collections, get promoted, and every promotion brings the next
+            # full collection closer. A young generation larger than a
+            # batch's working set lets them die young (docs/live.md).
+            gc.set_threshold(*GC_THRESHOLDS)
+        worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
+        faust_seam.quiet_worker(worker)
+        faust_seam.quiet_framework_logs(settings.log_level)
+        if replaced:
+            # The first worker configured logging; a second setup would
+            # add its handlers again.
+            worker.override_logging = False
+        faust_seam.take_stop_signals(worker, supervisor.on_signal)
+        supervisor.worker = worker
+        code = _execute(worker)
+        supervisor.worker = None
+        if runtime is not None:
+            processed = runtime.processed
+        # The closed loop took its signal handlers with it: until the next
+        # app installs its own, a signal is recorded here.
+        asyncio.set_event_loop(asyncio.new_event_loop())
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda signum, _frame: supervisor.on_signal(signum))
+        if supervisor.signals:
+            break
+        reason = faust_seam.crash_reason(app)
+        if not supervisor.replacing and reason is not None and faust_seam.is_fencing(reason):
+            # A fencing faust met on a path the commit gate does not see.
+            log.warning(
+                "the faust app stopped on %s (fenced: another worker holds its partitions); "
+                "restarting the faust app in this process to rejoin the group and restore "
+                "from the changelog",
+                type(reason).__name__,
+            )
+            supervisor.replacing = True
+        if not supervisor.replacing:
+            break
+        replaced += 1
+        _loud_tracebacks()  # the next app's errors are its own
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL if sig == signal.SIGTERM else signal.default_int_handler)
+    if supervisor.signals:
+        supervisor.stopped()
+        return code
+    _raise_crash(app)
+    return code
+
+
+def _execute(worker: Any) -> int:
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
+
+
+def _raise_crash(app: Any) -> None:
+    from streams.live.runner import WorkerCrashed
+
+    reason = faust_seam.crash_reason(app)
+    if reason is not None:
+        # faust logs the crash as pages of tracebacks; the caller gets one line.
+        first = (str(reason).strip().splitlines() or [type(reason).__name__])[0]
+        raise WorkerCrashed(f"the worker stopped: {first[:500]}")

@@ -172,3 +172,9 @@ class StaleOwner(_FieldsError):
         self.epoch = epoch
         self.current_epoch = current_epoch
         self.reason = reason
+
+
+class WorkerCrashed(FencewatchError):
+    """The live worker stopped on an error (e.g. the state store's disk is
+    full); the message is one line naming the cause, the log has the details.
+    The command's own error: not in ``__all__``."""

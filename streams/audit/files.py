@@ -17,6 +17,7 @@ from typing import IO
 
 from streams.audit.ports import FileProgress, Interruptible
 from streams.core.replay import Invalid, Replay
+from streams.errors import FencewatchError
 
 __all__ = [
     "Input",
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 
-class StrictStop(Exception):
+class StrictStop(FencewatchError):
     """First invalid record under --strict (``inputs``: the files read so far)."""
 
     def __init__(self, inputs: list[Input] | None = None) -> None:
@@ -38,7 +39,7 @@ class StrictStop(Exception):
         self.inputs = inputs or []
 
 
-class Interrupted(Exception):
+class Interrupted(FencewatchError):
     """Ctrl-C while reading a file: the replay stops between two records."""
 
 

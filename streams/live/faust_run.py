@@ -36,6 +36,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from streams.live import faust_seam
@@ -186,12 +187,12 @@ class _Supervisor:
             log.info("stopping: every processed event committed")
 
 
-def run_faust(settings: LiveSettings) -> int:
+def run_faust(settings: LiveSettings, build: Callable[[LiveMetrics], Any]) -> int:
     """Run the faust engine until SIGTERM/SIGINT and return the exit status;
-    a fenced app is replaced by a fresh one in this process."""
+    a fenced app is replaced by a fresh one in this process. ``build`` makes
+    an app reporting to the given metrics (runner.prepare_app: passed in, so
+    this module does not import the runner that imports it)."""
     import faust
-
-    from streams.live.runner import prepare_app
 
     supervisor = _Supervisor()
     metrics = LiveMetrics()  # one registry for every app of this process
@@ -199,7 +200,7 @@ def run_faust(settings: LiveSettings) -> int:
     replaced = 0
     while True:
         supervisor.replacing = False
-        app = prepare_app(settings, metrics=metrics)
+        app = build(metrics)
         if supervisor.signals:  # a stop signal while the next app was built
             break
         hooks = faust_seam.hooks_of(app)
@@ -273,7 +274,7 @@ def _execute(worker: Any) -> int:
 
 
 def _raise_crash(app: Any) -> None:
-    from streams.live.runner import WorkerCrashed
+    from streams.errors import WorkerCrashed
 
     reason = faust_seam.crash_reason(app)
     if reason is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from streams.errors import FencewatchError
+from streams.errors import WorkerCrashed
 from streams.live.app import TABLE_NAME, build_app
 from streams.live.faust_run import GC_THRESHOLDS, run_faust
 from streams.live.metrics import LiveMetrics
@@ -15,11 +15,6 @@ from streams.live.settings import LiveSettings, prepare_local_state
 from streams.live.topics import ensure_topics
 
 __all__ = ["GC_THRESHOLDS", "WorkerCrashed", "changelog_topic", "prepare_app", "run_worker"]
-
-
-class WorkerCrashed(FencewatchError):
-    """The worker stopped on an error (e.g. the state store's disk is full);
-    the message is one line naming the cause, the log has the details."""
 
 
 log = logging.getLogger(__name__)
@@ -57,4 +52,4 @@ def run_worker(settings: LiveSettings) -> int:
         from streams.live.rdkafka_run import run_rdkafka
 
         return run_rdkafka(settings)
-    return run_faust(settings)
+    return run_faust(settings, lambda metrics: prepare_app(settings, metrics=metrics))

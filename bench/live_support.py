@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from streams.kafka.connection import KafkaConnection
 from streams.live.worker_process import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,7 +32,9 @@ def create_topics(
     their topics the way the product does, errors and all."""
     from streams.kafka import TopicAdmin, TopicSpec
 
-    TopicAdmin(bs).ensure([TopicSpec(n, partitions, 1, config or {}) for n in names])
+    TopicAdmin(KafkaConnection(bs)).ensure(
+        [TopicSpec(n, partitions, 1, config or {}) for n in names]
+    )
 
 
 def key_events(k: int, epochs: int = 2) -> Iterator[tuple[bytes, bytes]]:

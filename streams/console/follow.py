@@ -72,12 +72,14 @@ def _status_doc(key: bytes | None, value: bytes) -> dict[str, Any]:
 
 
 def status_follower(
-    conn: KafkaConnection, topic: str, view: ConsoleView, metrics: ConsoleMetrics
+    connection: KafkaConnection, topic: str, view: ConsoleView, metrics: ConsoleMetrics
 ) -> Follower:
     def body(stop: threading.Event) -> None:
         from streams.kafka.tail import FROM_BEGINNING, TopicTail
 
-        tail = TopicTail(conn, topic, start=FROM_BEGINNING, timeout=conn.connect_timeout)
+        tail = TopicTail(
+            connection, topic, start=FROM_BEGINNING, timeout=connection.connect_timeout
+        )
         follower.error = None
         try:
             while not stop.is_set():
@@ -110,12 +112,12 @@ def status_follower(
 
 
 def findings_follower(
-    conn: KafkaConnection, topic: str, view: ConsoleView, metrics: ConsoleMetrics
+    connection: KafkaConnection, topic: str, view: ConsoleView, metrics: ConsoleMetrics
 ) -> Follower:
     def body(stop: threading.Event) -> None:
         from streams.findings.consumer import FindingsConsumer, FindingsSettings
 
-        consumer = FindingsConsumer(FindingsSettings(conn, topic, follow=True))
+        consumer = FindingsConsumer(FindingsSettings(connection, topic, follow=True))
         follower.error = None
         seen_errors = 0
         try:

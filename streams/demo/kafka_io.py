@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from streams.errors import BrokerError, FencewatchError
+from streams.kafka.connection import KafkaConnection
 
 __all__ = [
     "ProcessorStalled",
@@ -55,7 +56,9 @@ def jsonl_records(path: Path) -> list[tuple[bytes | None, bytes]]:
     return out
 
 
-def publish(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> int:
+def publish(
+    connection: KafkaConnection, topic: str, records: Iterable[tuple[bytes | None, bytes]]
+) -> int:
     """Produce ``records`` in order with an idempotent producer (acks=all) and
     wait for every acknowledgement; returns the count."""
     from streams.kafka.clients import Producer
@@ -66,7 +69,7 @@ def publish(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, by
         if err is not None and len(failures) < 20:
             failures.append(f"{err.code}: {err}")
 
-    producer = Producer(bootstrap)
+    producer = Producer(connection)
     n = 0
     for key, value in records:
         while True:
@@ -83,7 +86,7 @@ def publish(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, by
 
 
 def wait_committed(
-    bootstrap: str,
+    connection: KafkaConnection,
     group: str,
     topic: str,
     timeout: float,
@@ -95,12 +98,12 @@ def wait_committed(
     ``timeout`` seconds, or as soon as ``alive()`` returns a reason."""
     from streams.kafka.clients import committed_offsets, end_offsets
 
-    end = end_offsets(bootstrap, topic)
+    end = end_offsets(connection, topic)
     wanted = {p: o for p, o in end.items() if o > 0}
     deadline = time.monotonic() + timeout
     committed: dict[int, int] = {}
     while True:
-        committed = committed_offsets(bootstrap, group, topic, wanted)
+        committed = committed_offsets(connection, group, topic, wanted)
         if all(committed.get(p, -1) >= o for p, o in wanted.items()):
             return end
         dead = alive()
@@ -114,14 +117,16 @@ def wait_committed(
         time.sleep(0.1)
 
 
-def latest_findings(bootstrap: str, topic: str) -> tuple[dict[str, dict[str, Any]], int]:
+def latest_findings(
+    connection: KafkaConnection, topic: str
+) -> tuple[dict[str, dict[str, Any]], int]:
     """The latest revision of each finding on ``topic`` (read_committed, to the
     current end), and the number of records read."""
     from streams.kafka.reader import iter_topic
 
     latest: dict[str, dict[str, Any]] = {}
     n = 0
-    for record in iter_topic(bootstrap, topic, timeout=_TIMEOUT_S):
+    for record in iter_topic(connection, topic, timeout=_TIMEOUT_S):
         n += 1
         try:
             doc = orjson.loads(record.value or b"")
@@ -133,20 +138,20 @@ def latest_findings(bootstrap: str, topic: str) -> tuple[dict[str, dict[str, Any
     return latest, n
 
 
-def record_count(bootstrap: str, topic: str) -> int:
+def record_count(connection: KafkaConnection, topic: str) -> int:
     """Committed records on ``topic`` (e.g. the dead-letter topic)."""
     from streams.kafka.reader import iter_topic
 
-    return sum(1 for _ in iter_topic(bootstrap, topic, timeout=_TIMEOUT_S))
+    return sum(1 for _ in iter_topic(connection, topic, timeout=_TIMEOUT_S))
 
 
-def audit_topic(bootstrap: str, topic: str) -> dict[str, dict[str, Any]]:
+def audit_topic(connection: KafkaConnection, topic: str) -> dict[str, dict[str, Any]]:
     """What ``fencewatch audit --topic`` finds on ``topic``: latest revision
     per finding id, from the core detector."""
     from streams.core.replay import Replay
     from streams.kafka.reader import iter_topic
 
     replay = Replay()
-    for key, value, partition, offset in iter_topic(bootstrap, topic, timeout=_TIMEOUT_S):
+    for key, value, partition, offset in iter_topic(connection, topic, timeout=_TIMEOUT_S):
         replay.feed(value or b"", key=key, offset=offset, source=f"{topic}/{partition}")
     return {f.finding_id: f.to_dict() for f in replay.latest_findings()}

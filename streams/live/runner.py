@@ -7,22 +7,17 @@ import gc
 import logging
 from typing import Any
 
-from streams.errors import FencewatchError
+from streams.errors import WorkerCrashed
 from streams.live.app import TABLE_NAME, build_app
 from streams.live.faust_seam import crash_reason, quiet_framework_logs, quiet_worker
 from streams.live.partitions import PartitionsChanged, check_state_layout
-from streams.live.settings import LiveSettings, prepare_local_state
-from streams.live.topics import ensure_topics
+from streams.live.prepare import Prepared, prepare
+from streams.live.settings import LiveSettings
 
 __all__ = ["GC_THRESHOLDS", "WorkerCrashed", "changelog_topic", "prepare_app", "run_worker"]
 
 #: The worker's ``gc.set_threshold`` (Python's default is 700, 10, 10).
 GC_THRESHOLDS: tuple[int, int, int] = (20_000, 10, 10)
-
-
-class WorkerCrashed(FencewatchError):
-    """The worker stopped on an error (e.g. the state store's disk is full);
-    the message is one line naming the cause, the log has the details."""
 
 
 log = logging.getLogger(__name__)
@@ -33,35 +28,33 @@ def changelog_topic(settings: LiveSettings) -> str:
     return f"{settings.app_id}-{TABLE_NAME}-changelog"
 
 
-def prepare_app(settings: LiveSettings) -> Any:
-    """Check the local state directory (created with its parents), create
-    missing topics, read the input's partition count, build the app."""
-    prepare_local_state(settings)
-    partitions = ensure_topics(settings)
+def prepare_app(settings: LiveSettings, prepared: Prepared | None = None) -> Any:
+    """Build the faust app for ``settings``, once ``prepared`` (done here
+    when not given); a changelog partitioned for another count than the input
+    refuses the start."""
+    prepared = prepared or prepare(settings)
     # A changelog partitioned for another count: the events topic grew while
     # the workers were stopped (streams/live/partitions.py).
-    from streams.kafka.admin import TopicAdmin
-
-    change = check_state_layout(
-        TopicAdmin(settings.kafka), settings.events_topic, changelog_topic(settings)
-    )
+    change = check_state_layout(prepared.admin, settings.events_topic, changelog_topic(settings))
     if change is not None:
         raise PartitionsChanged(change)
-    log.info("starting %r with %d partitions", settings, partitions)
-    return build_app(settings, partitions=partitions)
+    log.info("starting %r with %d partitions", settings, prepared.partitions)
+    return build_app(settings, partitions=prepared.partitions)
 
 
-def run_worker(settings: LiveSettings) -> int:
+def run_worker(settings: LiveSettings, prepared: Prepared | None = None) -> int:
     """Run a worker for ``settings`` until SIGTERM/SIGINT (graceful:
     commits the open transactions) and return the exit status; the engine
-    is ``settings.engine`` (faust here, rdkafka in :mod:`streams.live.rdkafka_run`)."""
+    is ``settings.engine`` (faust here, rdkafka in :mod:`streams.live.rdkafka_run`).
+    ``prepared``: what :func:`prepare` made (done here when not given)."""
+    prepared = prepared or prepare(settings)
     if settings.engine == "rdkafka":
         from streams.live.rdkafka_run import run_rdkafka
 
-        return run_rdkafka(settings)
+        return run_rdkafka(settings, prepared)
     import faust
 
-    app = prepare_app(settings)
+    app = prepare_app(settings, prepared)
     # Everything allocated so far (modules, faust's and aiokafka's objects)
     # lives as long as the process: out of the collector's way, a full
     # collection scans only what the processing allocates (shorter gen-2

@@ -38,6 +38,9 @@ re-exported here. Every error round-trips through pickle (tests/sdk/test_public_
 
 ``*``: defined next to the type it carries (a module here would import
 upward); every other error is defined here and re-exported where it is raised.
+``__all__`` is the public part (``fencewatch`` exports each); MigrationError,
+StatusTopicError, WorkerCrashed and DemoError are the commands' own, defined
+here with the family but not public API.
 """
 
 from __future__ import annotations
@@ -52,25 +55,21 @@ __all__ = [
     "CommitFailed",
     "ConfigError",
     "DeliveryFailed",
-    "DemoError",
     "EffectRefused",
     "FencewatchError",
     "InvalidEffectMessage",
     "InvalidEvent",
     "LeaseHeld",
     "LeaseLost",
-    "MigrationError",
     "NotAFinding",
     "ProducerFenced",
     "StaleOwner",
     "StateError",
-    "StatusTopicError",
     "StoreError",
     "StoreURLError",
     "StoreUnavailable",
     "TooManyFindings",
     "TopicMissing",
-    "WorkerCrashed",
 ]
 
 

@@ -264,4 +264,4 @@ def test_demo_without_a_broker_address_is_a_usage_error(
     """No --bootstrap-servers and no KAFKA_BOOTSTRAP: exit 2 with a message."""
     monkeypatch.delenv("KAFKA_BOOTSTRAP", raising=False)
     assert main(["demo", "live"]) == 2
-    assert "--bootstrap-servers is required" in capsys.readouterr().err
+    assert "bootstrap servers are required (--bootstrap-servers" in capsys.readouterr().err

@@ -2,7 +2,7 @@
 
 ::
 
-    from fencewatch import FindingsConsumer, FindingsSettings
+    from fencewatch import FindingsConsumer, FindingsSettings, KafkaConnection
 
     settings = FindingsSettings(KafkaConnection.from_env(), group="pager", follow=True)
     with FindingsConsumer(settings) as findings:

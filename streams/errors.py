@@ -18,6 +18,8 @@ re-exported here. Every error round-trips through pickle (tests/sdk/test_public_
     ├── StateError (ValueError)         detector state that cannot be decoded
     ├── NotAFinding (ValueError)        a findings-topic record that is not a finding
     ├── InvalidEffectMessage (ValueError)  an effects-topic message without our headers
+    ├── InvalidSpan (ValueError)        a span that cannot be evidence (OTLP)
+    ├── UnknownEffect (ValueError)      fencewatch verify: no evidence of the effect
     ├── BrokerError                     a Kafka operation failed (code, retriable)
     │   ├── BrokerUnreachable
     │   ├── AuthenticationFailed
@@ -32,15 +34,18 @@ re-exported here. Every error round-trips through pickle (tests/sdk/test_public_
     ├── EffectRefused, LeaseHeld, LeaseLost, StaleOwner   the fences' refusals
     ├── CommitFailed, TooManyFindings, StatusTopicError   reading findings and status
     ├── DeliveryFailed                  handing a finding to a hook
+    ├── NoCurrentEpoch                  fencewatch verify: no current epoch known
     ├── WorkerCrashed                   the live worker stopped on an error
     ├── DemoError                       a demo could not run to its end
     └── MissingExtra * (ModuleNotFoundError)   (streams.extras: an extra not installed)
 
-``*``: defined next to the type it carries (a module here would import
-upward); every other error is defined here and re-exported where it is raised.
-``__all__`` is the public part (``fencewatch`` exports each); MigrationError,
-StatusTopicError, WorkerCrashed and DemoError are the commands' own, defined
-here with the family but not public API.
+``*``: defined in the module named, next to what it carries (a Lease, a
+partition change, the extras table); every other error is defined here and
+re-exported where it is raised.
+``__all__`` is the public part (``fencewatch`` exports each); InvalidSpan,
+MigrationError, NoCurrentEpoch, StatusTopicError, UnknownEffect,
+WorkerCrashed and DemoError are the commands' and adapters' own, defined here
+with the family but not public API.
 """
 
 from __future__ import annotations
@@ -280,3 +285,21 @@ class WorkerCrashed(FencewatchError):
 
 class DemoError(FencewatchError):
     """The demo could not run to its end (processor down, timeout, ...)."""
+
+
+class NoCurrentEpoch(FencewatchError):
+    """The status topic knows no current epoch for the workflow."""
+
+
+class UnknownEffect(FencewatchError, ValueError):
+    """The events topic holds no evidence of the effect for the workflow (a typo?)."""
+
+
+class InvalidSpan(FencewatchError, ValueError):
+    """A span (or an OTLP line) that cannot be evidence; ``attribute`` names
+    the culprit when one attribute is at fault."""
+
+    def __init__(self, attribute: str | None, reason: str) -> None:
+        self.attribute = attribute
+        self.reason = reason
+        super().__init__(f"{attribute}: {reason}" if attribute else reason)

@@ -20,7 +20,7 @@ import orjson
 
 from streams.core.records import Event, EventType, event_to_dict
 from streams.core.validate import to_event
-from streams.errors import BrokerError, FencewatchError
+from streams.errors import BrokerError, FencewatchError, NoCurrentEpoch, UnknownEffect
 from streams.kafka.connection import KafkaConnection
 from streams.kafka.topics import DEFAULT_EVENTS_TOPIC, DEFAULT_STATUS_TOPIC
 
@@ -32,14 +32,6 @@ __all__ = [
     "current_epoch",
     "publish_verification",
 ]
-
-
-class NoCurrentEpoch(FencewatchError):
-    """The status topic knows no current epoch for the workflow."""
-
-
-class UnknownEffect(FencewatchError, ValueError):
-    """The events topic holds no evidence of the effect for the workflow (a typo?)."""
 
 
 def _known_effects(

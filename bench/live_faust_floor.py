@@ -30,7 +30,7 @@ def main() -> int:
 
     mode, total, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     settings = settings_from_env(os.environ)
-    partitions = ensure_topics(settings)
+    partitions, _topics = ensure_topics(settings)
     faust_seam.install()
     app = faust.App(settings.app_id + "-floor", **_app_config(settings, partitions))
     topic = raw_topic(app, settings.events_topic, partitions)

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from streams.kafka.connection import KafkaConnection
+
 REPO = Path(__file__).resolve().parents[1]
 # The worker harness is the tests' (tests/support/worker.py, not shipped): the
 # benchmarks run workers the way the live tests do.
@@ -37,7 +39,9 @@ def create_topics(
     their topics the way the product does, errors and all."""
     from streams.kafka import TopicAdmin, TopicSpec
 
-    TopicAdmin(bs).ensure([TopicSpec(n, partitions, 1, config or {}) for n in names])
+    TopicAdmin(KafkaConnection(bs)).ensure(
+        [TopicSpec(n, partitions, 1, config or {}) for n in names]
+    )
 
 
 def key_events(k: int, epochs: int = 2) -> Iterator[tuple[bytes, bytes]]:

@@ -43,6 +43,7 @@ from results import Figure, add_json_arg, emit
 from streams.core.records import Event, EventType
 from streams.integrations.otel import OwnershipSpanProcessor
 from streams.kafka import TopicAdmin, TopicSpec
+from streams.kafka.connection import KafkaConnection
 from streams.sdk import OwnershipReporter, ReporterSettings
 
 
@@ -109,7 +110,7 @@ def main() -> int:
         print("set KAFKA_BOOTSTRAP", file=sys.stderr)
         return 2
     topic = f"bench-otel-{uuid.uuid4().hex[:8]}"
-    admin = TopicAdmin(bootstrap, timeout_s=30.0)
+    admin = TopicAdmin(KafkaConnection(bootstrap), timeout_s=30.0)
     admin.ensure([TopicSpec(topic, 1, -1, {})])
     n = args.spans
     try:

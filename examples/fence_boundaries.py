@@ -110,20 +110,21 @@ def staged(db: Database, prefix: str) -> None:
 def outbox(db: Database, prefix: str) -> None:
     """4. Transactional outbox: effects leave through Kafka transactions that a
     newer owner fences; the consumer re-checks the epoch before applying."""
-    from fencewatch import EffectApplier, Outbox, OutboxProducer, OutboxSettings
+    from fencewatch import EffectApplier, KafkaConnection, Outbox, OutboxProducer, OutboxSettings
 
-    bootstrap = os.environ.get("FENCEWATCH_BOOTSTRAP_SERVERS")
-    if not bootstrap:
+    if not os.environ.get("FENCEWATCH_BOOTSTRAP_SERVERS"):
         raise SystemExit(
             "outbox: set FENCEWATCH_BOOTSTRAP_SERVERS (scripts/kafka-local start prints it)"
         )
+    connection = KafkaConnection.from_env()  # FENCEWATCH_* (TLS, SASL too)
+    bootstrap = connection.bootstrap_servers
     topic = f"fence-boundaries-{uuid.uuid4().hex[:8]}"
     leases = SqlLeaseStore(db, prefix=prefix)
     box = Outbox(db, prefix=prefix)
     old, new = _takeover(leases, KEY)
     print(f"alpha (epoch {old}) stages late: {box.stage(KEY, old, 'notify', b'a').status}")
     print(f"beta  (epoch {new}) stages:      {box.stage(KEY, new, 'notify', b'b').status}")
-    settings = OutboxSettings(bootstrap, topic)
+    settings = OutboxSettings(connection, topic)
     with OutboxProducer(
         db, settings, workflow_key=KEY, epoch=new, worker_id="beta", prefix=prefix
     ) as producer:

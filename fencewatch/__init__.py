@@ -18,18 +18,23 @@ from streams import __version__  # one version: the installed package metadata's
 from streams.core.findings import Evidence, Finding
 from streams.core.records import Event, EventType, Kind, Severity
 from streams.errors import (
+    AuthenticationFailed,
+    AuthorizationFailed,
     BrokerError,
+    BrokerUnreachable,
     ConfigError,
     EffectRefused,
     FencewatchError,
     InvalidEvent,
     LeaseHeld,
     LeaseLost,
+    ProducerFenced,
     StaleOwner,
     StateError,
     StoreError,
     StoreUnavailable,
     StoreURLError,
+    TopicMissing,
 )
 from streams.extras import MissingExtra
 from streams.fences import (
@@ -75,15 +80,7 @@ from streams.findings import (
     WebhookTarget,
 )
 
-# SettingsError: the old name of ConfigError (the same class), kept for existing imports.
-from streams.kafka.connection import KafkaConnection, SettingsError
-from streams.kafka.errors import (
-    AuthenticationFailed,
-    AuthorizationFailed,
-    BrokerUnreachable,
-    ProducerFenced,
-    TopicMissing,
-)
+from streams.kafka.connection import KafkaConnection
 from streams.sdk import (
     EffectBoundary,
     EffectOutcome,
@@ -94,6 +91,10 @@ from streams.sdk import (
     ReporterStats,
     Risk,
 )
+
+#: Deprecated: the old name of :class:`ConfigError` (the same class), kept
+#: for existing imports; catch ``ConfigError``.
+SettingsError = ConfigError
 
 __all__ = [
     "FROM_BEGINNING",

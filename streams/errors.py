@@ -1,11 +1,51 @@
-"""fencewatch's error family, in one import.
+"""fencewatch's error family: the one module that lists it (httpx's
+``_exceptions.py`` is the model).
 
 Client libraries raise their own exceptions (confluent_kafka.KafkaException,
 aiokafka errors, sqlite3/psycopg errors); adapters translate them into these
-at the boundary so the CLI and the processor handle one family of errors. The
-base, :class:`FencewatchError`, and the pure core's errors live in
+at the boundary (Kafka: :func:`streams.kafka.errors.kafka_errors`, one
+mapping) so the CLI and the processor handle one family of errors. The base,
+:class:`FencewatchError`, and the pure core's errors live in
 :mod:`streams.core.errors` (the core may not import adapters) and are
-re-exported here.
+re-exported here. Every error round-trips through pickle (tests/sdk/test_public_errors.py).
+
+::
+
+    FencewatchError
+    ├── ConfigError (ValueError)        a setting missing or out of range
+    │   └── StoreURLError               a fences database URL no store supports
+    ├── InvalidEvent (ValueError)       an event that breaks the contract
+    ├── StateError (ValueError)         detector state that cannot be decoded
+    ├── NotAFinding (ValueError)        a findings-topic record that is not a finding
+    ├── InvalidEffectMessage (ValueError)  an effects-topic message without our headers
+    ├── InvalidSpan (ValueError)        a span that cannot be evidence (OTLP)
+    ├── UnknownEffect (ValueError)      fencewatch verify: no evidence of the effect
+    ├── BrokerError                     a Kafka operation failed (code, retriable)
+    │   ├── BrokerUnreachable
+    │   ├── AuthenticationFailed
+    │   ├── AuthorizationFailed
+    │   ├── TopicMissing
+    │   ├── ProducerFenced
+    │   ├── MigrationError              fencewatch migrate cannot run
+    │   ├── LeaseUnpublished *          (streams.fences.lease: carries the Lease)
+    │   └── PartitionsChanged *         (streams.live.partitions: carries the change)
+    ├── StoreError                      a lease-store or sink database failed
+    │   └── StoreUnavailable
+    ├── EffectRefused, LeaseHeld, LeaseLost, StaleOwner   the fences' refusals
+    ├── CommitFailed, TooManyFindings, StatusTopicError   reading findings and status
+    ├── DeliveryFailed                  handing a finding to a hook
+    ├── NoCurrentEpoch                  fencewatch verify: no current epoch known
+    ├── WorkerCrashed                   the live worker stopped on an error
+    ├── DemoError                       a demo could not run to its end
+    └── MissingExtra * (ModuleNotFoundError)   (streams.extras: an extra not installed)
+
+``*``: defined in the module named, next to what it carries (a Lease, a
+partition change, the extras table); every other error is defined here and
+re-exported where it is raised.
+``__all__`` is the public part (``fencewatch`` exports each); InvalidSpan,
+MigrationError, NoCurrentEpoch, StatusTopicError, UnknownEffect,
+WorkerCrashed and DemoError are the commands' and adapters' own, defined here
+with the family but not public API.
 """
 
 from __future__ import annotations
@@ -13,18 +53,28 @@ from __future__ import annotations
 from streams.core.errors import ConfigError, FencewatchError, InvalidEvent, StateError
 
 __all__ = [
+    "AuthenticationFailed",
+    "AuthorizationFailed",
     "BrokerError",
+    "BrokerUnreachable",
+    "CommitFailed",
     "ConfigError",
+    "DeliveryFailed",
     "EffectRefused",
     "FencewatchError",
+    "InvalidEffectMessage",
     "InvalidEvent",
     "LeaseHeld",
     "LeaseLost",
+    "NotAFinding",
+    "ProducerFenced",
     "StaleOwner",
     "StateError",
     "StoreError",
     "StoreURLError",
     "StoreUnavailable",
+    "TooManyFindings",
+    "TopicMissing",
 ]
 
 
@@ -56,6 +106,26 @@ class BrokerError(FencewatchError):
         super().__init__(message)
         self.code = code
         self.retriable = retriable
+
+
+class BrokerUnreachable(BrokerError):
+    """No broker could be reached (refused, unknown host, timed out)."""
+
+
+class AuthenticationFailed(BrokerError):
+    """The brokers refused the credentials (SASL) or the TLS handshake."""
+
+
+class AuthorizationFailed(BrokerError):
+    """Authenticated, but an ACL forbids the operation."""
+
+
+class TopicMissing(BrokerError):
+    """The topic or partition does not exist."""
+
+
+class ProducerFenced(BrokerError):
+    """A newer producer with this transactional id fenced this one."""
 
 
 class StoreError(FencewatchError):
@@ -174,7 +244,62 @@ class StaleOwner(_FieldsError):
         self.reason = reason
 
 
+class CommitFailed(FencewatchError):
+    """The group's position could not be stored at close (the broker did not
+    answer in the connect timeout): nothing is lost, but a restart repeats."""
+
+
+class TooManyFindings(FencewatchError):
+    """A bounded read found more distinct findings than it may hold."""
+
+
+class NotAFinding(FencewatchError, ValueError):
+    """A record of the findings topic that does not decode as a finding."""
+
+
+class DeliveryFailed(FencewatchError):
+    """One attempt to hand a finding to a hook failed; ``retriable`` says
+    whether another attempt may succeed."""
+
+    def __init__(self, message: str, *, retriable: bool) -> None:
+        super().__init__(message)
+        self.retriable = retriable
+
+
+class StatusTopicError(FencewatchError):
+    """The status topic holds records that are not status records, or too many."""
+
+
+class InvalidEffectMessage(FencewatchError, ValueError):
+    """An effects-topic message without valid fencewatch headers."""
+
+
+class MigrationError(BrokerError):
+    """The migration cannot run (or stopped): one line naming why."""
+
+
 class WorkerCrashed(FencewatchError):
-    """The live worker stopped on an error (e.g. the state store's disk is
-    full); the message is one line naming the cause, the log has the details.
-    The command's own error: not in ``__all__``."""
+    """The worker stopped on an error (e.g. the state store's disk is full);
+    the message is one line naming the cause, the log has the details."""
+
+
+class DemoError(FencewatchError):
+    """The demo could not run to its end (processor down, timeout, ...)."""
+
+
+class NoCurrentEpoch(FencewatchError):
+    """The status topic knows no current epoch for the workflow."""
+
+
+class UnknownEffect(FencewatchError, ValueError):
+    """The events topic holds no evidence of the effect for the workflow (a typo?)."""
+
+
+class InvalidSpan(FencewatchError, ValueError):
+    """A span (or an OTLP line) that cannot be evidence; ``attribute`` names
+    the culprit when one attribute is at fault."""
+
+    def __init__(self, attribute: str | None, reason: str) -> None:
+        self.attribute = attribute
+        self.reason = reason
+        super().__init__(f"{attribute}: {reason}" if attribute else reason)

@@ -42,6 +42,7 @@ from typing import Any
 import pytest
 
 from streams.kafka.admin import TopicAdmin, TopicSpec
+from streams.kafka.connection import KafkaConnection
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_LOCAL = REPO_ROOT / "scripts" / "kafka-local"
@@ -330,7 +331,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def kafka_admin(kafka_bootstrap: str) -> TopicAdmin:
     """A TopicAdmin on the session broker."""
-    return TopicAdmin(kafka_bootstrap, timeout_s=30.0)
+    return TopicAdmin(KafkaConnection(kafka_bootstrap), timeout_s=30.0)
 
 
 @pytest.fixture

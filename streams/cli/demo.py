@@ -16,11 +16,11 @@ worker exits 0 (effect in place), 3 (refused as stale) or 2 (failed).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from streams.cli.kafka_args import add_connection_args, connection_from_args
 from streams.cli.progress import demo_status
 
 __all__ = ["register"]
@@ -28,16 +28,6 @@ __all__ = ["register"]
 
 def _out(line: str) -> None:
     print(line, flush=True)
-
-
-def _bootstrap_from_env() -> str | None:
-    """The broker from the environment: FENCEWATCH_BOOTSTRAP_SERVERS (what every
-    other command reads), else KAFKA_BOOTSTRAP (the test and make setups')."""
-    return (
-        os.environ.get("FENCEWATCH_BOOTSTRAP_SERVERS", "").strip()
-        or os.environ.get("KAFKA_BOOTSTRAP", "").strip()
-        or None
-    )
 
 
 def register(subparsers: Any) -> None:
@@ -50,13 +40,9 @@ def register(subparsers: Any) -> None:
     sub.required = True
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument(
-            "--bootstrap-servers",
-            default=_bootstrap_from_env(),
-            metavar="HOST:PORT",
-            help="the broker (default: $FENCEWATCH_BOOTSTRAP_SERVERS, as for every command, "
-            "else $KAFKA_BOOTSTRAP)",
-        )
+        # The connection flags of every Kafka command (and their FENCEWATCH_*
+        # variables), passed on to the demo's child processes.
+        add_connection_args(p, log_level=False)
         p.add_argument(
             "--timeout",
             type=float,
@@ -148,13 +134,8 @@ def register(subparsers: Any) -> None:
 def _worker_args(p: argparse.ArgumentParser) -> None:
     from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
 
+    add_connection_args(p, log_level=False)
     a = p.add_argument
-    a(
-        "--bootstrap-servers",
-        "--bootstrap",
-        dest="bootstrap_servers",
-        default=_bootstrap_from_env() or "127.0.0.1:9092",
-    )
     a("--topic", default=DEFAULT_EVENTS_TOPIC)
     a(
         "--db",
@@ -175,32 +156,27 @@ def _worker_args(p: argparse.ArgumentParser) -> None:
 def _settings(args: argparse.Namespace) -> Any:
     from streams.demo.session import DemoSettings
 
-    if not args.bootstrap_servers:
-        raise ValueError("--bootstrap-servers is required (or set FENCEWATCH_BOOTSTRAP_SERVERS)")
-    return DemoSettings(args.bootstrap_servers, timeout=args.timeout, keep_topics=args.keep_topics)
+    return DemoSettings(
+        connection_from_args(args), timeout=args.timeout, keep_topics=args.keep_topics
+    )
 
 
 def _demo(run: Any, args: argparse.Namespace) -> int:
     from streams.cli.kafka_args import report_kafka_failure
-    from streams.errors import FencewatchError
+    from streams.errors import AuthenticationFailed, BrokerUnreachable, FencewatchError
     from streams.kafka.admin import TopicAdmin
-    from streams.kafka.connection import KafkaConnection
-    from streams.kafka.errors import BrokerUnreachable
-    from streams.kafka.logs import configure_client_logs
 
-    configure_client_logs()
     try:
         settings = _settings(args)
         # Before any child starts: an unreachable broker, or one that accepts
         # TCP and never answers, is one line within the connect timeout, not
-        # a processor's log tail after two timeouts (the admin client probes
-        # TCP, then asks for metadata).
-        TopicAdmin(KafkaConnection(settings.bootstrap_servers).validate())
+        # a processor's log tail after two timeouts.
+        TopicAdmin(settings.connection).probe()
         ok = run(settings)
     except ValueError as exc:
         print(f"fencewatch demo: {exc}", file=sys.stderr)
         return 2
-    except BrokerUnreachable as exc:
+    except (BrokerUnreachable, AuthenticationFailed) as exc:
         return report_kafka_failure("demo", exc)
     except FencewatchError as exc:
         print(f"fencewatch demo: FAILED: {exc}", file=sys.stderr)
@@ -271,7 +247,7 @@ def _worker_plan(args: argparse.Namespace) -> Any:
         db = _DEFAULT_WORKER_DB
         Path(db).parent.mkdir(parents=True, exist_ok=True)
     return WorkerPlan(
-        bootstrap_servers=args.bootstrap_servers,
+        connection=connection_from_args(args),
         db_url=db,
         workflow_key=args.key,
         worker_id=args.worker,

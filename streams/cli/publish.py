@@ -211,7 +211,9 @@ def _main(args: argparse.Namespace) -> int:
         conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
         # Reachable within --connect-timeout, and the topic exists: a typo in
         # --topic must not create a topic through the broker's auto-creation.
-        if TopicAdmin(conn).missing([topic]):
+        admin = TopicAdmin(conn)
+        admin.probe()
+        if admin.missing([topic]):
             _err(
                 f"topic {topic} does not exist on {conn.bootstrap_servers}: "
                 "create it with fencewatch topics create (or give --topic)"

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from streams.cli.kafka_args import add_connection_args, connection_overrides, report_kafka_failure
+from streams.cli.kafka_args import add_connection_args, connection_from_args, report_kafka_failure
 from streams.kafka.topics import DEFAULT_EVENTS_TOPIC, DEFAULT_FINDINGS_TOPIC, DEFAULT_STATUS_TOPIC
 from streams.live.settings import DEFAULT_DATA_DIR
 
@@ -108,22 +108,20 @@ _SETTING_ARGS = (
 
 
 def _run(args: argparse.Namespace) -> int:
+    """Validate, probe, prepare, start: each once (tests/kafka/test_run_steps.py)."""
     from streams.errors import ConfigError, FencewatchError
     from streams.kafka.admin import TopicAdmin
     from streams.kafka.logs import configure_client_logs
+    from streams.live.prepare import ADMIN_TIMEOUT_S, prepare
     from streams.live.runner import run_worker
-    from streams.live.settings import (
-        check_metrics_address,
-        prepare_local_state,
-        require_store_extra,
-        settings_from_env,
-    )
+    from streams.live.settings import check_metrics_address, settings_from_env
 
     overrides = {name: getattr(args, name, None) for name in _SETTING_ARGS}
-    overrides.update(connection_overrides(args))
     try:
-        settings = settings_from_env(os.environ, overrides)
-        require_store_extra(settings)
+        # Validate: the connection from its flags and FENCEWATCH_* (checked
+        # when made), the rest of the settings, what needs no broker.
+        connection = connection_from_args(args)
+        settings = settings_from_env(os.environ, overrides, connection=connection)
         check_metrics_address(settings)
     except ConfigError as exc:
         print(f"fencewatch run: {exc}", file=sys.stderr)
@@ -133,27 +131,37 @@ def _run(args: argparse.Namespace) -> int:
     )
     configure_client_logs(settings.log_level)
     try:
-        # An unreachable broker, or one that accepts TCP and never answers,
-        # is the one line this command prints (the admin client probes TCP,
-        # then asks for metadata, within the connect timeout). Checked before
-        # the data directory is made, so a wrong address leaves nothing behind.
-        admin = TopicAdmin(settings.kafka)
+        # Probe: an unreachable broker, or one that accepts TCP and never
+        # answers, is the one line this command prints. Before anything is
+        # prepared, so a wrong address leaves nothing behind.
+        admin = TopicAdmin(connection, timeout_s=ADMIN_TIMEOUT_S)
+        admin.probe()
         create = args.create_topics or _env_true("FENCEWATCH_CREATE_TOPICS")
         unasked = _unasked_topics(admin, settings, create=create)
         if unasked:
             print(
                 f"fencewatch run: topic {', '.join(unasked)} does not exist on "
-                f"{settings.kafka.bootstrap_servers}: check the name, or give --create-topics "
+                f"{connection.bootstrap_servers}: check the name, or give --create-topics "
                 "to create it",
                 file=sys.stderr,
             )
             return 2
-        _create_topics(settings)
-        state = prepare_local_state(settings)
-        print(f"fencewatch run: local state in {state}", file=sys.stderr)
-        return run_worker(settings)
+        # Prepare: the store's extra, the topics (one line per topic created),
+        # the local state.
+        prepared = prepare(settings, admin, on_topic=_say_created)
+        print(f"fencewatch run: local state in {prepared.data_dir}", file=sys.stderr)
+        # Start.
+        return run_worker(settings, prepared)
     except FencewatchError as exc:
         return report_kafka_failure("run", exc)
+
+
+def _say_created(result: Any) -> None:
+    if result.created:
+        print(
+            f"fencewatch run: created topic {result.name} ({result.partitions} partitions)",
+            file=sys.stderr,
+        )
 
 
 def _env_true(name: str) -> bool:
@@ -175,22 +183,3 @@ def _unasked_topics(admin: Any, settings: Any, *, create: bool) -> list[str]:
         settings.dlq: dlq_topic_for(settings.events_topic),
     }
     return list(admin.missing([name for name, default in defaults.items() if name != default]))
-
-
-def _create_topics(settings: Any) -> None:
-    """Create the missing topics now, one line each, so that the log says
-    what this run added to the cluster (the worker then finds them all)."""
-    from streams.kafka.admin import ensure_topics
-
-    for result in ensure_topics(
-        settings.kafka,
-        settings.topic_names,
-        partitions=settings.partitions,
-        replication_factor=settings.replication,
-    ):
-        if result.created:
-            print(
-                f"fencewatch run: created topic {result.name} "
-                f"({result.partitions} partitions)",
-                file=sys.stderr,
-            )

@@ -77,7 +77,7 @@ def register(subparsers: Any) -> None:
 
 
 def _create(args: argparse.Namespace) -> int:
-    from streams.kafka.admin import ensure_topics
+    from streams.kafka.admin import TopicAdmin, ensure_topics
     from streams.kafka.topics import (
         DEFAULT_PARTITIONS,
         Retention,
@@ -106,6 +106,8 @@ def _create(args: argparse.Namespace) -> int:
         print(f"fencewatch topics create: {exc}", file=sys.stderr)
         return 2
     try:
+        admin = TopicAdmin(conn, timeout_s=args.timeout)
+        admin.probe()
         results = ensure_topics(
             conn,
             names,
@@ -113,6 +115,7 @@ def _create(args: argparse.Namespace) -> int:
             replication_factor=args.replication_factor,
             retention=retention,
             timeout_s=args.timeout,
+            admin=admin,
         )
     except BrokerError as exc:
         return report_kafka_failure("topics create", exc)

@@ -74,7 +74,7 @@ def _main(args: argparse.Namespace) -> int:
         conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
         # The broker answers within --connect-timeout, or this is the one line
         # (with --epoch nothing else would ask it before the producer's wait).
-        TopicAdmin(conn)
+        TopicAdmin(conn).probe()
         epoch = (
             args.epoch
             if args.epoch is not None

@@ -72,13 +72,13 @@ def _status_doc(key: bytes | None, value: bytes) -> dict[str, Any]:
 
 
 def status_follower(
-    conn: KafkaConnection, topic: str, view: ConsoleView, metrics: ConsoleMetrics
+    connection: KafkaConnection, topic: str, view: ConsoleView, metrics: ConsoleMetrics
 ) -> Follower:
     def body(stop: threading.Event) -> None:
         from streams.kafka.reader import BEGINNING
         from streams.kafka.tail import TopicTail
 
-        tail = TopicTail(conn, topic, start=BEGINNING, timeout=conn.connect_timeout)
+        tail = TopicTail(connection, topic, start=BEGINNING, timeout=connection.connect_timeout)
         follower.error = None
         try:
             while not stop.is_set():
@@ -111,12 +111,12 @@ def status_follower(
 
 
 def findings_follower(
-    conn: KafkaConnection, topic: str, view: ConsoleView, metrics: ConsoleMetrics
+    connection: KafkaConnection, topic: str, view: ConsoleView, metrics: ConsoleMetrics
 ) -> Follower:
     def body(stop: threading.Event) -> None:
         from streams.findings.consumer import FindingsConsumer, FindingsSettings
 
-        consumer = FindingsConsumer(FindingsSettings(conn, topic, follow=True))
+        consumer = FindingsConsumer(FindingsSettings(connection, topic, follow=True))
         follower.error = None
         seen_errors = 0
         try:

@@ -44,8 +44,10 @@ class Timeline:
         }
 
 
-def replay_key(conn: KafkaConnection, topic: str, key: str, *, limit: int, scan: int) -> Timeline:
-    read = read_key(conn, topic, key.encode(), limit=limit, scan=scan)
+def replay_key(
+    connection: KafkaConnection, topic: str, key: str, *, limit: int, scan: int
+) -> Timeline:
+    read = read_key(connection, topic, key.encode(), limit=limit, scan=scan)
     replay = Replay(Detector(DetectorConfig(max_events_per_key=max(8, limit))))
     for rec in read.records:
         replay.feed(

@@ -24,6 +24,7 @@ import orjson
 
 from streams.core.findings import Finding
 from streams.errors import BrokerError, FencewatchError
+from streams.kafka.connection import KafkaConnection
 
 __all__ = [
     "ProcessorStalled",
@@ -59,7 +60,9 @@ def jsonl_records(path: Path) -> list[tuple[bytes | None, bytes]]:
     return out
 
 
-def publish(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> int:
+def publish(
+    connection: KafkaConnection, topic: str, records: Iterable[tuple[bytes | None, bytes]]
+) -> int:
     """Produce ``records`` in order with an idempotent producer (acks=all) and
     wait for every acknowledgement; returns the count."""
     from streams.kafka.clients import Producer
@@ -70,7 +73,7 @@ def publish(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, by
         if err is not None and len(failures) < 20:
             failures.append(f"{err.code}: {err}")
 
-    producer = Producer(bootstrap)
+    producer = Producer(connection)
     n = 0
     for key, value in records:
         while True:
@@ -87,7 +90,7 @@ def publish(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, by
 
 
 def wait_committed(
-    bootstrap: str,
+    connection: KafkaConnection,
     group: str,
     topic: str,
     timeout: float,
@@ -99,12 +102,12 @@ def wait_committed(
     ``timeout`` seconds, or as soon as ``alive()`` returns a reason."""
     from streams.kafka.clients import committed_offsets, end_offsets
 
-    end = end_offsets(bootstrap, topic)
+    end = end_offsets(connection, topic)
     wanted = {p: o for p, o in end.items() if o > 0}
     deadline = time.monotonic() + timeout
     committed: dict[int, int] = {}
     while True:
-        committed = committed_offsets(bootstrap, group, topic, wanted)
+        committed = committed_offsets(connection, group, topic, wanted)
         if all(committed.get(p, -1) >= o for p, o in wanted.items()):
             return end
         dead = alive()
@@ -118,14 +121,13 @@ def wait_committed(
         time.sleep(0.1)
 
 
-def latest_findings(bootstrap: str, topic: str) -> tuple[list[Finding], int]:
+def latest_findings(connection: KafkaConnection, topic: str) -> tuple[list[Finding], int]:
     """The latest revision of each finding on ``topic`` (read_committed, to the
     current end: :meth:`FindingsConsumer.latest`), and the number of records
     read. A record that is not a finding is an error."""
     from streams.findings.consumer import FindingsConsumer, FindingsSettings
-    from streams.kafka.connection import KafkaConnection
 
-    with FindingsConsumer(FindingsSettings(KafkaConnection(bootstrap), topic)) as consumer:
+    with FindingsConsumer(FindingsSettings(connection, topic)) as consumer:
         latest = consumer.latest()
         stats = consumer.stats
     if stats.not_findings:
@@ -135,17 +137,16 @@ def latest_findings(bootstrap: str, topic: str) -> tuple[list[Finding], int]:
     return latest, stats.records
 
 
-def record_count(bootstrap: str, topic: str) -> int:
+def record_count(connection: KafkaConnection, topic: str) -> int:
     """Committed records on ``topic`` (e.g. the dead-letter topic)."""
     from streams.kafka.reader import iter_topic
 
-    return sum(1 for _ in iter_topic(bootstrap, topic, timeout=_TIMEOUT_S))
+    return sum(1 for _ in iter_topic(connection, topic, timeout=_TIMEOUT_S))
 
 
-def audit_topic(bootstrap: str, topic: str) -> dict[str, dict[str, Any]]:
+def audit_topic(connection: KafkaConnection, topic: str) -> dict[str, dict[str, Any]]:
     """What ``fencewatch audit --topic`` finds on ``topic`` (the same library
     call): latest revision per finding id."""
     from streams.audit.topic import audit_topic
-    from streams.kafka.connection import KafkaConnection
 
-    return audit_topic(KafkaConnection(bootstrap), topic, timeout=_TIMEOUT_S).latest()
+    return audit_topic(connection, topic, timeout=_TIMEOUT_S).latest()

@@ -83,7 +83,7 @@ def run_live(settings: DemoSettings, out: Output, *, fixture: Path | None = None
         raise DemoError(f"cannot read the fixture {path}: {exc.strerror or exc}") from None
     with DemoSession(settings, "live", out) as s:
         s.start_processor()
-        n = kafka_io.publish(settings.bootstrap_servers, s.events_topic, records)
+        n = kafka_io.publish(settings.connection, s.events_topic, records)
         s.say(f"published {n} events from {path.name}, keyed by workflow_key")
         findings = s.show_findings()
         if expected is not None:

@@ -9,6 +9,7 @@ started.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sys
@@ -23,7 +24,8 @@ from streams.core.findings import Finding
 from streams.demo import kafka_io
 from streams.demo.findings import render_findings
 from streams.demo.processes import Child, Children, free_port, is_ready, read_health
-from streams.errors import FencewatchError
+from streams.errors import DemoError, FencewatchError
+from streams.kafka.connection import ENV_VARIABLES, KafkaConnection
 
 __all__ = ["DemoError", "DemoSession", "DemoSettings", "Output"]
 
@@ -35,25 +37,19 @@ Output = Callable[[str], None]
 _INTERNAL_TOPICS = ("{app}-owner-state-changelog", "{app}-__assignor-__leader")
 
 
-class DemoError(FencewatchError):
-    """The demo could not run to its end (processor down, timeout, ...)."""
-
-
 @dataclass(frozen=True, slots=True)
 class DemoSettings:
     """``timeout`` bounds each wait (processor start, all events committed);
     ``keep_topics`` leaves the run's topics on the broker for a later
     ``fencewatch audit --topic``."""
 
-    bootstrap_servers: str
+    connection: KafkaConnection
     timeout: float = 60.0
     partitions: int = 3
     keep_topics: bool = False
     commit_interval: float = 0.1
 
     def __post_init__(self) -> None:
-        if not self.bootstrap_servers.strip():
-            raise ValueError("bootstrap servers are required")
         if self.timeout <= 0:
             raise ValueError(f"--timeout must be positive, got {self.timeout:g}")
         if self.partitions < 1:
@@ -93,6 +89,14 @@ class DemoSession:
     def say(self, text: str, *, at: float | None = None) -> None:
         self.out(f"{self.elapsed(at):+7.2f}s  {text}")
 
+    def child_env(self) -> dict[str, str]:
+        """The environment of a child process: this one's, with the demo's
+        connection as its ``FENCEWATCH_*`` variables (the passwords go by
+        environment, never on a command line)."""
+        env = {k: v for k, v in os.environ.items() if k not in ENV_VARIABLES}
+        env.update(self.settings.connection.to_env())
+        return env
+
     # -- the live processor --------------------------------------------
 
     def start_processor(self) -> None:
@@ -106,8 +110,6 @@ class DemoSession:
             "streams",
             "run",
             "--create-topics",  # this run's own topics
-            "--bootstrap-servers",
-            s.bootstrap_servers,
             "--events-topic",
             self.events_topic,
             "--findings-topic",
@@ -131,7 +133,11 @@ class DemoSession:
         ]
         self.say(f"starting the live processor (fencewatch run, app id {self.app_id})")
         self.processor = self.children.start(
-            "processor", argv, log_path=self.tmp / "processor.log", death_signal=signal.SIGTERM
+            "processor",
+            argv,
+            log_path=self.tmp / "processor.log",
+            env=self.child_env(),
+            death_signal=signal.SIGTERM,
         )
         deadline = time.monotonic() + s.timeout
         while True:
@@ -167,7 +173,7 @@ class DemoSession:
         self.say("waiting for the processor to commit every event ...")
         try:
             end = kafka_io.wait_committed(
-                self.settings.bootstrap_servers,
+                self.settings.connection,
                 self.app_id,
                 self.events_topic,
                 self.settings.timeout,
@@ -175,9 +181,7 @@ class DemoSession:
             )
         except kafka_io.ProcessorStalled as exc:
             raise DemoError(f"{exc}\nprocessor log ends:\n{self._processor_tail()}") from None
-        latest, revisions = kafka_io.latest_findings(
-            self.settings.bootstrap_servers, self.findings_topic
-        )
+        latest, revisions = kafka_io.latest_findings(self.settings.connection, self.findings_topic)
         self.say(
             f"all {sum(end.values())} events processed; {revisions} finding record"
             f"{'s' if revisions != 1 else ''} on {self.findings_topic}"
@@ -209,11 +213,11 @@ class DemoSession:
     def audit_agrees(self, live: list[Finding]) -> bool:
         """Whether an audit of the events topic (the core detector, offline)
         gives exactly the live findings."""
-        audit = kafka_io.audit_topic(self.settings.bootstrap_servers, self.events_topic)
+        audit = kafka_io.audit_topic(self.settings.connection, self.events_topic)
         return audit == {f.finding_id: f.to_dict() for f in live}
 
     def dead_letters(self) -> int:
-        return kafka_io.record_count(self.settings.bootstrap_servers, self.dlq_topic)
+        return kafka_io.record_count(self.settings.connection, self.dlq_topic)
 
     def _processor_tail(self) -> str:
         return self.processor.tail() if self.processor is not None else ""
@@ -230,14 +234,14 @@ class DemoSession:
         if self.settings.keep_topics:
             self.out(
                 f"topics kept; replay them with: fencewatch audit --topic {self.events_topic} "
-                f"--bootstrap-servers {self.settings.bootstrap_servers}"
+                f"--bootstrap-servers {self.settings.connection.bootstrap_servers}"
             )
         else:
             from streams.kafka.admin import TopicAdmin
 
             internal = [t.format(app=self.app_id) for t in _INTERNAL_TOPICS]
             try:
-                TopicAdmin(self.settings.bootstrap_servers, timeout_s=15).delete(
+                TopicAdmin(self.settings.connection, timeout_s=15).delete(
                     [
                         self.events_topic,
                         self.findings_topic,

@@ -127,8 +127,6 @@ def _start_worker(
         "demo",
         "worker",
         "--json",
-        "--bootstrap-servers",
-        s.settings.bootstrap_servers,
         "--topic",
         s.events_topic,
         "--db",
@@ -153,6 +151,7 @@ def _start_worker(
         name,
         argv,
         log_path=s.tmp / f"{name}.log",
+        env=s.child_env(),
         lines=s.children.lines,
         death_signal=signal.SIGKILL,
     )

@@ -27,6 +27,7 @@ import orjson
 from streams.errors import LeaseHeld
 from streams.fences import FencedSink, Lease, SqlLeaseStore, UnfencedSink, open_database
 from streams.fences.sink import EffectSink
+from streams.kafka.connection import KafkaConnection
 from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
 from streams.sdk import OwnershipReporter, ReporterSettings
 
@@ -56,7 +57,7 @@ class WorkerPlan:
     the checkpoints (followed by one more checkpoint, its result); that is
     where the demo freezes the worker with SIGSTOP."""
 
-    bootstrap_servers: str
+    connection: KafkaConnection
     db_url: str
     workflow_key: str
     worker_id: str
@@ -155,7 +156,7 @@ def run_worker(plan: WorkerPlan, emit: Callable[[Step], None]) -> int:
             if plan.unfenced
             else FencedSink(db, name=FENCED_SINK_NAME)
         )
-        settings = ReporterSettings(plan.bootstrap_servers, w, topic=plan.topic)
+        settings = ReporterSettings(plan.connection, w, topic=plan.topic)
         with OwnershipReporter(settings, leases=leases) as reporter:
             leases.publisher = reporter  # the store publishes lease_acquired itself
             lease = _acquire(plan, leases, emit)

@@ -2,9 +2,9 @@
 
 ::
 
-    from fencewatch import FindingsConsumer, FindingsSettings
+    from fencewatch import FindingsConsumer, FindingsSettings, KafkaConnection
 
-    settings = FindingsSettings("kafka:9092", group="pager", follow=True)
+    settings = FindingsSettings(KafkaConnection.from_env(), group="pager", follow=True)
     with FindingsConsumer(settings) as findings:
         findings.run(lambda d: page(d.finding, key=d.idempotency_key))
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from streams.core.findings import Finding
-from streams.errors import FencewatchError
+from streams.errors import CommitFailed, FencewatchError, TooManyFindings
 from streams.findings.contents import record_kind
 from streams.findings.select import (
     DEFAULT_MAX_TRACKED,
@@ -46,7 +46,7 @@ from streams.findings.select import (
     RevisionTracker,
     decode_finding,
 )
-from streams.kafka.connection import KafkaConnection
+from streams.kafka.connection import KafkaConnection, require_connection
 from streams.kafka.reader import BEGINNING, Bound, TopicRecord
 from streams.kafka.tail import TopicTail
 from streams.kafka.topics import DEFAULT_FINDINGS_TOPIC
@@ -84,15 +84,6 @@ class TopicReader(Protocol):
     def close(self) -> None: ...
 
 
-class CommitFailed(FencewatchError):
-    """The group's position could not be stored at close (the broker did not
-    answer in the connect timeout): nothing is lost, but a restart repeats."""
-
-
-class TooManyFindings(FencewatchError):
-    """A bounded read found more distinct findings than it may hold."""
-
-
 @dataclass(frozen=True, slots=True)
 class Delivery:
     """One finding revision handed to a handler, with where it was read."""
@@ -118,10 +109,10 @@ class Delivery:
 
 @dataclass(frozen=True, slots=True)
 class FindingsSettings:
-    """Where to read and what to keep. ``connection`` is a bootstrap address
-    or a :class:`~streams.kafka.connection.KafkaConnection` (security, timeouts)."""
+    """Where to read and what to keep. ``connection``: the brokers, security
+    and timeouts (:class:`~streams.kafka.connection.KafkaConnection`)."""
 
-    connection: KafkaConnection | str
+    connection: KafkaConnection
     topic: str = DEFAULT_FINDINGS_TOPIC
     #: A consumer group that stores the position (None: nothing is committed).
     group: str | None = None
@@ -133,6 +124,9 @@ class FindingsSettings:
     max_tracked: int = DEFAULT_MAX_TRACKED
     #: Seconds between commits of the acknowledged position (and at close).
     commit_interval_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        require_connection(self.connection, "FindingsSettings.connection")
 
 
 @dataclass(slots=True)

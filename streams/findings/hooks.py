@@ -41,7 +41,7 @@ from typing import IO, Protocol
 
 import orjson
 
-from streams.errors import FencewatchError
+from streams.errors import DeliveryFailed, FencewatchError
 from streams.findings.consumer import Delivery
 
 __all__ = [
@@ -53,15 +53,6 @@ __all__ = [
     "RetryPolicy",
     "WebhookTarget",
 ]
-
-
-class DeliveryFailed(FencewatchError):
-    """One attempt to hand a finding to a hook failed; ``retriable`` says
-    whether another attempt may succeed."""
-
-    def __init__(self, message: str, *, retriable: bool) -> None:
-        super().__init__(message)
-        self.retriable = retriable
 
 
 class HookTarget(Protocol):

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import orjson
 
-from streams.core.errors import FencewatchError
 from streams.core.findings import Finding
 from streams.core.records import SEVERITY_RANK, Kind, Severity
+from streams.errors import NotAFinding
 
 __all__ = [
     "DEFAULT_MAX_TRACKED",
@@ -24,10 +24,6 @@ __all__ = [
 
 #: Finding ids whose highest delivered revision is remembered (see RevisionTracker).
 DEFAULT_MAX_TRACKED = 100_000
-
-
-class NotAFinding(FencewatchError, ValueError):
-    """A record of the findings topic that does not decode as a finding."""
 
 
 def decode_finding(value: bytes | None) -> Finding:

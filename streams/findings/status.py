@@ -15,7 +15,7 @@ import orjson
 
 from streams.core.records import SEVERITY_RANK, Severity
 from streams.core.status import WorkflowStatus
-from streams.errors import FencewatchError
+from streams.errors import FencewatchError, StatusTopicError
 from streams.findings.contents import reader_command, record_kind
 from streams.kafka.connection import KafkaConnection
 from streams.kafka.tail import TopicTail
@@ -34,19 +34,15 @@ __all__ = [
 DEFAULT_MAX_WORKFLOWS = 2_000_000
 
 
-class StatusTopicError(FencewatchError):
-    """The status topic holds records that are not status records, or too many."""
-
-
 def read_status(
-    conn: KafkaConnection | str,
+    connection: KafkaConnection,
     topic: str = DEFAULT_STATUS_TOPIC,
     *,
     max_workflows: int = DEFAULT_MAX_WORKFLOWS,
 ) -> dict[str, dict[str, Any]]:
     """The latest status record per workflow key."""
     out: dict[str, dict[str, Any]] = {}
-    tail = TopicTail(conn, topic, stop_at_end=True)
+    tail = TopicTail(connection, topic, stop_at_end=True)
     try:
         while not tail.finished:
             rec = tail.poll(30.0)

@@ -20,7 +20,7 @@ import orjson
 
 from streams.core.records import Event, EventType, event_to_dict
 from streams.core.validate import to_event
-from streams.errors import BrokerError, FencewatchError
+from streams.errors import BrokerError, FencewatchError, NoCurrentEpoch, UnknownEffect
 from streams.kafka.connection import KafkaConnection
 from streams.kafka.topics import DEFAULT_EVENTS_TOPIC, DEFAULT_STATUS_TOPIC
 
@@ -34,16 +34,8 @@ __all__ = [
 ]
 
 
-class NoCurrentEpoch(FencewatchError):
-    """The status topic knows no current epoch for the workflow."""
-
-
-class UnknownEffect(FencewatchError, ValueError):
-    """The events topic holds no evidence of the effect for the workflow (a typo?)."""
-
-
 def _known_effects(
-    conn: KafkaConnection, topic: str, workflow: str, effect: str
+    connection: KafkaConnection, topic: str, workflow: str, effect: str
 ) -> tuple[bool, set[str], int]:
     """Whether ``topic`` holds an event of ``workflow`` naming ``effect`` (and,
     if not, the effect keys it does hold, and how many events of it). Reads up
@@ -54,7 +46,7 @@ def _known_effects(
     wanted = workflow.encode()
     seen: set[str] = set()
     events = 0
-    for key, value, _p, _o in iter_topic(conn, topic):
+    for key, value, _p, _o in iter_topic(connection, topic):
         if value is None or (key is not None and key != wanted):
             continue
         try:
@@ -73,13 +65,13 @@ def _known_effects(
 
 
 def check_effect(
-    conn: KafkaConnection, workflow: str, effect: str, events_topic: str | None = None
+    connection: KafkaConnection, workflow: str, effect: str, events_topic: str | None = None
 ) -> None:
     """:class:`UnknownEffect` unless the workflow has evidence of the effect: a
     mistyped effect key would otherwise be a permanent ``outcome_verified`` for
     an effect that never was."""
     topic = events_topic or DEFAULT_EVENTS_TOPIC
-    found, others, events = _known_effects(conn, topic, workflow, effect)
+    found, others, events = _known_effects(connection, topic, workflow, effect)
     if found:
         return
     if others:
@@ -95,12 +87,14 @@ def check_effect(
     )
 
 
-def current_epoch(conn: KafkaConnection, workflow: str, status_topic: str | None = None) -> int:
+def current_epoch(
+    connection: KafkaConnection, workflow: str, status_topic: str | None = None
+) -> int:
     """The workflow's current epoch from the status topic (a bounded read)."""
     from streams.findings.status import read_status
 
     topic = status_topic or DEFAULT_STATUS_TOPIC
-    doc = read_status(conn, topic).get(workflow)
+    doc = read_status(connection, topic).get(workflow)
     if doc is None or doc.get("current_epoch") is None:
         raise NoCurrentEpoch(
             f"workflow {workflow!r} has no current epoch on {topic}"
@@ -131,14 +125,14 @@ def build_verification(
 
 
 def publish_verification(
-    conn: KafkaConnection, event: Event, events_topic: str | None = None
+    connection: KafkaConnection, event: Event, events_topic: str | None = None
 ) -> None:
     """Publish ``event`` (keyed by its workflow) and wait for the broker's
     acknowledgement; :class:`~streams.errors.FencewatchError` when it is not given."""
     from streams.kafka.clients import Producer
 
     topic = events_topic or DEFAULT_EVENTS_TOPIC
-    producer = Producer(conn)
+    producer = Producer(connection)
     failed: list[BrokerError] = []
     producer.produce(
         topic,
@@ -146,8 +140,8 @@ def publish_verification(
         key=event.workflow_key.encode(),
         on_delivery=lambda err: failed.append(err) if err is not None else None,
     )
-    unacknowledged = producer.flush(conn.connect_timeout + 20)
+    unacknowledged = producer.flush(connection.connect_timeout + 20)
     if failed:
         raise failed[0]
     if unacknowledged:
-        raise FencewatchError(f"the event was not acknowledged by {conn.bootstrap_servers}")
+        raise FencewatchError(f"the event was not acknowledged by {connection.bootstrap_servers}")

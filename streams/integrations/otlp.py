@@ -33,10 +33,10 @@ from typing import IO, Any
 
 import orjson
 
-from streams.core.errors import FencewatchError
 from streams.core.records import Event
 from streams.core.replay import Replay
 from streams.core.validate import InvalidEvent, to_event
+from streams.errors import InvalidSpan
 
 __all__ = [
     "ATTR_EFFECT_KEY",
@@ -85,16 +85,6 @@ _FIELDS = {
     "event_id": ATTR_EVENT_ID,
     "run_id": ATTR_RUN_ID,
 }
-
-
-class InvalidSpan(FencewatchError, ValueError):
-    """A span (or an OTLP line) that cannot be evidence; ``attribute`` names
-    the culprit when one attribute is at fault."""
-
-    def __init__(self, attribute: str | None, reason: str) -> None:
-        self.attribute = attribute
-        self.reason = reason
-        super().__init__(f"{attribute}: {reason}" if attribute else reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,9 @@ imports a Kafka client (tests/kafka/test_layers.py enforces it).
 - :mod:`~streams.kafka.connection`: :class:`KafkaConnection`, bootstrap and
   security settings for every client (librdkafka and faust/aiokafka);
 - :mod:`~streams.kafka.errors`: the one translation of client errors into
-  typed :class:`~streams.errors.BrokerError` subclasses;
+  typed :class:`~streams.errors.BrokerError` subclasses (the
+  :func:`~streams.kafka.errors.kafka_errors` context manager around each
+  client call);
 - :mod:`~streams.kafka.topics`: topic names and their one definition
   (created by :func:`~streams.kafka.admin.ensure_topics`);
 - :mod:`~streams.kafka.admin`, :mod:`~streams.kafka.clients`,
@@ -23,7 +25,6 @@ from streams.kafka.clients import Producer, TransactionalProducer, committed_off
 from streams.kafka.connection import (
     DEFAULT_CONNECT_TIMEOUT,
     KafkaConnection,
-    SettingsError,
     check_reachable,
     connection_from_env,
 )
@@ -33,6 +34,7 @@ from streams.kafka.errors import (
     BrokerUnreachable,
     ProducerFenced,
     TopicMissing,
+    kafka_errors,
     translate,
 )
 from streams.kafka.logs import configure_client_logs
@@ -72,7 +74,6 @@ __all__ = [
     "Producer",
     "ProducerFenced",
     "Retention",
-    "SettingsError",
     "Timestamp",
     "TopicAdmin",
     "TopicMissing",
@@ -89,6 +90,7 @@ __all__ = [
     "end_offsets",
     "ensure_topics",
     "iter_topic",
+    "kafka_errors",
     "ownership_topic_specs",
     "translate",
     "validate_topic_name",

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from typing import Any
 
-from streams.errors import BrokerError
+from streams.errors import BrokerError, BrokerUnreachable, TopicMissing
 from streams.kafka.connection import KafkaConnection, check_reachable
-from streams.kafka.errors import no_answer, translate
+from streams.kafka.errors import kafka_errors, no_answer
 from streams.kafka.topics import (
     DEFAULT_PARTITIONS,
     Retention,
@@ -40,47 +40,62 @@ class TopicResult:
 
 
 class TopicAdmin:
-    """Creates and inspects topics through a confluent-kafka AdminClient."""
+    """Creates and inspects topics through a confluent-kafka AdminClient.
 
-    def __init__(self, conn: KafkaConnection | str, *, timeout_s: float | None = None) -> None:
-        """``conn`` may be a bare bootstrap string (PLAINTEXT). Fails fast
-        with :class:`~streams.kafka.errors.BrokerUnreachable` when no
-        bootstrap server accepts a connection. ``timeout_s`` bounds each
-        operation (default: the connection's connect timeout)."""
-        if isinstance(conn, str):
-            conn = KafkaConnection(conn)
-        conn.validate()
+    Building one has no side effect: the client is made on first use.
+    :meth:`probe` checks, when the caller wants to, that a broker answers."""
+
+    def __init__(self, connection: KafkaConnection, *, timeout_s: float | None = None) -> None:
+        """``timeout_s`` bounds each operation (default: the connection's
+        connect timeout)."""
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError("timeout must be positive")
-        # Imported here so that `import streams.kafka` costs nothing until used.
-        from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient
+        self._conn = connection
+        self._timeout_s = timeout_s if timeout_s is not None else connection.connect_timeout
+        self._admin: Any = None
 
-        check_reachable(conn)
-        self._conn = conn
-        self._kafka_exception = KafkaException
-        self._timeout_s = timeout_s if timeout_s is not None else conn.connect_timeout
-        try:
-            self._client = AdminClient(conn.librdkafka())
-        except KafkaException as exc:
-            raise translate(exc, "configuring the Kafka admin client") from None
-        try:  # a broker that accepts TCP but never answers: bounded here too
-            self._client.list_topics(timeout=conn.connect_timeout)
-        except KafkaException as exc:
-            raise self._unreachable(translate(exc, "connecting")) from None
+    @property
+    def connection(self) -> KafkaConnection:
+        return self._conn
+
+    @property
+    def _client(self) -> Any:
+        if self._admin is None:
+            # Imported here so that `import streams.kafka` costs nothing until used.
+            from confluent_kafka.admin import AdminClient
+
+            with kafka_errors("configuring the Kafka admin client"):
+                self._admin = AdminClient(self._conn.librdkafka())
+        return self._admin
+
+    def probe(self) -> None:
+        """Check that a broker answers, within the connect timeout: a TCP
+        connection to a bootstrap server (so a wrong address fails at once with
+        its real cause), then a metadata request (a broker that accepts TCP
+        and never answers). Raises :class:`~streams.errors.BrokerUnreachable`
+        or :class:`~streams.errors.AuthenticationFailed` naming the address."""
+        # The client library first: a missing extra is named before any network.
+        import confluent_kafka.admin  # noqa: F401
+
+        check_reachable(self._conn)
+        self._list_topics("connecting", self._conn.connect_timeout)
 
     def partitions(self, names: Sequence[str]) -> dict[str, int]:
         """Partition count of each existing topic among ``names`` (absent ones omitted)."""
-        try:
-            meta = self._client.list_topics(timeout=self._timeout_s)
-        except self._kafka_exception as exc:
-            raise self._unreachable(translate(exc, "listing topics")) from None
+        meta = self._list_topics("listing topics", self._timeout_s)
         found: dict[str, int] = {}
         for name in names:
             topic = meta.topics.get(name)
             if topic is not None and topic.error is None:
                 found[name] = len(topic.partitions)
         return found
+
+    def _list_topics(self, action: str, timeout: float) -> Any:
+        try:
+            with kafka_errors(action):
+                return self._client.list_topics(timeout=timeout)
+        except BrokerError as err:
+            raise self._unreachable(err) from None
 
     def missing(self, names: Sequence[str]) -> list[str]:
         """Those of ``names`` that do not exist, asking for each by name (a
@@ -90,30 +105,21 @@ class TopicAdmin:
         Never creates a topic."""
         from confluent_kafka import TopicCollection
 
-        from streams.kafka.errors import topic_unavailable
-
         if not names:
             return []
         # DescribeTopics, not a metadata request naming the topic: a broker
         # with auto.create.topics.enable would create it by being asked.
-        try:
+        with kafka_errors("describing topics"):
             futures = self._client.describe_topics(
                 TopicCollection(list(names)), request_timeout=self._timeout_s
             )
-        except self._kafka_exception as exc:
-            raise translate(exc, "describing topics") from None
         absent: list[str] = []
         for name in names:
             try:
-                futures[name].result(timeout=self._timeout_s + 5)
-            except self._kafka_exception as exc:
-                err = exc.args[0] if exc.args else None
-                failure = topic_unavailable(name, self._conn.bootstrap_servers, err)
-                if failure.code != "UNKNOWN_TOPIC_OR_PART":
-                    raise failure from None
+                with kafka_errors(f"topic {name}"):
+                    futures[name].result(timeout=self._timeout_s + 5)
+            except TopicMissing:
                 absent.append(name)
-            except FutureTimeout as exc:
-                raise translate(exc, f"describing topic {name}") from None
         return absent
 
     def ensure(self, specs: Sequence[TopicSpec]) -> list[TopicResult]:
@@ -131,24 +137,20 @@ class TopicAdmin:
             )
             for s in specs
         ]
-        try:
+        with kafka_errors("creating topics"):
             futures = self._client.create_topics(
                 new, operation_timeout=self._timeout_s, request_timeout=self._timeout_s
             )
-        except self._kafka_exception as exc:
-            raise translate(exc, "creating topics") from None
         created: dict[str, bool] = {}
         for spec in specs:
             try:
-                futures[spec.name].result(timeout=self._timeout_s + 5)
+                with kafka_errors(f"creating topic {spec.name}"):
+                    futures[spec.name].result(timeout=self._timeout_s + 5)
                 created[spec.name] = True
-            except self._kafka_exception as exc:
-                if translate(exc, "").code == "TOPIC_ALREADY_EXISTS":
-                    created[spec.name] = False
-                else:
-                    raise translate(exc, f"creating topic {spec.name}") from None
-            except FutureTimeout as exc:
-                raise translate(exc, f"creating topic {spec.name}") from None
+            except BrokerError as err:
+                if err.code != "TOPIC_ALREADY_EXISTS":
+                    raise
+                created[spec.name] = False
         actual = self._await_partitions([s.name for s in specs])
         return [TopicResult(s.name, created[s.name], actual[s.name], s.partitions) for s in specs]
 
@@ -156,20 +158,16 @@ class TopicAdmin:
         """Delete topics; missing ones are ignored (used by test cleanup)."""
         if not names:
             return
-        try:
+        with kafka_errors("deleting topics"):
             futures = self._client.delete_topics(
                 list(names), operation_timeout=self._timeout_s, request_timeout=self._timeout_s
             )
-        except self._kafka_exception as exc:
-            raise translate(exc, "deleting topics") from None
         for name, fut in futures.items():
             try:
-                fut.result(timeout=self._timeout_s + 5)
-            except self._kafka_exception as exc:
-                if translate(exc, "").code != "UNKNOWN_TOPIC_OR_PART":
-                    raise translate(exc, f"deleting topic {name}") from None
-            except FutureTimeout as exc:
-                raise translate(exc, f"deleting topic {name}") from None
+                with kafka_errors(f"deleting topic {name}"):
+                    fut.result(timeout=self._timeout_s + 5)
+            except TopicMissing:
+                pass  # already gone: what was asked
 
     def _await_partitions(self, names: Sequence[str]) -> dict[str, int]:
         """Metadata right after creation can lag; poll briefly until all topics show."""
@@ -180,10 +178,13 @@ class TopicAdmin:
                 return found
             if time.monotonic() >= deadline:
                 missing = sorted(set(names) - set(found))
-                raise translate(
-                    FutureTimeout(), f"topics not visible in metadata after creation: {missing}"
+                raise BrokerUnreachable(
+                    f"topics not visible in metadata after creation: {missing}: timed out",
+                    code="_TIMED_OUT",
+                    retriable=True,
                 )
             time.sleep(0.1)
+
     def _unreachable(self, err: BrokerError) -> BrokerError:
         # librdkafka queues its log lines until the client is polled: serve
         # them now, so that --log-level debug shows why.
@@ -192,21 +193,23 @@ class TopicAdmin:
 
 
 def ensure_topics(
-    conn: KafkaConnection,
+    connection: KafkaConnection,
     names: TopicNames | None = None,
     *,
     partitions: int | None = None,
     replication_factor: int = -1,
     retention: Retention | None = None,
     timeout_s: float = 30.0,
+    admin: TopicAdmin | None = None,
 ) -> list[TopicResult]:
     """Create whichever of the deployment's topics are missing, as defined
     above, and report each (created or found, its actual partitions). Missing
     topics get ``partitions``, else the existing events topic's count, else
     :data:`DEFAULT_PARTITIONS`. Raises :class:`~streams.errors.BrokerError`
-    (typed, see :mod:`streams.kafka.errors`) and ValueError for bad settings."""
+    (typed, see :mod:`streams.kafka.errors`) and ValueError for bad settings.
+    ``admin``: an admin client of ``connection`` to use (one is made otherwise)."""
     names = names or TopicNames()
-    admin = TopicAdmin(conn, timeout_s=timeout_s)
+    admin = admin or TopicAdmin(connection, timeout_s=timeout_s)
     if partitions is None:
         partitions = admin.partitions([names.events]).get(names.events, DEFAULT_PARTITIONS)
     specs = ownership_topic_specs(

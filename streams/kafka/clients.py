@@ -15,7 +15,7 @@ from typing import Any
 
 from streams.errors import BrokerError
 from streams.kafka.connection import KafkaConnection
-from streams.kafka.errors import TopicMissing, from_kafka_error, translate
+from streams.kafka.errors import TopicMissing, from_kafka_error, kafka_errors
 
 __all__ = [
     "COORDINATOR_NOT_READY",
@@ -33,27 +33,19 @@ DeliveryCallback = Callable[[BrokerError | None], None]
 Header = tuple[str, bytes]
 
 
-def _connection(conn: KafkaConnection | str) -> KafkaConnection:
-    return KafkaConnection(conn) if isinstance(conn, str) else conn
-
-
 class Producer:
     """An idempotent producer (``acks=all``). ``settings`` are further
     librdkafka settings (``linger.ms``...); they cannot turn idempotence or
     ``acks=all`` off. Thread-safe, as the client is."""
 
-    def __init__(self, conn: KafkaConnection | str, settings: Mapping[str, Any] | None = None):
-        from confluent_kafka import KafkaException
+    def __init__(self, connection: KafkaConnection, settings: Mapping[str, Any] | None = None):
         from confluent_kafka import Producer as _Producer
 
-        self._kafka_exception = KafkaException
-        conf = _connection(conn).librdkafka()
+        conf = connection.librdkafka()
         conf.update(settings or {})
         conf.update({"enable.idempotence": True, "acks": "all"})
-        try:
+        with kafka_errors("configuring the Kafka producer"):
             self._producer = _Producer(conf)
-        except KafkaException as exc:
-            raise translate(exc, "configuring the Kafka producer") from None
 
     def produce(
         self,
@@ -71,10 +63,8 @@ class Producer:
             def callback(err: Any, _msg: Any) -> None:
                 report(None if err is None else from_kafka_error(err, f"delivery to {topic}"))
 
-        try:
+        with kafka_errors(f"producing to {topic}"):
             self._producer.produce(topic, value=value, key=key, on_delivery=callback)
-        except self._kafka_exception as exc:
-            raise translate(exc, f"producing to {topic}") from None
 
     def poll(self, timeout: float = 0.0) -> int:
         """Serve delivery callbacks for up to ``timeout`` seconds."""
@@ -83,10 +73,8 @@ class Producer:
     def flush(self, timeout: float) -> int:
         """Wait up to ``timeout`` seconds for every acknowledgement; returns
         how many records are still unacknowledged."""
-        try:
+        with kafka_errors("flushing the producer"):
             return int(self._producer.flush(timeout))
-        except self._kafka_exception as exc:
-            raise translate(exc, "flushing the producer") from None
 
 
 class TransactionalProducer:
@@ -97,7 +85,7 @@ class TransactionalProducer:
 
     def __init__(
         self,
-        conn: KafkaConnection | str,
+        connection: KafkaConnection,
         transactional_id: str,
         *,
         settings: Mapping[str, Any] | None = None,
@@ -108,20 +96,16 @@ class TransactionalProducer:
 
         self._kafka_exception = KafkaException
         self._timeout = op_timeout_s
-        conf = _connection(conn).librdkafka()
+        conf = connection.librdkafka()
         conf.update(settings or {})
         conf.update({"transactional.id": transactional_id, "enable.idempotence": True})
         conf["acks"] = "all"
-        try:
+        with kafka_errors("configuring the transactional producer"):
             self._producer = _Producer(conf)
-        except KafkaException as exc:
-            raise translate(exc, "configuring the transactional producer") from None
 
     def init(self) -> None:
-        try:
+        with kafka_errors("init_transactions"):
             self._producer.init_transactions(self._timeout)
-        except self._kafka_exception as exc:
-            raise translate(exc, "init_transactions") from None
 
     def send(
         self, topic: str, records: Iterable[tuple[bytes | None, bytes, Sequence[Header]]]
@@ -131,17 +115,21 @@ class TransactionalProducer:
         records are then not visible to read_committed readers) and the error
         is raised translated."""
         p = self._producer
-        try:
-            p.begin_transaction()
-            for key, value, headers in records:
-                p.produce(topic, value=value, key=key, headers=list(headers))
-            p.commit_transaction(self._timeout)
-        except self._kafka_exception as exc:
-            err = exc.args[0] if exc.args else None
-            if err is not None and hasattr(err, "txn_requires_abort") and err.txn_requires_abort():
-                with suppress(self._kafka_exception):
-                    p.abort_transaction(self._timeout)
-            raise translate(exc, "transaction") from None
+        with kafka_errors("transaction"):
+            try:
+                p.begin_transaction()
+                for key, value, headers in records:
+                    p.produce(topic, value=value, key=key, headers=list(headers))
+                p.commit_transaction(self._timeout)
+            except self._kafka_exception as exc:
+                # Aborted here, while the client's own error is at hand;
+                # kafka_errors translates it on the way out.
+                err = exc.args[0] if exc.args else None
+                abort = getattr(err, "txn_requires_abort", None)
+                if abort is not None and abort():
+                    with suppress(self._kafka_exception):
+                        p.abort_transaction(self._timeout)
+                raise
 
     def close(self) -> None:
         """Drop the producer (an open transaction is aborted by Kafka's
@@ -150,30 +138,28 @@ class TransactionalProducer:
             self._producer.flush(0)
 
 
-def _probe_consumer(conn: KafkaConnection, group: str) -> Any:
+def _probe_consumer(connection: KafkaConnection, group: str) -> Any:
     from confluent_kafka import Consumer
 
     # Never subscribes: only reads offsets, so it does not join the group.
-    return Consumer(conn.librdkafka(**{"group.id": group, "enable.auto.commit": False}))
+    return Consumer(connection.librdkafka(**{"group.id": group, "enable.auto.commit": False}))
 
 
-def end_offsets(conn: KafkaConnection | str, topic: str) -> dict[int, int]:
+def end_offsets(connection: KafkaConnection, topic: str) -> dict[int, int]:
     """High watermark of each partition of ``topic``."""
-    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    conn = _connection(conn)
-    timeout = conn.connect_timeout
-    c = _probe_consumer(conn, "fencewatch-offsets-probe")
+    timeout = connection.connect_timeout
+    c = _probe_consumer(connection, "fencewatch-offsets-probe")
     try:
-        meta = c.list_topics(topic, timeout=timeout).topics.get(topic)
-        if meta is None or meta.error is not None:
-            raise TopicMissing(f"topic {topic} not found", code="UNKNOWN_TOPIC_OR_PART")
-        return {
-            p: int(c.get_watermark_offsets(TopicPartition(topic, p), timeout, False)[1])
-            for p in sorted(meta.partitions)
-        }
-    except KafkaException as exc:
-        raise translate(exc, f"offsets of {topic}") from None
+        with kafka_errors(f"offsets of {topic}"):
+            meta = c.list_topics(topic, timeout=timeout).topics.get(topic)
+            if meta is None or meta.error is not None:
+                raise TopicMissing(f"topic {topic} not found", code="UNKNOWN_TOPIC_OR_PART")
+            return {
+                p: int(c.get_watermark_offsets(TopicPartition(topic, p), timeout, False)[1])
+                for p in sorted(meta.partitions)
+            }
     finally:
         c.close()
 
@@ -205,19 +191,17 @@ def fetch_committed(consumer: Any, partitions: list[Any], timeout: float) -> lis
 
 
 def committed_offsets(
-    conn: KafkaConnection | str, group: str, topic: str, partitions: Iterable[int]
+    connection: KafkaConnection, group: str, topic: str, partitions: Iterable[int]
 ) -> dict[int, int]:
     """The consumer group's committed offset per partition (negative: none)."""
-    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    conn = _connection(conn)
-    c = _probe_consumer(conn, group)
+    c = _probe_consumer(connection, group)
     try:
-        tps = fetch_committed(
-            c, [TopicPartition(topic, p) for p in partitions], conn.connect_timeout
-        )
-        return {tp.partition: int(tp.offset) for tp in tps}
-    except KafkaException as exc:
-        raise translate(exc, f"committed offsets of {group}") from None
+        with kafka_errors(f"committed offsets of {group}"):
+            tps = fetch_committed(
+                c, [TopicPartition(topic, p) for p in partitions], connection.connect_timeout
+            )
+            return {tp.partition: int(tp.offset) for tp in tps}
     finally:
         c.close()

@@ -21,6 +21,13 @@ Environment variables (the names predate this module and are kept):
 ``FENCEWATCH_KAFKA_CONNECT_TIMEOUT``  seconds to reach a broker (default 10)
 =================================  =========================================
 
+Made once per process, at its edge: a command from its flags and the
+environment (:meth:`KafkaConnection.from_env`, through
+``streams.cli.kafka_args.connection_from_args``), a library user from code.
+It is validated once, when made (a bad setting is a
+:class:`~streams.errors.ConfigError` naming it), and then passed as it is,
+always as a parameter or field named ``connection``.
+
 Secrets (the two passwords, and any ``--kafka-config`` value whose name
 mentions a password or secret) never appear in ``repr``/``str`` and so in
 no log line or error message built from this object.
@@ -31,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import logging
+import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,12 +49,13 @@ from streams.core.errors import ConfigError
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "ENV_PREFIX",
+    "ENV_VARIABLES",
     "FIELDS",
     "LIBRDKAFKA_LOGGER",
     "KafkaConnection",
-    "SettingsError",
     "check_reachable",
     "connection_from_env",
+    "require_connection",
     "split_servers",
 ]
 
@@ -88,14 +97,10 @@ def split_servers(bootstrap: str) -> list[tuple[str, int]]:
     return out
 
 
-# A connection setting missing or out of range is a ConfigError (the message
-# names it); SettingsError, its old name, is the same class.
-SettingsError = ConfigError
-
-
 @dataclass(frozen=True, slots=True)
 class KafkaConnection:
-    """Where the brokers are and how to authenticate to them."""
+    """Where the brokers are and how to authenticate to them; checked when
+    made (:class:`~streams.errors.ConfigError` naming the first bad setting)."""
 
     bootstrap_servers: str
     security_protocol: str = "PLAINTEXT"
@@ -126,12 +131,29 @@ class KafkaConnection:
 
     __str__ = __repr__
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        extra: Mapping[str, str] | None = None,
+    ) -> KafkaConnection:
+        """The connection described by the ``FENCEWATCH_*`` variables of
+        ``env`` (default: ``os.environ``), then ``overrides`` (CLI flags by
+        field name; ``None`` means "not given")."""
+        return connection_from_env(os.environ if env is None else env, overrides, extra=extra)
+
     @property
     def servers(self) -> list[tuple[str, int]]:
         return split_servers(self.bootstrap_servers)
 
     def validate(self) -> KafkaConnection:
-        """Raise :class:`~streams.errors.ConfigError` naming the first bad setting."""
+        """Raise :class:`~streams.errors.ConfigError` naming the first bad
+        setting (done when the connection is made; nobody needs to again)."""
         try:
             self.servers  # noqa: B018  (parses, raising on a bad address)
         except ValueError as exc:
@@ -142,15 +164,24 @@ class KafkaConnection:
             if self.sasl_mechanism not in _MECHANISMS:
                 raise ConfigError(f"sasl mechanism must be one of {', '.join(_MECHANISMS)}")
             if not self.sasl_username or self.sasl_password is None:
-                raise ConfigError(
-                    "SASL needs a username and a password (FENCEWATCH_SASL_PASSWORD)"
-                )
+                raise ConfigError("SASL needs a username and a password (FENCEWATCH_SASL_PASSWORD)")
         if not 0 < self.connect_timeout <= 300:
             raise ConfigError("connect timeout must be within (0, 300] seconds")
         return self
 
     def replace(self, **changes: Any) -> KafkaConnection:
         return dataclasses.replace(self, **changes)
+
+    def to_env(self) -> dict[str, str]:
+        """The ``FENCEWATCH_*`` variables that describe this connection (for
+        a child process: the passwords go by environment, never by argv;
+        ``extra`` has no variable and is left out)."""
+        env: dict[str, str] = {}
+        for name, suffix in _ENV:
+            value = getattr(self, name)
+            if value is not None:
+                env[ENV_PREFIX + suffix] = f"{value:g}" if isinstance(value, float) else str(value)
+        return env
 
     # -- client configurations -------------------------------------------------
 
@@ -263,6 +294,8 @@ _ENV: tuple[tuple[str, str], ...] = (
 )
 #: The connection's fields, for callers that route flags here.
 FIELDS = tuple(name for name, _ in _ENV)
+#: The environment variables a connection is read from (:meth:`KafkaConnection.from_env`).
+ENV_VARIABLES = frozenset(ENV_PREFIX + suffix for _, suffix in _ENV)
 
 
 def connection_from_env(
@@ -271,8 +304,9 @@ def connection_from_env(
     *,
     extra: Mapping[str, str] | None = None,
 ) -> KafkaConnection:
-    """A validated connection from ``FENCEWATCH_*`` variables in ``env``, then
-    ``overrides`` (CLI flags by field name; ``None`` means "not given")."""
+    """A connection from ``FENCEWATCH_*`` variables in ``env``, then
+    ``overrides`` (CLI flags by field name; ``None`` means "not given"):
+    :meth:`KafkaConnection.from_env` with an explicit environment."""
     values: dict[str, Any] = {}
     for name, suffix in _ENV:
         raw = env.get(ENV_PREFIX + suffix)
@@ -294,7 +328,21 @@ def connection_from_env(
             ) from None
     if "security_protocol" in values:
         values["security_protocol"] = str(values["security_protocol"]).upper()
-    return KafkaConnection(**values, extra=dict(extra or {})).validate()
+    return KafkaConnection(**values, extra=dict(extra or {}))
+
+
+def require_connection(value: object, where: str) -> None:
+    """Raise :class:`~streams.errors.ConfigError` naming ``where`` unless
+    ``value`` is a :class:`KafkaConnection` (a public settings record checks
+    its field with this: a bare address is refused there, in one line, not
+    deep inside a client)."""
+    if not isinstance(value, KafkaConnection):
+        raise ConfigError(
+            f"{where}: must be a KafkaConnection (e.g. KafkaConnection({value!r}) or "
+            f"KafkaConnection.from_env()), got {type(value).__name__}"
+            if isinstance(value, str)
+            else f"{where}: must be a KafkaConnection, got {type(value).__name__}"
+        )
 
 
 _ERRNO_TEXT = {

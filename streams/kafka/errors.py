@@ -18,15 +18,30 @@ and consume failures as bare ``KafkaError`` values; aiokafka raises
 
 ``code`` keeps the client's error name (``_TRANSPORT``,
 ``TOPIC_AUTHORIZATION_FAILED`` ...), ``retriable`` the client's verdict.
+
+The classes are defined with the rest of the family in :mod:`streams.errors`
+(re-exported here); this module holds the one mapping (:func:`translate`) and
+the one place a client call is wrapped (:func:`kafka_errors`)::
+
+    with kafka_errors("creating topics"):
+        futures = client.create_topics(...)
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
+from types import TracebackType
 from typing import Any
 
-from streams.errors import BrokerError
+from streams.errors import (
+    AuthenticationFailed,
+    AuthorizationFailed,
+    BrokerError,
+    BrokerUnreachable,
+    ProducerFenced,
+    TopicMissing,
+)
 
 __all__ = [
     "AuthenticationFailed",
@@ -36,32 +51,13 @@ __all__ = [
     "TopicMissing",
     "from_kafka_error",
     "is_fenced",
+    "kafka_errors",
     "no_answer",
     "refused_credentials",
     "topic_unavailable",
     "translate",
     "watch_credentials",
 ]
-
-
-class BrokerUnreachable(BrokerError):
-    """No broker could be reached (refused, unknown host, timed out)."""
-
-
-class AuthenticationFailed(BrokerError):
-    """The brokers refused the credentials (SASL) or the TLS handshake."""
-
-
-class AuthorizationFailed(BrokerError):
-    """Authenticated, but an ACL forbids the operation."""
-
-
-class TopicMissing(BrokerError):
-    """The topic or partition does not exist."""
-
-
-class ProducerFenced(BrokerError):
-    """A newer producer with this transactional id fenced this one."""
 
 
 _UNREACHABLE = frozenset(
@@ -143,6 +139,42 @@ def translate(exc: BaseException, action: str) -> BrokerError:
             kind, code = _AIOKAFKA[cls.__name__]
             return kind(f"{action}: {exc or code}", code=code, retriable=kind is BrokerUnreachable)
     return BrokerError(f"{action}: {exc}")
+
+
+# The top-level modules whose exceptions are a Kafka client's (confluent-kafka's
+# KafkaException lives in its C module ``cimpl``).
+_CLIENT_MODULES = frozenset({"cimpl", "confluent_kafka", "aiokafka"})
+
+
+def _is_client_error(exc: BaseException) -> bool:
+    if isinstance(exc, FutureTimeout):  # a client future's timeout (also TimeoutError)
+        return True
+    return any(cls.__module__.split(".")[0] in _CLIENT_MODULES for cls in type(exc).__mro__)
+
+
+class kafka_errors:  # lower case: a context manager used like a function
+    """``with kafka_errors(action): ...`` runs the block; a Kafka client's
+    exception (confluent-kafka's ``KafkaException``, an aiokafka error, a
+    client future's timeout) leaves it as the typed
+    :class:`~streams.errors.BrokerError` of :func:`translate`, its message
+    one line starting with ``action``. Our own errors and any other exception
+    pass unchanged. A class, not a generator: cheap enough around a poll."""
+
+    __slots__ = ("action",)
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc is None or isinstance(exc, BrokerError) or not isinstance(exc, Exception):
+            return
+        if _is_client_error(exc):
+            raise translate(exc, self.action) from None
 
 
 def is_fenced(exc: BaseException) -> bool:

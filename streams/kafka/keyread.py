@@ -14,8 +14,9 @@ import zlib
 from collections import deque
 from dataclasses import dataclass
 
+from streams.errors import BrokerUnreachable
 from streams.kafka.connection import KafkaConnection, check_reachable
-from streams.kafka.errors import from_kafka_error, topic_unavailable, translate
+from streams.kafka.errors import from_kafka_error, kafka_errors, topic_unavailable
 
 __all__ = ["KeyRead", "KeyRecord", "key_partitions", "murmur2", "read_key"]
 
@@ -79,14 +80,16 @@ def key_partitions(key: bytes, n_partitions: int) -> tuple[int, ...]:
     )
 
 
-def read_key(conn: KafkaConnection, topic: str, key: bytes, *, limit: int, scan: int) -> KeyRead:
+def read_key(
+    connection: KafkaConnection, topic: str, key: bytes, *, limit: int, scan: int
+) -> KeyRead:
     """The key's last ``limit`` records among the last ``scan`` records of
     each candidate partition. Client failures leave as BrokerError."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    check_reachable(conn)
+    check_reachable(connection)
     consumer = Consumer(
-        conn.librdkafka(
+        connection.librdkafka(
             **{
                 "group.id": "fencewatch-console-replay",
                 "enable.auto.commit": False,
@@ -99,46 +102,47 @@ def read_key(conn: KafkaConnection, topic: str, key: bytes, *, limit: int, scan:
     matched = 0
     cut = False
     try:
-        meta = consumer.list_topics(topic, timeout=conn.connect_timeout)
-        tmeta = meta.topics.get(topic)
-        if tmeta is None or tmeta.error is not None or not tmeta.partitions:
-            raise topic_unavailable(
-                topic, conn.bootstrap_servers, tmeta.error if tmeta is not None else None
-            )
-        parts = key_partitions(key, len(tmeta.partitions))
-        for p in parts:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=conn.connect_timeout, cached=False
-            )
-            start = max(low, high - scan)
-            cut = cut or start > low
-            if start >= high:
-                continue
-            consumer.assign([TopicPartition(topic, p, start)])
-            while True:
-                msg = consumer.poll(conn.connect_timeout)
-                if msg is None:
-                    raise translate(
-                        TimeoutError(f"no record within {conn.connect_timeout} s"),
-                        f"reading {topic}/{p}",
-                    )
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
+        with kafka_errors(f"reading {topic}"):
+            meta = consumer.list_topics(topic, timeout=connection.connect_timeout)
+            tmeta = meta.topics.get(topic)
+            if tmeta is None or tmeta.error is not None or not tmeta.partitions:
+                raise topic_unavailable(
+                    topic, connection.bootstrap_servers, tmeta.error if tmeta is not None else None
+                )
+            parts = key_partitions(key, len(tmeta.partitions))
+            for p in parts:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=connection.connect_timeout, cached=False
+                )
+                start = max(low, high - scan)
+                cut = cut or start > low
+                if start >= high:
+                    continue
+                consumer.assign([TopicPartition(topic, p, start)])
+                while True:
+                    msg = consumer.poll(connection.connect_timeout)
+                    if msg is None:
+                        raise BrokerUnreachable(
+                            f"reading {topic}/{p}: timed out (no record within "
+                            f"{connection.connect_timeout:g} s)",
+                            code="_TIMED_OUT",
+                            retriable=True,
+                        )
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            break
+                        if err.retriable():
+                            continue
+                        raise from_kafka_error(err, f"reading {topic}/{p}")
+                    offset = msg.offset() or 0
+                    if msg.key() == key:
+                        matched += 1
+                        ts_type, ts = msg.timestamp()
+                        kept.append(KeyRecord(msg.value(), p, offset, ts if ts_type else -1))
+                    if offset + 1 >= high:
                         break
-                    if err.retriable():
-                        continue
-                    raise from_kafka_error(err, f"reading {topic}/{p}")
-                offset = msg.offset() or 0
-                if msg.key() == key:
-                    matched += 1
-                    ts_type, ts = msg.timestamp()
-                    kept.append(KeyRecord(msg.value(), p, offset, ts if ts_type else -1))
-                if offset + 1 >= high:
-                    break
-            consumer.unassign()
-    except KafkaException as exc:
-        raise translate(exc, f"reading {topic}") from None
+                consumer.unassign()
     finally:
         consumer.close()
     return KeyRead(tuple(kept), matched, parts, cut)

@@ -6,7 +6,8 @@ share: :class:`TopicRecord`, and the bounds :data:`BEGINNING`, :data:`END`,
 
 ::
 
-    for key, value, partition, offset in iter_topic("127.0.0.1:9092", "ownership.events"):
+    conn = KafkaConnection("127.0.0.1:9092")
+    for key, value, partition, offset in iter_topic(conn, "ownership.events"):
         replay.feed(value, key=key, offset=offset, source=f"{topic}/{partition}")
 
 * All partitions are assigned (no consumer group, nothing committed).
@@ -37,13 +38,14 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from streams.errors import BrokerError
 from streams.kafka.connection import KafkaConnection, check_reachable
 from streams.kafka.errors import (
     BrokerUnreachable,
     from_kafka_error,
+    kafka_errors,
     no_answer,
     topic_unavailable,
-    translate,
 )
 
 __all__ = [
@@ -131,7 +133,7 @@ _RECONNECT_BACKOFF_MAX_MS = 1000
 
 
 def iter_topic(
-    conn: KafkaConnection | str,
+    conn: KafkaConnection,
     topic: str,
     *,
     start: Bound = BEGINNING,
@@ -144,8 +146,8 @@ def iter_topic(
 ) -> Iterator[TopicRecord]:
     """Yield the records of ``topic`` with ``start <= position < end`` per
     partition (end exclusive; a :class:`Timestamp` end stops before the first
-    record at or after it). ``conn`` is a connection or a bare bootstrap
-    string; ``config`` adds librdkafka settings; ``timeout`` bounds each wait
+    record at or after it). ``conn``: the brokers and their security;
+    ``config`` adds librdkafka settings; ``timeout`` bounds each wait
     (default: the connection's connect timeout); ``only_partitions`` reads
     those partitions of the topic alone (default: every partition).
 
@@ -164,11 +166,8 @@ def iter_topic(
     record (so a restart is ridden out); past that,
     :class:`~streams.kafka.errors.BrokerUnreachable` names the broker and
     the cause."""
-    from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 
-    if isinstance(conn, str):
-        conn = KafkaConnection(conn)
-    conn.validate()
     if timeout is None:
         timeout = conn.connect_timeout
     check_reachable(conn)
@@ -188,17 +187,15 @@ def iter_topic(
     conf.update({k: v for k, v in tuning.items() if k not in conn.extra})
     conf = conn.librdkafka(**conf)
     conf.update(config or {})
-    try:
+    with kafka_errors("client settings"):  # a setting the client refuses (--kafka-config)
         consumer = Consumer(conf)
-    except KafkaException as exc:  # a setting the client refuses (--kafka-config)
-        raise translate(exc, "client settings") from None
     try:
         try:
-            meta = consumer.list_topics(topic, timeout=conn.connect_timeout)
-        except KafkaException as exc:
-            failure = translate(exc, f"topic {topic}")
+            with kafka_errors(f"topic {topic}"):
+                meta = consumer.list_topics(topic, timeout=conn.connect_timeout)
+        except BrokerError as unanswered:
             consumer.poll(0)  # serves librdkafka's queued log lines (debug shows them)
-            raise no_answer(conn.bootstrap_servers, conn.connect_timeout, failure) from None
+            raise no_answer(conn.bootstrap_servers, conn.connect_timeout, unanswered) from None
         tmeta = meta.topics.get(topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
             error = tmeta.error if tmeta is not None else None
@@ -206,9 +203,9 @@ def iter_topic(
         partitions = sorted(
             p for p in tmeta.partitions if only_partitions is None or p in only_partitions
         )
-        try:
-            lows: dict[int, int] = {}
-            highs: dict[int, int] = {}
+        lows: dict[int, int] = {}
+        highs: dict[int, int] = {}
+        with kafka_errors(f"offsets of {topic}"):
             for p in partitions:
                 lo, hi = consumer.get_watermark_offsets(
                     TopicPartition(topic, p), timeout=timeout, cached=False
@@ -218,8 +215,6 @@ def iter_topic(
             stop = resolve_bound(
                 consumer, topic, partitions, end, lows, highs, timeout, is_end=True
             )
-        except KafkaException as exc:
-            raise translate(exc, f"offsets of {topic}") from None
         if on_plan is not None:
             on_plan(dict(begin), dict(stop))
         if on_truncated is not None and not isinstance(start, Timestamp):

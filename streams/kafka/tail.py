@@ -25,9 +25,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from streams.errors import BrokerError
 from streams.kafka.clients import fetch_committed
 from streams.kafka.connection import KafkaConnection, check_reachable
-from streams.kafka.errors import from_kafka_error, no_answer, topic_unavailable, translate
+from streams.kafka.errors import from_kafka_error, kafka_errors, no_answer, topic_unavailable
 from streams.kafka.reader import BEGINNING, Bound, TopicRecord, resolve_bound
 
 __all__ = ["TopicTail"]
@@ -39,7 +40,7 @@ class TopicTail:
 
     def __init__(
         self,
-        conn: KafkaConnection | str,
+        conn: KafkaConnection,
         topic: str,
         *,
         group: str | None = None,
@@ -47,7 +48,7 @@ class TopicTail:
         stop_at_end: bool = False,
         timeout: float = 30.0,
     ) -> None:
-        from confluent_kafka import Consumer, KafkaException, TopicPartition
+        from confluent_kafka import Consumer, TopicPartition
 
         self.topic = topic
         self.group = group
@@ -55,8 +56,7 @@ class TopicTail:
         self._commit_results: list[tuple[int, int, str | None]] = []
         # Asynchronous commits sent and not answered yet (settle_commits).
         self._commits_in_flight = 0
-        conn = KafkaConnection(conn) if isinstance(conn, str) else conn
-        conn.validate()
+        self._reading = kafka_errors(f"reading {topic}")
         # An unreachable address fails here in the connect timeout, naming it.
         check_reachable(conn)
         self._conn = conn
@@ -81,27 +81,21 @@ class TopicTail:
             # (commit_results).
             "on_commit": self._on_commit,
         }
-        try:
+        with kafka_errors("configuring the consumer"):
             self._consumer = Consumer(conn.librdkafka(**conf))
-        except KafkaException as exc:
-            raise translate(exc, "configuring the consumer") from None
         try:
-            self._open(start, stop_at_end, TopicPartition)
-        except KafkaException as exc:
-            self._consumer.close()
-            raise translate(exc, f"topic {topic}") from None
+            with kafka_errors(f"topic {topic}"):
+                self._open(start, stop_at_end, TopicPartition)
         except BaseException:
             self._consumer.close()
             raise
 
     def _open(self, start: Bound, stop_at_end: bool, tp: Any) -> None:
-        from confluent_kafka import KafkaException
-
         c, topic, timeout = self._consumer, self.topic, self._timeout
         try:
-            meta = c.list_topics(topic, timeout=self._conn.connect_timeout)
-        except KafkaException as exc:
-            failure = translate(exc, f"topic {topic}")
+            with kafka_errors(f"topic {topic}"):
+                meta = c.list_topics(topic, timeout=self._conn.connect_timeout)
+        except BrokerError as failure:
             c.poll(0)  # serves the error callback, where refused credentials show
             raise no_answer(
                 self._conn.bootstrap_servers, self._conn.connect_timeout, failure
@@ -140,13 +134,11 @@ class TopicTail:
     def poll(self, timeout: float) -> TopicRecord | None:
         """The next record, or None when none came within ``timeout`` (or the
         bounded read is finished)."""
-        from confluent_kafka import OFFSET_END, KafkaError, KafkaException, TopicPartition
+        from confluent_kafka import OFFSET_END, KafkaError, TopicPartition
 
         while not self.finished:
-            try:
+            with self._reading:
                 msg = self._consumer.poll(timeout)
-            except KafkaException as exc:
-                raise translate(exc, f"reading {self.topic}") from None
             if msg is None:
                 return None
             err = msg.error()
@@ -180,19 +172,17 @@ class TopicTail:
     def commit(self, positions: Mapping[int, int], *, asynchronous: bool) -> None:
         """Store ``positions`` (partition -> next offset to read) as the
         group's position. A no-op without a group."""
-        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka import TopicPartition
 
         if self.group is None or not positions:
             return
         tps = [TopicPartition(self.topic, p, o) for p, o in sorted(positions.items())]
-        try:
+        with kafka_errors(f"committing the position of group {self.group}"):
             if asynchronous:
                 self._consumer.commit(offsets=tps, asynchronous=True)
                 self._commits_in_flight += 1
             else:
                 self._consumer.commit(offsets=tps, asynchronous=False)
-        except KafkaException as exc:
-            raise translate(exc, f"committing the position of group {self.group}") from None
 
     def _on_commit(self, err: Any, partitions: list[Any]) -> None:
         # Served by poll() on the polling thread (librdkafka's callback).

@@ -57,7 +57,7 @@ log = logging.getLogger(__name__)
 
 def _app_config(settings: LiveSettings, partitions: int) -> dict[str, Any]:
     conf: dict[str, Any] = {
-        **settings.kafka.faust_broker(),  # broker URLs and credentials
+        **settings.connection.faust_broker(),  # broker URLs and credentials
         "store": settings.store,
         "processing_guarantee": "exactly_once" if settings.exactly_once else "at_least_once",
         "topic_partitions": partitions,
@@ -206,7 +206,7 @@ class LiveRuntime:
         if self._counter is None:
             from streams.kafka.admin import TopicAdmin
 
-            self._counter = TopicAdmin(self.settings.kafka)
+            self._counter = TopicAdmin(self.settings.connection)
         return self.guard.check_count(self._counter)
 
     async def stop_on(self, change: PartitionChange) -> None:
@@ -397,7 +397,6 @@ def build_app(
     so every start rebuilds the state from the changelog read with
     read_committed: RocksDB keeps writes of transactions that were later
     aborted (a crash mid-transaction), the changelog does not."""
-    settings.validate()
     faust_seam.install()
     app = faust.App(settings.app_id, **_app_config(settings, partitions))
     if settings.store_kind == "rocksdb":

@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 def client_config(settings: LiveSettings) -> dict[str, Any]:
     """librdkafka settings equivalent to the worker's own connection."""
-    return settings.kafka.librdkafka()
+    return settings.connection.librdkafka()
 
 
 class FastMemoryStore(MemoryStore[bytes, bytes]):

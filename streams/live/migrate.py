@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streams.errors import BrokerError
-from streams.kafka.errors import translate
+from streams.errors import BrokerError, MigrationError
+from streams.kafka.errors import kafka_errors
 from streams.live.fast_restore import load_changelog
 from streams.live.processor import OutRecord, SourceRecord, processor_for
 from streams.live.settings import LiveSettings
@@ -53,10 +53,6 @@ __all__ = [
 ]
 
 _CHUNK = 500
-
-
-class MigrationError(BrokerError):
-    """The migration cannot run (or stopped): one line naming why."""
 
 
 def murmur2(data: bytes) -> int:
@@ -115,7 +111,7 @@ class MigrateReport:
 
 
 def _conf(settings: LiveSettings, **extra: Any) -> dict[str, Any]:
-    return settings.kafka.librdkafka(**extra)
+    return settings.connection.librdkafka(**extra)
 
 
 def _read_tail(
@@ -133,7 +129,7 @@ def _read_tail(
         ends.update(end)
 
     records = iter_topic(
-        settings.kafka,
+        settings.connection,
         topic,
         start=PartitionOffsets({p: max(o, 0) for p, o in starts.items()}),
         end=END,
@@ -228,7 +224,7 @@ def migrate_state(
     """Migrate ``changelog`` (the state of ``settings.app_id``) to
     ``partitions`` partitions (module docstring). Raises
     :class:`MigrationError` / :class:`~streams.errors.BrokerError`."""
-    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+    from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient
 
     place = PARTITIONERS.get(partitioner)
@@ -238,7 +234,9 @@ def migrate_state(
         raise ValueError(f"partitions must be >= 1, got {partitions}")
     from streams.kafka.admin import TopicAdmin
 
-    counts = TopicAdmin(settings.kafka).partitions([settings.events_topic, changelog])
+    topics = TopicAdmin(settings.connection)
+    topics.probe()  # an unreachable broker: one line naming it and the cause
+    counts = topics.partitions([settings.events_topic, changelog])
     events = counts.get(settings.events_topic)
     if events is None:
         raise MigrationError(f"topic {settings.events_topic} not found", code="UNKNOWN_TOPIC")
@@ -264,10 +262,8 @@ def migrate_state(
     # times out: wait for that, within the timeout.
     deadline = time.monotonic() + timeout_s
     while True:
-        try:
+        with kafka_errors(f"describing group {settings.app_id}"):
             members = _group_members(admin, settings.app_id, timeout_s)
-        except KafkaException as exc:
-            raise translate(exc, f"describing group {settings.app_id}") from None
         if not members or time.monotonic() > deadline:
             break
         time.sleep(0.5)
@@ -276,10 +272,8 @@ def migrate_state(
             f"group {settings.app_id} has {members} active member(s): stop every worker first",
             code="GROUP_ACTIVE",
         )
-    try:
+    with kafka_errors(f"committed offsets of {settings.app_id}"):
         committed = _committed(settings, range(partitions), timeout_s)
-    except KafkaException as exc:
-        raise translate(exc, f"committed offsets of {settings.app_id}") from None
     moved_early = sorted(p for p, o in committed.items() if p >= was and o >= 0)
     if moved_early:
         raise MigrationError(
@@ -326,34 +320,34 @@ def migrate_state(
             fh.write(json.dumps({"key": b64(key).decode(), "value": b64(value).decode()}) + "\n")
     log(f"state backup: {backup}")
     try:
-        _recreate(admin, changelog, partitions, timeout_s)
-        producer = Producer(
-            _conf(
-                settings,
-                **{
-                    "transactional.id": f"{settings.app_id}-migrate",
-                    # findings and status: placed like the faust worker's (aiokafka) producer
-                    "partitioner": "murmur2_random",
-                    "transaction.timeout.ms": int(timeout_s * 1000),
-                },
+        with kafka_errors(f"migrating {changelog}"):
+            _recreate(admin, changelog, partitions, timeout_s)
+            producer = Producer(
+                _conf(
+                    settings,
+                    **{
+                        "transactional.id": f"{settings.app_id}-migrate",
+                        # findings and status: placed like the faust worker's (aiokafka) producer
+                        "partitioner": "murmur2_random",
+                        "transaction.timeout.ms": int(timeout_s * 1000),
+                    },
+                )
             )
-        )
-        producer.init_transactions(timeout_s)
-        producer.begin_transaction()
-        for rec in [*outputs, *status.values()]:
-            _produce(producer, rec.topic, rec.key, rec.value, rec.partition, rec.headers)
-        for key, value in state.items():
-            _produce(producer, changelog, key, value, place(key, partitions), ())
-        group = Consumer(_conf(settings, **{"group.id": settings.app_id}))
-        try:
-            meta = group.consumer_group_metadata()
-        finally:
-            group.close()
-        offsets = [TopicPartition(settings.events_topic, p, ends[p]) for p in range(was)]
-        producer.send_offsets_to_transaction(offsets, meta, timeout_s)
-        producer.commit_transaction(timeout_s)
-    except KafkaException as exc:
-        err = translate(exc, f"migrating {changelog}")
+            producer.init_transactions(timeout_s)
+            producer.begin_transaction()
+            for rec in [*outputs, *status.values()]:
+                _produce(producer, rec.topic, rec.key, rec.value, rec.partition, rec.headers)
+            for key, value in state.items():
+                _produce(producer, changelog, key, value, place(key, partitions), ())
+            group = Consumer(_conf(settings, **{"group.id": settings.app_id}))
+            try:
+                meta = group.consumer_group_metadata()
+            finally:
+                group.close()
+            offsets = [TopicPartition(settings.events_topic, p, ends[p]) for p in range(was)]
+            producer.send_offsets_to_transaction(offsets, meta, timeout_s)
+            producer.commit_transaction(timeout_s)
+    except BrokerError as err:
         raise MigrationError(f"{err} (the state is in {backup})", code=err.code) from None
     return MigrateReport(changelog, was, partitions, len(state), tail_events, findings, backup)
 

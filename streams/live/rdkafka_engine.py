@@ -159,7 +159,7 @@ class RdkafkaEngine:
         self._announced: tuple[int, ...] | None = None
         self._next_tick = 0.0
         self._highwaters: dict[int, int] = {}
-        self._client = settings.kafka.librdkafka()
+        self._client = settings.connection.librdkafka()
         conf = dict(self._client)
         conf.update(
             {
@@ -265,7 +265,7 @@ class RdkafkaEngine:
                 self._next_count_check = now + 2.0
                 from streams.kafka.admin import TopicAdmin
 
-                change = self.guard.check_count(TopicAdmin(self.settings.kafka))
+                change = self.guard.check_count(TopicAdmin(self.settings.connection))
                 if change is not None:
                     raise PartitionsChanged(change)
             if now >= self._next_tick:
@@ -694,4 +694,3 @@ class RdkafkaEngine:
             where,
             "exactly-once" if self.eos else "at-least-once",
         )
-

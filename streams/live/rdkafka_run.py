@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streams.kafka.admin import TopicAdmin
 from streams.kafka.topics import TopicSpec
@@ -29,8 +29,10 @@ from streams.live.changelog import changelog_topic
 from streams.live.metrics import LiveMetrics, MetricsServer
 from streams.live.partitions import PartitionsChanged, check_state_layout
 from streams.live.rdkafka_engine import RdkafkaEngine
-from streams.live.settings import LiveSettings, prepare_local_state
-from streams.live.topics import ensure_topics
+from streams.live.settings import LiveSettings
+
+if TYPE_CHECKING:
+    from streams.live.prepare import Prepared
 
 __all__ = ["STOP_BOUND_S", "run_rdkafka"]
 
@@ -43,10 +45,9 @@ _GC_THRESHOLDS = (20_000, 10, 10)
 log = logging.getLogger(__name__)
 
 
-def _ensure_changelog(settings: LiveSettings, partitions: int) -> None:
+def _ensure_changelog(settings: LiveSettings, partitions: int, admin: TopicAdmin) -> None:
     """The state changelog, compacted, partitioned like the input: the topic
     faust creates for its table, created here when missing."""
-    admin = TopicAdmin(settings.kafka, timeout_s=30.0)
     name = changelog_topic(settings.app_id)
     admin.ensure([TopicSpec(name, partitions, settings.replication, {"cleanup.policy": "compact"})])
 
@@ -73,15 +74,15 @@ def _hard_exit(code: int, line: str) -> None:
     os._exit(code)
 
 
-def run_rdkafka(settings: LiveSettings) -> int:
-    """Run the rdkafka engine until SIGTERM/SIGINT; the exit status."""
-    prepare_local_state(settings)
-    partitions = ensure_topics(settings)
-    _ensure_changelog(settings, partitions)
+def run_rdkafka(settings: LiveSettings, prepared: Prepared) -> int:
+    """Run the rdkafka engine until SIGTERM/SIGINT, once ``prepared``
+    (:func:`streams.live.runner.prepare`); the exit status."""
+    partitions = prepared.partitions
+    _ensure_changelog(settings, partitions, prepared.admin)
     # A changelog partitioned for another count: the events topic grew while
     # the workers were stopped (streams/live/partitions.py), as the faust engine checks.
     change = check_state_layout(
-        TopicAdmin(settings.kafka), settings.events_topic, changelog_topic(settings.app_id)
+        prepared.admin, settings.events_topic, changelog_topic(settings.app_id)
     )
     if change is not None:
         raise PartitionsChanged(change)
@@ -108,6 +109,7 @@ def run_rdkafka(settings: LiveSettings) -> int:
             _hard_exit(128 + signum, f"{name} again: stopping at once")
         log.info("%s: stopping (at most %.0f s)", name, STOP_BOUND_S)
         engine.stop()
+
         def too_long() -> None:
             _hard_exit(
                 1,

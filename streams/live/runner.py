@@ -11,8 +11,8 @@ from streams.live.app import TABLE_NAME, build_app
 from streams.live.faust_run import GC_THRESHOLDS, run_faust
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionsChanged, check_state_layout
-from streams.live.settings import LiveSettings, prepare_local_state
-from streams.live.topics import ensure_topics
+from streams.live.prepare import Prepared, prepare
+from streams.live.settings import LiveSettings
 
 __all__ = ["GC_THRESHOLDS", "WorkerCrashed", "changelog_topic", "prepare_app", "run_worker"]
 
@@ -25,31 +25,39 @@ def changelog_topic(settings: LiveSettings) -> str:
     return f"{settings.app_id}-{TABLE_NAME}-changelog"
 
 
-def prepare_app(settings: LiveSettings, *, metrics: LiveMetrics | None = None) -> Any:
-    """Check the local state directory (created with its parents), create
-    missing topics, read the input's partition count, build the app."""
-    prepare_local_state(settings)
-    partitions = ensure_topics(settings)
+def prepare_app(
+    settings: LiveSettings,
+    prepared: Prepared | None = None,
+    *,
+    metrics: LiveMetrics | None = None,
+) -> Any:
+    """Build the faust app for ``settings``, once ``prepared`` (done here
+    when not given); a changelog partitioned for another count than the input
+    refuses the start."""
+    prepared = prepared or prepare(settings)
     # A changelog partitioned for another count: the events topic grew while
     # the workers were stopped (streams/live/partitions.py).
-    from streams.kafka.admin import TopicAdmin
-
-    change = check_state_layout(
-        TopicAdmin(settings.kafka), settings.events_topic, changelog_topic(settings)
-    )
+    change = check_state_layout(prepared.admin, settings.events_topic, changelog_topic(settings))
     if change is not None:
         raise PartitionsChanged(change)
-    log.info("starting %r with %d partitions", settings, partitions)
-    return build_app(settings, partitions=partitions, metrics=metrics)
+    log.info("starting %r with %d partitions", settings, prepared.partitions)
+    return build_app(settings, partitions=prepared.partitions, metrics=metrics)
 
 
-def run_worker(settings: LiveSettings) -> int:
+def run_worker(settings: LiveSettings, prepared: Prepared | None = None) -> int:
     """Run a worker for ``settings`` until SIGTERM/SIGINT (graceful:
     commits the open transactions, bounded) and return the exit status; the
     engine is ``settings.engine`` (faust in :mod:`streams.live.faust_run`,
-    rdkafka in :mod:`streams.live.rdkafka_run`)."""
+    rdkafka in :mod:`streams.live.rdkafka_run`). ``prepared``: what
+    :func:`prepare` made (done here when not given)."""
+    prepared = prepared or prepare(settings)
     if settings.engine == "rdkafka":
         from streams.live.rdkafka_run import run_rdkafka
 
-        return run_rdkafka(settings)
-    return run_faust(settings, lambda metrics: prepare_app(settings, metrics=metrics))
+        return run_rdkafka(settings, prepared)
+    # A fenced app is replaced by a fresh one built on the same preparation
+    # (a changed partition count is still refused by prepare_app's check).
+    def build(metrics: LiveMetrics) -> Any:
+        return prepare_app(settings, prepared, metrics=metrics)
+
+    return run_faust(settings, build)

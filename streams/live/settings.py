@@ -4,6 +4,8 @@
 The Kafka connection (bootstrap servers, security, connect timeout) is one
 :class:`~streams.kafka.connection.KafkaConnection`, read from the same
 variables as every other command; its ``repr`` redacts the credentials.
+Settings are checked once, when made (:meth:`LiveSettings.validate` runs in
+``__post_init__``).
 """
 
 from __future__ import annotations
@@ -56,9 +58,10 @@ _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 @dataclass(frozen=True, slots=True)
 class LiveSettings:
-    """Everything the live processor needs; build the app from this only."""
+    """Everything the live processor needs; build the app from this only.
+    Checked when made: a bad setting is a :class:`ConfigError` naming it."""
 
-    kafka: KafkaConnection
+    connection: KafkaConnection
     events_topic: str = DEFAULT_EVENTS_TOPIC
     findings_topic: str = DEFAULT_FINDINGS_TOPIC
     #: ``None``: ``<events_topic>.dlq`` (SPEC §7).
@@ -99,9 +102,12 @@ class LiveSettings:
     #: Which engine runs the processor (:data:`ENGINES`).
     engine: str = "faust"
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     @property
     def bootstrap_servers(self) -> str:
-        return self.kafka.bootstrap_servers
+        return self.connection.bootstrap_servers
 
     @property
     def dlq(self) -> str:
@@ -120,7 +126,8 @@ class LiveSettings:
         return f"LiveSettings({', '.join(parts)})"
 
     def validate(self) -> LiveSettings:
-        self.kafka.validate()
+        """Raise :class:`ConfigError` naming the first bad setting (the
+        connection checked itself when it was made)."""
         for name in ("events_topic", "findings_topic", "status_topic", "app_id"):
             if not getattr(self, name):
                 raise ConfigError(f"{name} must not be empty")
@@ -194,11 +201,16 @@ _ENV: tuple[tuple[str, str, Any], ...] = (
 
 
 def settings_from_env(
-    env: Mapping[str, str], overrides: Mapping[str, Any] | None = None
+    env: Mapping[str, str],
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    connection: KafkaConnection | None = None,
 ) -> LiveSettings:
     """Settings from ``FENCEWATCH_*`` variables in ``env``, then ``overrides``
     (CLI flags by setting name, the connection's by its field name; ``None``
-    values mean "not given"). Raises :class:`ConfigError`."""
+    values mean "not given"). ``connection``: the one the caller already
+    made (``fencewatch run`` makes it from its flags); else it is read from
+    ``env`` and ``overrides``. Raises :class:`ConfigError`."""
     values: dict[str, Any] = {}
     for name, suffix, parse in _ENV:
         raw = env.get(ENV_PREFIX + suffix)
@@ -208,9 +220,10 @@ def settings_from_env(
             except ValueError as exc:
                 raise ConfigError(f"{ENV_PREFIX}{suffix}: {exc}") from None
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
-    kafka = connection_from_env(env, {k: v for k, v in given.items() if k in FIELDS})
+    if connection is None:
+        connection = connection_from_env(env, {k: v for k, v in given.items() if k in FIELDS})
     values.update({k: v for k, v in given.items() if k not in FIELDS})
-    return LiveSettings(kafka, **values).validate()
+    return LiveSettings(connection, **values)
 
 
 def require_store_extra(settings: LiveSettings) -> None:
@@ -223,10 +236,9 @@ def require_store_extra(settings: LiveSettings) -> None:
 
 
 def prepare_local_state(settings: LiveSettings) -> Path:
-    """Check what the store needs locally and create the data directory with
-    its parents; returns its absolute path. Raises :class:`ConfigError`
-    naming the problem (a missing extra, a directory that cannot be made)."""
-    require_store_extra(settings)
+    """Create the data directory with its parents; returns its absolute
+    path. Raises :class:`ConfigError` naming a directory that cannot be made.
+    (The store's extra is :func:`require_store_extra`, checked before.)"""
     path = Path(settings.data_dir).expanduser().absolute()
     try:
         path.mkdir(parents=True, exist_ok=True)

@@ -6,21 +6,26 @@ table must be partitioned exactly like it)."""
 from __future__ import annotations
 
 from streams.errors import BrokerError
+from streams.kafka.admin import TopicAdmin, TopicResult
 from streams.kafka.admin import ensure_topics as _ensure
 from streams.live.settings import LiveSettings
 
 __all__ = ["ensure_topics"]
 
 
-def ensure_topics(settings: LiveSettings) -> int:
-    """Create the missing topics of ``settings`` and return the events topic's
-    partition count; an existing events topic whose count differs from an
+def ensure_topics(
+    settings: LiveSettings, admin: TopicAdmin | None = None
+) -> tuple[int, tuple[TopicResult, ...]]:
+    """Create the missing topics of ``settings`` (through ``admin`` when
+    given) and return the events topic's partition count and what was found
+    or created per topic; an existing events topic whose count differs from an
     explicit ``settings.partitions`` is an error (the table would not match)."""
     results = _ensure(
-        settings.kafka,
+        settings.connection,
         settings.topic_names,
         partitions=settings.partitions,
         replication_factor=settings.replication,
+        admin=admin,
     )
     events = next(r for r in results if r.name == settings.events_topic)
     if settings.partitions is not None and events.partitions != settings.partitions:
@@ -29,4 +34,4 @@ def ensure_topics(settings: LiveSettings) -> int:
             f"settings say {settings.partitions}",
             code="PARTITIONS_MISMATCH",
         )
-    return events.partitions
+    return events.partitions, tuple(results)

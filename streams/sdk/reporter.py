@@ -75,10 +75,12 @@ _DELIVERY_DOWN = frozenset({"_MSG_TIMED_OUT", "_TIMED_OUT", "_TRANSPORT", *_LINK
 
 @dataclass(frozen=True, slots=True)
 class ReporterSettings:
-    """Where and as whom to report. ``bootstrap_servers`` is ``HOST:PORT[,...]``
-    or a :class:`~streams.kafka.connection.KafkaConnection` (with credentials:
-    ``connection_from_env(os.environ)`` reads the same ``FENCEWATCH_*``
-    variables as the CLI). ``extra`` is passed to the Kafka producer (it
+    """Where and as whom to report. ``bootstrap_servers`` is a
+    :class:`~streams.kafka.connection.KafkaConnection` (with credentials:
+    ``KafkaConnection.from_env()`` reads the same ``FENCEWATCH_*`` variables
+    as the CLI) or, the one convenience at the SDK's edge (docs/sdk.md), a
+    plain ``HOST:PORT[,...]`` string (PLAINTEXT); :attr:`connection` is the
+    connection either way. ``extra`` is passed to the Kafka producer (it
     cannot turn idempotence or ``acks=all`` off)."""
 
     bootstrap_servers: str | KafkaConnection
@@ -105,10 +107,7 @@ class ReporterSettings:
 
         servers = self.bootstrap_servers
         if isinstance(servers, KafkaConnection):
-            try:
-                servers.validate()
-            except ConfigError as exc:
-                raise bad("bootstrap_servers", str(exc)) from None
+            pass  # checked when it was made
         elif isinstance(servers, str):
             try:
                 split_servers(servers)
@@ -280,7 +279,7 @@ class OwnershipReporter:
         if settings.check_broker:
             # The CLI's probe: TCP to a bootstrap server, then one metadata
             # answer, both within the connect timeout; one line if not.
-            TopicAdmin(conn.replace(extra={**conn.extra, **_quiet_client(None)}))
+            TopicAdmin(conn.replace(extra={**conn.extra, **_quiet_client(None)})).probe()
         self._lock = threading.Lock()
         self._broker_up = True
         self._published = self._delivered = self._undelivered = 0

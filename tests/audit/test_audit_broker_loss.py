@@ -19,6 +19,7 @@ from confluent_kafka import Producer
 import streams.kafka.reader as reader
 from streams.cli import main
 from streams.kafka import TopicAdmin, TopicSpec
+from streams.kafka.connection import KafkaConnection
 from tests.report.scale import ordinary_workflow
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults]
@@ -38,7 +39,7 @@ SMALL_FETCHES = [
 
 def _topic(bootstrap: str) -> str:
     topic = f"audit-loss-{time.monotonic_ns()}"
-    TopicAdmin(bootstrap).ensure([TopicSpec(topic, 3, 1)])
+    TopicAdmin(KafkaConnection(bootstrap)).ensure([TopicSpec(topic, 3, 1)])
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for k in range(N_WORKFLOWS):
         for doc in ordinary_workflow(k):

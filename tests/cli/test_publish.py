@@ -16,13 +16,14 @@ import pytest
 from streams.cli import main
 from streams.cli.publish import _lines
 from streams.kafka import TopicAdmin, iter_topic
+from streams.kafka.connection import KafkaConnection
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = REPO / "examples" / "reference.jsonl"
 
 
 def _records(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None]]:
-    return [(key, value) for key, value, _p, _o in iter_topic(bootstrap, topic)]
+    return [(key, value) for key, value, _p, _o in iter_topic(KafkaConnection(bootstrap), topic)]
 
 
 def test_invalid_lines_are_reported_by_line_and_field_and_never_sent(
@@ -127,7 +128,7 @@ def test_publishing_a_file_twice_changes_no_finding(
 
     def audit(topic: str) -> tuple[list[tuple[str, str]], int]:
         r = Replay()
-        for key, value, p, o in iter_topic(kafka_bootstrap, topic):
+        for key, value, p, o in iter_topic(KafkaConnection(kafka_bootstrap), topic):
             r.feed(value or b"", key=key, offset=o, source=f"{topic}/{p}")
         kinds = sorted((f.kind.value, f.finding_id) for f in r.latest_findings())
         return kinds, r.summary()["redeliveries_dropped"]

@@ -10,6 +10,7 @@ import pytest
 from streams.cli import main
 from streams.demo.split_brain import SplitBrainPlan
 from streams.demo.worker import WorkerPlan
+from streams.kafka.connection import KafkaConnection
 
 FIXTURE = Path(__file__).resolve().parents[2] / "examples" / "reference.jsonl"
 
@@ -65,7 +66,7 @@ def test_messages_name_flags_not_internal_names(capsys: pytest.CaptureFixture[st
     with pytest.raises(ValueError, match=r"^--ttl and --tool-seconds must be positive$"):
         SplitBrainPlan(ttl=0)
     with pytest.raises(ValueError, match=r"^--wait-seconds must be positive$"):
-        WorkerPlan("b:1", "sqlite:///x.db", "k", "w", "e", wait_seconds=0)
+        WorkerPlan(KafkaConnection("b:1"), "sqlite:///x.db", "k", "w", "e", wait_seconds=0)
 
 
 def test_audit_and_demo_use_the_same_severity_word(capsys: pytest.CaptureFixture[str]) -> None:

@@ -60,11 +60,11 @@ def test_run_replication_3_creates_its_topics_with_min_insync_replicas_2(
     """The live processor's topic creation with replication 3 sets min ISR 2 too."""
     base = f"cl-{uuid.uuid4().hex[:8]}"
     settings = LiveSettings(
-        kafka=KafkaConnection(kafka_cluster.bootstrap),
+        connection=KafkaConnection(kafka_cluster.bootstrap),
         events_topic=f"{base}.events",
         findings_topic=f"{base}.findings",
         status_topic=f"{base}.status",
         replication=3,
     )
-    assert ensure_topics(settings) >= 1
+    assert ensure_topics(settings)[0] >= 1
     _check_replicated(kafka_cluster.bootstrap, settings.topic_names.all())

@@ -21,6 +21,7 @@ import orjson
 from streams.console.app import ConsoleApp
 from streams.console.view import workflow_href
 from streams.core.replay import Replay
+from streams.kafka.connection import KafkaConnection
 from streams.kafka.keyread import key_partitions
 from streams.kafka.reader import END
 from streams.kafka.tail import TopicTail
@@ -96,7 +97,7 @@ def test_list_loads_and_a_new_finding_appears_within_2s_without_reload(
     browser.evaluate("window.__sameDocument = 1")
     key = "live/arrives-later"
     seen = threading.Event()
-    tail = TopicTail(stack.harness.bootstrap, stack.harness.findings, start=END)
+    tail = TopicTail(KafkaConnection(stack.harness.bootstrap), stack.harness.findings, start=END)
     landed: list[float] = []
 
     def watch() -> None:

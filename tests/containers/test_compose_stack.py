@@ -15,6 +15,7 @@ import yaml
 
 from streams.demo import kafka_io
 from streams.demo.findings import REFERENCE_EXPECTED
+from streams.kafka.connection import KafkaConnection
 from streams.kafka.topics import DEFAULT_EVENTS_TOPIC, DEFAULT_FINDINGS_TOPIC
 from streams.live.settings import LiveSettings
 from tests.containers.conftest import ROOT, docker
@@ -101,11 +102,13 @@ def test_stack_turns_the_fixture_into_four_findings_is_scraped_and_leaves_nothin
 
 def _check_findings_and_scrape() -> None:
     records = kafka_io.jsonl_records(ROOT / "examples" / "reference.jsonl")
-    assert kafka_io.publish(HOST_BOOTSTRAP, DEFAULT_EVENTS_TOPIC, records) == 16
+    assert kafka_io.publish(KafkaConnection(HOST_BOOTSTRAP), DEFAULT_EVENTS_TOPIC, records) == 16
     app_id = LiveSettings.__dataclass_fields__["app_id"].default
     # Findings commit in the same transactions as the worker's offsets.
-    kafka_io.wait_committed(HOST_BOOTSTRAP, app_id, DEFAULT_EVENTS_TOPIC, _PROCESSED_TIMEOUT_S)
-    latest, _ = kafka_io.latest_findings(HOST_BOOTSTRAP, DEFAULT_FINDINGS_TOPIC)
+    kafka_io.wait_committed(
+        KafkaConnection(HOST_BOOTSTRAP), app_id, DEFAULT_EVENTS_TOPIC, _PROCESSED_TIMEOUT_S
+    )
+    latest, _ = kafka_io.latest_findings(KafkaConnection(HOST_BOOTSTRAP), DEFAULT_FINDINGS_TOPIC)
     found = {(f.workflow_key, f.kind.value, f.event_seq) for f in latest}
     assert found == REFERENCE_EXPECTED
 

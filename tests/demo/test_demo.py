@@ -21,6 +21,7 @@ import pytest
 
 from streams.cli import main
 from streams.kafka.admin import TopicAdmin
+from streams.kafka.connection import KafkaConnection
 from streams.kafka.reader import iter_topic
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +47,7 @@ def run_ids_alive(run_id: str) -> list[str]:
 def delete_run(bootstrap: str, run_id: str) -> None:
     """Remove what a demo run kept (or left behind when killed)."""
     app = f"fencewatch-demo-{run_id}"
-    TopicAdmin(bootstrap).delete(
+    TopicAdmin(KafkaConnection(bootstrap)).delete(
         [
             f"{app}.events",
             f"{app}.findings",
@@ -75,7 +76,7 @@ class Demo:
     def latest(self) -> dict[str, dict[str, Any]]:
         """Latest revision of each finding, read here (read_committed)."""
         latest: dict[str, dict[str, Any]] = {}
-        for rec in iter_topic(self.bootstrap, self.findings, timeout=20):
+        for rec in iter_topic(KafkaConnection(self.bootstrap), self.findings, timeout=20):
             doc = json.loads(rec.value or b"")
             if (
                 doc["finding_id"] not in latest
@@ -263,4 +264,4 @@ def test_demo_without_a_broker_address_is_a_usage_error(
     """No --bootstrap-servers and no KAFKA_BOOTSTRAP: exit 2 with a message."""
     monkeypatch.delenv("KAFKA_BOOTSTRAP", raising=False)
     assert main(["demo", "live"]) == 2
-    assert "--bootstrap-servers is required" in capsys.readouterr().err
+    assert "bootstrap servers are required (--bootstrap-servers" in capsys.readouterr().err

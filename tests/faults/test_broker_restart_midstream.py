@@ -16,6 +16,7 @@ import pytest
 
 from streams.core import EventType
 from streams.kafka.admin import TopicAdmin, TopicSpec
+from streams.kafka.connection import KafkaConnection
 from streams.kafka.reader import iter_topic
 from streams.sdk import OwnershipReporter, ReporterSettings
 from tests.live.conftest import LiveHarness
@@ -25,7 +26,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.faults]
 
 def topic_factory(bootstrap: str) -> Callable[..., str]:
     """``unique_topic`` for a broker other than the session's."""
-    admin = TopicAdmin(bootstrap, timeout_s=60.0)
+    admin = TopicAdmin(KafkaConnection(bootstrap), timeout_s=60.0)
 
     def make(
         partitions: int = 1, prefix: str | None = None, config: dict[str, str] | None = None
@@ -147,7 +148,7 @@ def test_sdk_reporter_rides_out_a_broker_restart(restartable_kafka: Any) -> None
 
     got: dict[str, list[int]] = {}
     ids: Counter[str] = Counter()
-    for key, value, _p, _o in iter_topic(broker.bootstrap, topic, timeout=60):
+    for key, value, _p, _o in iter_topic(KafkaConnection(broker.bootstrap), topic, timeout=60):
         doc = json.loads(value or b"{}")
         assert key is not None
         got.setdefault(key.decode(), []).append(doc["seq"])

@@ -14,6 +14,7 @@ import pytest
 
 from streams.core import KeyState
 from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, DEFAULT_MAX_FINDINGS_PER_KEY
+from streams.kafka.connection import KafkaConnection
 from streams.kafka.reader import iter_topic
 from streams.live.processor import split_value
 from tests.live.conftest import ENGINES
@@ -112,7 +113,7 @@ def test_one_key_flood_keeps_its_state_bounded(
     # The flooded key's last stored state (the changelog is the table's truth).
     last: bytes | None = None
     changelog = f"{h.app_id}-owner-state-changelog"
-    for key, value, _p, _o in iter_topic(h.bootstrap, changelog, timeout=60):
+    for key, value, _p, _o in iter_topic(KafkaConnection(h.bootstrap), changelog, timeout=60):
         if key == FLOOD_KEY.encode() and value is not None:
             last = value
     assert last is not None

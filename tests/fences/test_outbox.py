@@ -26,6 +26,7 @@ from streams.fences.outbox import (
     parse_effect_message,
     transactional_id_for,
 )
+from streams.kafka.connection import KafkaConnection
 
 from .conftest import Backend, FrozenClock, read_topic
 
@@ -79,7 +80,7 @@ def world(tmp_path: Path, frozen_clock: FrozenClock) -> Any:
         ) -> OutboxProducer:
             p = OutboxProducer(
                 self.db,
-                OutboxSettings(bootstrap, topic, op_timeout_s=30, **kw),
+                OutboxSettings(KafkaConnection(bootstrap), topic, op_timeout_s=30, **kw),
                 workflow_key=key,
                 epoch=epoch,
                 worker_id=worker,

@@ -20,6 +20,7 @@ from streams.findings import (
     FindingsSettings,
     RevisionTracker,
 )
+from streams.kafka.connection import KafkaConnection
 from tests.findings.conftest import fixture_findings, produce_findings, synthetic_findings
 
 
@@ -41,7 +42,7 @@ def test_bounded_read_gives_the_latest_revision_of_each_finding(
 ) -> None:
     """The fixture's five revisions read back as four findings, stale_attempt at revision 2."""
     topic = findings_topic()
-    with FindingsConsumer(FindingsSettings(kafka_bootstrap, topic)) as c:
+    with FindingsConsumer(FindingsSettings(KafkaConnection(kafka_bootstrap), topic)) as c:
         latest = c.latest()
     by_kind = {f.kind: f for f in latest}
     assert len(latest) == 4
@@ -59,7 +60,9 @@ def test_filters_select_by_severity_kind_and_workflow(
     topic = findings_topic()
 
     def kinds(flt: FindingFilter) -> set[str]:
-        with FindingsConsumer(FindingsSettings(kafka_bootstrap, topic, filter=flt)) as c:
+        with FindingsConsumer(
+            FindingsSettings(KafkaConnection(kafka_bootstrap), topic, filter=flt)
+        ) as c:
             return {f.kind.value for f in c.latest()}
 
     assert kinds(FindingFilter(min_severity=Severity.INCIDENT)) == {
@@ -76,7 +79,7 @@ def test_position_is_committed_only_after_the_handler_returns(
     """A handler that fails on the 3rd delivery: a restart in the same group starts at the 3rd."""
     findings = synthetic_findings(6, revisions=1)
     topic = findings_topic(findings, partitions=1)
-    settings = FindingsSettings(kafka_bootstrap, topic, group="g-commit")
+    settings = FindingsSettings(KafkaConnection(kafka_bootstrap), topic, group="g-commit")
     seen: list[str] = []
 
     def handler(d: Delivery) -> None:
@@ -99,7 +102,9 @@ def test_follow_delivers_new_revisions_as_updates_and_never_twice(
     """Following from 'new': a redelivered revision is dropped, a newer one is marked an update."""
     topic = findings_topic([], partitions=1)
     one, two = synthetic_findings(1, revisions=2)
-    settings = FindingsSettings(kafka_bootstrap, topic, start=ONLY_NEW, follow=True)
+    settings = FindingsSettings(
+        KafkaConnection(kafka_bootstrap), topic, start=ONLY_NEW, follow=True
+    )
     got: list[Delivery] = []
     with FindingsConsumer(settings) as c:
         produce_findings(kafka_bootstrap, topic, [one, one, two, one, two])
@@ -133,7 +138,9 @@ def test_since_starts_at_the_first_record_at_or_after_the_time(
     cut = int(time.time() * 1000)
     time.sleep(0.05)
     produce_findings(kafka_bootstrap, topic, [late])
-    with FindingsConsumer(FindingsSettings(kafka_bootstrap, topic, start=Since(cut))) as c:
+    with FindingsConsumer(
+        FindingsSettings(KafkaConnection(kafka_bootstrap), topic, start=Since(cut))
+    ) as c:
         assert [f.finding_id for f in c.latest()] == [late.finding_id]
 
 
@@ -168,7 +175,9 @@ def test_a_kind_filter_applies_to_the_latest_revision_of_a_bounded_read(
 
     def read(kind: Kind) -> list[tuple[str, int]]:
         flt = FindingFilter(kinds=frozenset({kind}))
-        with FindingsConsumer(FindingsSettings(kafka_bootstrap, topic, filter=flt)) as c:
+        with FindingsConsumer(
+            FindingsSettings(KafkaConnection(kafka_bootstrap), topic, filter=flt)
+        ) as c:
             return [(f.finding_id, f.revision) for f in c.latest()]
 
     def expected(kind: Kind) -> list[tuple[str, int]]:
@@ -189,7 +198,9 @@ def test_follow_under_a_kind_filter_follows_a_shown_finding_through_its_escalati
     topic = findings_topic([], partitions=1)
     findings = _escalation_findings()
     flt = FindingFilter(kinds=frozenset({Kind.DUPLICATE_COMMIT}))
-    settings = FindingsSettings(kafka_bootstrap, topic, start=ONLY_NEW, follow=True, filter=flt)
+    settings = FindingsSettings(
+        KafkaConnection(kafka_bootstrap), topic, start=ONLY_NEW, follow=True, filter=flt
+    )
     got: list[Delivery] = []
     with FindingsConsumer(settings) as c:
         produce_findings(kafka_bootstrap, topic, findings)
@@ -233,7 +244,7 @@ def test_a_bounded_read_ends_at_the_end_offsets_captured_at_start(
     ab.abort_transaction(30)
     open_txn = txn_producer(f"{topic}-p")  # stays open while the read runs
     try:
-        with FindingsConsumer(FindingsSettings(kafka_bootstrap, topic)) as c:
+        with FindingsConsumer(FindingsSettings(KafkaConnection(kafka_bootstrap), topic)) as c:
             produce_findings(kafka_bootstrap, topic, after)
             started = time.monotonic()
             got = {f.finding_id for f in c.latest()}
@@ -288,7 +299,9 @@ def test_close_waits_for_the_answer_to_a_commit_in_flight_and_does_not_commit_ag
         return readers[-1]
 
     c = FindingsConsumer(
-        FindingsSettings("127.0.0.1:9", "t", group="g", follow=True, commit_interval_s=0.0),
+        FindingsSettings(
+            KafkaConnection("127.0.0.1:9"), "t", group="g", follow=True, commit_interval_s=0.0
+        ),
         tail=factory,  # type: ignore[arg-type]
     )
     d = c.poll(0.1)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from streams.cli import main
+from streams.kafka.connection import KafkaConnection
 from tests.findings.conftest import (
     fixture_event_lines,
     fixture_findings,
@@ -265,7 +266,7 @@ def test_verify_takes_the_current_epoch_from_the_status_topic(
     assert rc == 0, capsys.readouterr().err
     from streams.kafka.tail import TopicTail
 
-    tail = TopicTail(kafka_bootstrap, events, stop_at_end=True)
+    tail = TopicTail(KafkaConnection(kafka_bootstrap), events, stop_at_end=True)
     try:
         tail.poll(10)  # the effect_attempted produced above
         rec = tail.poll(10)
@@ -288,7 +289,7 @@ def _attempt(key: str, effect: str, epoch: int = 7) -> bytes:
 def _end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
     from streams.kafka import end_offsets
 
-    return dict(end_offsets(bootstrap, topic))
+    return dict(end_offsets(KafkaConnection(bootstrap), topic))
 
 
 def test_verify_refuses_an_effect_the_workflow_has_no_evidence_of(

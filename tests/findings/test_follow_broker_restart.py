@@ -15,6 +15,7 @@ import pytest
 
 from streams.core.findings import Finding
 from streams.kafka import TopicAdmin, TopicSpec, committed_offsets, end_offsets
+from streams.kafka.connection import KafkaConnection
 from tests.findings.conftest import produce_findings, synthetic_findings
 from tests.findings.receiver import webhook_receiver
 from tests.support.waiting import wait_until
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _topic(bootstrap: str, prefix: str, revisions: list[Finding]) -> tuple[str, str]:
     """A fresh 3-partition topic holding ``revisions``, and a group name for it."""
     topic = f"{prefix}-{os.getpid()}-{time.monotonic_ns()}"
-    TopicAdmin(bootstrap).ensure([TopicSpec(topic, 3, 1)])
+    TopicAdmin(KafkaConnection(bootstrap)).ensure([TopicSpec(topic, 3, 1)])
     produce_findings(bootstrap, topic, revisions)
     return topic, f"g-{topic}"
 
@@ -53,7 +54,7 @@ def test_a_follower_lives_through_a_broker_kill9_and_delivers_everything(
     broker = restartable_kafka
     bootstrap = broker.bootstrap
     topic = f"follow-restart-{os.getpid()}-{time.monotonic_ns()}"
-    TopicAdmin(bootstrap).ensure([TopicSpec(topic, 3, 1)])
+    TopicAdmin(KafkaConnection(bootstrap)).ensure([TopicSpec(topic, 3, 1)])
     revisions = synthetic_findings(60, revisions=4)  # revisions 1-2 first, 3-4 after
     produce_findings(bootstrap, topic, revisions[:120])
     log = tmp_path / "follower.log"
@@ -96,14 +97,14 @@ def test_a_follower_lives_through_a_broker_kill9_and_delivers_everything(
     assert code == 0, log.read_text()[-2000:]
     assert not (tmp_path / "dead.jsonl").exists()
     # The stop committed everything it delivered: a restart would repeat nothing.
-    ends = end_offsets(bootstrap, topic)
-    assert committed_offsets(bootstrap, group, topic, range(3)) == ends
+    ends = end_offsets(KafkaConnection(bootstrap), topic)
+    assert committed_offsets(KafkaConnection(bootstrap), group, topic, range(3)) == ends
 
 
 def _wait_committed(bootstrap: str, topic: str, group: str) -> None:
-    ends = end_offsets(bootstrap, topic)
+    ends = end_offsets(KafkaConnection(bootstrap), topic)
     deadline = time.monotonic() + 60  # a bound on waiting, not a timing assertion
-    while (got := committed_offsets(bootstrap, group, topic, range(3))) != ends:
+    while (got := committed_offsets(KafkaConnection(bootstrap), group, topic, range(3))) != ends:
         assert time.monotonic() < deadline, f"committed {got}, end offsets {ends}"
         time.sleep(0.5)
 
@@ -165,4 +166,6 @@ def test_a_stop_while_the_broker_is_down_after_everything_was_stored_exits_0(
             broker.start()
     assert code == 0, log.read_text()
     assert log.read_text() == ""
-    assert committed_offsets(bootstrap, group, topic, range(3)) == end_offsets(bootstrap, topic)
+    assert committed_offsets(KafkaConnection(bootstrap), group, topic, range(3)) == end_offsets(
+        KafkaConnection(bootstrap), topic
+    )

@@ -25,6 +25,7 @@ from streams.findings import (
     WebhookTarget,
 )
 from streams.kafka import committed_offsets, end_offsets
+from streams.kafka.connection import KafkaConnection
 from tests.findings.conftest import fixture_findings, synthetic_findings
 from tests.findings.receiver import webhook_receiver
 from tests.support.waiting import wait_until
@@ -172,10 +173,10 @@ def test_cli_webhook_delivers_each_revision_of_a_bounded_read(
 def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
     """The group's committed positions once two reads 0.5 s apart agree: a
     commit the killed follower had sent may still land after its death."""
-    last = committed_offsets(bootstrap, group, topic, range(partitions))
+    last = committed_offsets(KafkaConnection(bootstrap), group, topic, range(partitions))
     for _ in range(20):
         time.sleep(0.5)
-        now = committed_offsets(bootstrap, group, topic, range(partitions))
+        now = committed_offsets(KafkaConnection(bootstrap), group, topic, range(partitions))
         if now == last:
             return now
         last = now
@@ -186,7 +187,7 @@ def _positions(bootstrap: str, topic: str) -> dict[str, tuple[int, int]]:
     from streams.kafka.tail import TopicTail
 
     out: dict[str, tuple[int, int]] = {}
-    tail = TopicTail(bootstrap, topic, stop_at_end=True)
+    tail = TopicTail(KafkaConnection(bootstrap), topic, stop_at_end=True)
     try:
         while (rec := tail.poll(10)) is not None:
             d = json.loads(rec.value or b"")
@@ -237,9 +238,9 @@ def test_sigkill_mid_stream_loses_nothing_and_resends_only_the_uncommitted(
         # The kill lands just after a commit, when up to 100 findings are queued
         # on the lanes: a follower that committed what it had queued but not yet
         # delivered would lose them here.
-        seen = committed_offsets(kafka_bootstrap, group, topic, range(3))
+        seen = committed_offsets(KafkaConnection(kafka_bootstrap), group, topic, range(3))
         deadline = time.monotonic() + 10
-        while committed_offsets(kafka_bootstrap, group, topic, range(3)) == seen:
+        while committed_offsets(KafkaConnection(kafka_bootstrap), group, topic, range(3)) == seen:
             assert time.monotonic() < deadline, "the follower committed nothing in 10 s"
         first.send_signal(signal.SIGKILL)
         first.wait(10)
@@ -324,9 +325,12 @@ def test_sigterm_drains_and_commits_so_a_restart_repeats_nothing(
             rx.wait_for(len(findings), timeout=60)
             # Every record read and acknowledged (so any repeat was sent)
             # once the group's position is the topic's end.
-            ends = end_offsets(kafka_bootstrap, topic)
+            ends = end_offsets(KafkaConnection(kafka_bootstrap), topic)
             wait_until(
-                lambda: committed_offsets(kafka_bootstrap, group, topic, range(3)) == ends,
+                lambda: (
+                    committed_offsets(KafkaConnection(kafka_bootstrap), group, topic, range(3))
+                    == ends
+                ),
                 timeout=60,
                 what="the second follower committing the end of the topic",
             )

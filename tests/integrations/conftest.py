@@ -18,6 +18,7 @@ import pytest
 
 from streams.core.replay import Replay
 from streams.demo.processes import Child, Children
+from streams.kafka.connection import KafkaConnection
 from tests.support.worker import free_port
 
 
@@ -98,7 +99,7 @@ def replay_topic(bootstrap: str, topic: str) -> Replay:
     from streams.kafka.reader import iter_topic
 
     replay = Replay()
-    for key, value, partition, offset in iter_topic(bootstrap, topic):
+    for key, value, partition, offset in iter_topic(KafkaConnection(bootstrap), topic):
         replay.feed(value or b"", key=key, offset=offset, source=f"{topic}/{partition}")
     return replay
 

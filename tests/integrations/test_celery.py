@@ -16,6 +16,7 @@ from celery import Celery
 
 from streams.demo.processes import Child, Children
 from streams.fences import FencedSink, open_database
+from streams.kafka.connection import KafkaConnection
 
 from .conftest import pause_between_transactions, replay_topic, steps_until, wait_step
 
@@ -165,7 +166,11 @@ def test_a_live_busy_worker_loses_its_task_to_the_redelivery_and_its_effect_is_r
     assert ("stale_attempt", 1, "alpha", "rejected") in found
     assert not any(kind == "stale_commit" for kind, *_ in found)
     # The evidence of alpha's refused publish: stamped after epoch 2, not attempted.
-    events = [parse_event(v, key=k) for k, v, _p, _o in iter_topic(kafka_bootstrap, topic) if v]
+    events = [
+        parse_event(v, key=k)
+        for k, v, _p, _o in iter_topic(KafkaConnection(kafka_bootstrap), topic)
+        if v
+    ]
     alpha_effects = [e for e in events if e.epoch == 1 and e.effect_key is not None]
     assert [(e.type, (e.attrs or {}).get("reason")) for e in alpha_effects] == [
         (EventType.EFFECT_REJECTED, "lease_lost")

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from streams.fences import FencedSink, SqlLeaseStore, open_database
+from streams.kafka.connection import KafkaConnection
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
 
@@ -67,7 +68,11 @@ def test_the_opentelemetry_lines_forward_an_evidence_span_to_the_topic(
     from streams.core.validate import parse_event
     from streams.kafka.reader import iter_topic
 
-    events = [parse_event(v, key=k) for k, v, _p, _o in iter_topic(kafka_bootstrap, topic) if v]
+    events = [
+        parse_event(v, key=k)
+        for k, v, _p, _o in iter_topic(KafkaConnection(kafka_bootstrap), topic)
+        if v
+    ]
     assert [(e.type.value, e.workflow_key, e.epoch, e.worker_id, e.effect_key) for e in events] == [
         ("effect_attempted", "docs/otel", 4, "alpha", "release-index")
     ]

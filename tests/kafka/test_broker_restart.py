@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
 from streams.kafka.admin import TopicAdmin, TopicSpec
+from streams.kafka.connection import KafkaConnection
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults]
 
@@ -62,7 +63,7 @@ def test_restart_and_kill9_keep_data_offsets_port_and_transactions(restartable_k
     topic = f"restart-{uuid.uuid4().hex[:10]}"
     group = f"restart-{uuid.uuid4().hex[:10]}"
     txn_id = f"restart-{uuid.uuid4().hex[:10]}"
-    TopicAdmin(bootstrap).ensure([TopicSpec(topic, 2)])
+    TopicAdmin(KafkaConnection(bootstrap)).ensure([TopicSpec(topic, 2)])
     _produce_txn(bootstrap, txn_id, topic, [b"a", b"b"])
     assert _read(bootstrap, topic, group, 2) == [b"a", b"b"]
 
@@ -85,7 +86,7 @@ def test_old_producer_is_fenced_across_a_restart(restartable_kafka: Any) -> None
     bootstrap = broker.bootstrap
     topic = f"restart-fence-{uuid.uuid4().hex[:10]}"
     txn_id = f"restart-fence-{uuid.uuid4().hex[:10]}"
-    TopicAdmin(bootstrap).ensure([TopicSpec(topic, 1)])
+    TopicAdmin(KafkaConnection(bootstrap)).ensure([TopicSpec(topic, 1)])
     old = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
     old.init_transactions(60)
     _produce_txn(bootstrap, txn_id, topic, [b"new"])  # a newer instance fences `old`

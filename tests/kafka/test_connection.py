@@ -6,7 +6,12 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from streams.errors import BrokerError, ConfigError
-from streams.kafka.connection import connection_from_env, split_servers
+from streams.kafka.connection import (
+    KafkaConnection,
+    connection_from_env,
+    require_connection,
+    split_servers,
+)
 from streams.kafka.errors import (
     AuthenticationFailed,
     AuthorizationFailed,
@@ -15,6 +20,7 @@ from streams.kafka.errors import (
     TopicMissing,
     from_kafka_error,
     is_fenced,
+    kafka_errors,
     topic_unavailable,
     translate,
 )
@@ -126,6 +132,69 @@ def test_client_errors_map_to_typed_broker_errors(code: int, kind: type[BrokerEr
     assert translated.code == err.name() and str(translated).startswith("doing x: ")
     assert type(from_kafka_error(err, "y")) is kind
     assert is_fenced(KafkaException(err)) == (kind is ProducerFenced)
+
+
+@pytest.mark.parametrize(
+    ("raised", "kind", "code"),
+    [
+        (KafkaException(KafkaError(KafkaError._FENCED)), ProducerFenced, "_FENCED"),
+        (KafkaException(KafkaError(KafkaError._TRANSPORT)), BrokerUnreachable, "_TRANSPORT"),
+        (
+            KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN)),
+            BrokerUnreachable,
+            "_ALL_BROKERS_DOWN",
+        ),
+        (TimeoutError(), BrokerUnreachable, "_TIMED_OUT"),
+    ],
+)
+def test_kafka_errors_translates_client_exceptions_naming_the_action(
+    raised: BaseException, kind: type[BrokerError], code: str
+) -> None:
+    """A client exception leaving `with kafka_errors(action)` is its typed BrokerError: one
+    line that starts with the action, the client's exception not chained."""
+    with pytest.raises(kind) as caught, kafka_errors("creating topic t"):
+        raise raised
+    assert caught.value.code == code
+    assert str(caught.value).startswith("creating topic t: ")
+    assert "\n" not in str(caught.value)
+    assert caught.value.__suppress_context__
+
+
+def test_kafka_errors_passes_our_errors_and_others_unchanged() -> None:
+    """A BrokerError (already typed) and an exception that is not a client's pass as they are."""
+    ours = TopicMissing("topic t does not exist", code="UNKNOWN_TOPIC_OR_PART")
+    with pytest.raises(TopicMissing) as caught, kafka_errors("x"):
+        raise ours
+    assert caught.value is ours
+    with pytest.raises(KeyError), kafka_errors("x"):
+        raise KeyError("k")
+
+
+def test_a_connection_is_checked_when_made() -> None:
+    """KafkaConnection(...) with a bad setting raises ConfigError at construction, naming it;
+    nothing needs to validate it again."""
+    with pytest.raises(ConfigError, match="is not HOST:PORT"):
+        KafkaConnection("nohostport")
+    with pytest.raises(ConfigError, match="security protocol"):
+        KafkaConnection("h:1", security_protocol="TLS")
+    with pytest.raises(ConfigError, match="SASL needs a username"):
+        KafkaConnection("h:1", security_protocol="SASL_SSL", sasl_mechanism="PLAIN")
+
+
+def test_from_env_reads_the_environment_and_to_env_writes_it_back() -> None:
+    """KafkaConnection.from_env reads FENCEWATCH_* (flags win); to_env gives a child process
+    the same connection, passwords included."""
+    conn = KafkaConnection.from_env(SASL_ENV, {"sasl_username": "flag-user"})
+    assert conn.sasl_username == "flag-user" and conn.security_protocol == "SASL_SSL"
+    assert KafkaConnection.from_env(conn.to_env()) == conn
+    assert conn.to_env()["FENCEWATCH_SASL_PASSWORD"] == "hunter2-secret"
+
+
+def test_a_public_setting_refuses_a_bare_address_in_one_line() -> None:
+    """A settings record given a string where a KafkaConnection belongs says so, naming it."""
+    require_connection(KafkaConnection("h:1"), "X.connection")
+    with pytest.raises(ConfigError, match=r"^X\.connection: must be a KafkaConnection"):
+        require_connection("h:1", "X.connection")
 
 
 def test_aiokafka_errors_map_to_typed_broker_errors() -> None:

@@ -19,6 +19,7 @@ import pytest
 import streams
 from streams.errors import ConfigError
 from streams.fixtures import reference_fixture
+from streams.kafka.connection import KafkaConnection
 from streams.live.settings import (
     DEFAULT_DATA_DIR,
     check_metrics_address,
@@ -72,7 +73,7 @@ def test_run_from_a_fresh_directory_creates_its_state_and_serves_metrics_outside
         worker.stop()
         from streams.kafka import TopicAdmin
 
-        TopicAdmin(kafka_bootstrap).delete(
+        TopicAdmin(KafkaConnection(kafka_bootstrap)).delete(
             [env["FENCEWATCH_FINDINGS_TOPIC"], env["FENCEWATCH_STATUS_TOPIC"],
              env["FENCEWATCH_EVENTS_TOPIC"] + ".dlq"]
         )  # fmt: skip

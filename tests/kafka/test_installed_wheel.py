@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from streams.kafka import TopicAdmin, TopicSpec, end_offsets
+from streams.kafka.connection import KafkaConnection
 from tests.support.worker import free_port, is_ready
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,7 +126,10 @@ def test_installed_wheel_works_from_outside_the_checkout(
     typo = cli("run", "--bootstrap-servers", kafka_bootstrap, "--events-topic", "pkg.evnts")
     assert typo.returncode == 2 and len(typo.stderr.splitlines()) == 1, typo.stderr
     assert "topic pkg.evnts does not exist" in typo.stderr
-    assert TopicAdmin(kafka_bootstrap).partitions(["pkg.evnts", "pkg.evnts.dlq"]) == {}
+    assert (
+        TopicAdmin(KafkaConnection(kafka_bootstrap)).partitions(["pkg.evnts", "pkg.evnts.dlq"])
+        == {}
+    )
 
     _run_until_healthy(fencewatch, kafka_bootstrap, work, env)
     _publish(cli, kafka_bootstrap, where, work)
@@ -167,14 +171,14 @@ def _run_until_healthy(fencewatch: str, bootstrap: str, work: Path, env: dict[st
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        TopicAdmin(bootstrap).delete([*topics, f"pkg-{tag}-owner-state-changelog"])
+        TopicAdmin(KafkaConnection(bootstrap)).delete([*topics, f"pkg-{tag}-owner-state-changelog"])
 
 
 def _publish(cli: Any, bootstrap: str, fixture: str, work: Path) -> None:
     """`fencewatch publish` of the packaged fixture plus one invalid line: the 16 events
     sent, the invalid line named by line and field, exit 1."""
     topic = f"pkg-publish-{uuid.uuid4().hex[:10]}"
-    admin = TopicAdmin(bootstrap)
+    admin = TopicAdmin(KafkaConnection(bootstrap))
     admin.ensure([TopicSpec(topic, 1)])
     try:
         events = work / "events.jsonl"
@@ -185,6 +189,6 @@ def _publish(cli: Any, bootstrap: str, fixture: str, work: Path) -> None:
         assert sent.stderr == (
             f"fencewatch publish: {events}:17: workflow_key: is required (not sent)\n"
         )
-        assert end_offsets(bootstrap, topic) == {0: 16}
+        assert end_offsets(KafkaConnection(bootstrap), topic) == {0: 16}
     finally:
         admin.delete([topic])

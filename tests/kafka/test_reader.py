@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from streams.errors import BrokerError
+from streams.kafka.connection import KafkaConnection
 from streams.kafka.errors import TopicMissing
 from streams.kafka.reader import (
     END,
@@ -42,7 +43,7 @@ def test_reads_every_record_in_partition_order(
     """Without bounds every record is yielded once, each partition in offset order."""
     topic = unique_topic(2)
     _fill(kafka_bootstrap, topic)
-    recs = list(iter_topic(kafka_bootstrap, topic))
+    recs = list(iter_topic(KafkaConnection(kafka_bootstrap), topic))
     assert sorted(r.value for r in recs) == sorted(f"v{i}".encode() for i in range(10))
     for p in (0, 1):
         offsets = [r.offset for r in recs if r.partition == p]
@@ -57,9 +58,9 @@ def test_offset_bounds_apply_to_every_partition(
     """--from-offset/--to-offset: start inclusive, end exclusive, per partition."""
     topic = unique_topic(2)
     _fill(kafka_bootstrap, topic)
-    recs = list(iter_topic(kafka_bootstrap, topic, start=Offset(1), end=Offset(3)))
+    recs = list(iter_topic(KafkaConnection(kafka_bootstrap), topic, start=Offset(1), end=Offset(3)))
     assert sorted((r.partition, r.offset) for r in recs) == [(0, 1), (0, 2), (1, 1), (1, 2)]
-    assert list(iter_topic(kafka_bootstrap, topic, start=Offset(99))) == []
+    assert list(iter_topic(KafkaConnection(kafka_bootstrap), topic, start=Offset(99))) == []
 
 
 def test_timestamp_bounds_use_record_times(
@@ -69,10 +70,17 @@ def test_timestamp_bounds_use_record_times(
     topic = unique_topic(2)
     _fill(kafka_bootstrap, topic)
     recs = list(
-        iter_topic(kafka_bootstrap, topic, start=Timestamp(T0 + 3000), end=Timestamp(T0 + 7000))
+        iter_topic(
+            KafkaConnection(kafka_bootstrap),
+            topic,
+            start=Timestamp(T0 + 3000),
+            end=Timestamp(T0 + 7000),
+        )
     )
     assert sorted(r.value for r in recs) == [b"v3", b"v4", b"v5", b"v6"]
-    late = list(iter_topic(kafka_bootstrap, topic, start=Timestamp(T0 + 8000), end=END))
+    late = list(
+        iter_topic(KafkaConnection(kafka_bootstrap), topic, start=Timestamp(T0 + 8000), end=END)
+    )
     assert sorted(r.value for r in late) == [b"v8", b"v9"]
 
 
@@ -80,7 +88,9 @@ def test_unknown_topic_is_a_broker_error(kafka_bootstrap: str) -> None:
     """A topic that does not exist raises TopicMissing (a BrokerError), not a client
     exception, naming the topic and the broker."""
     with pytest.raises(BrokerError) as raised:
-        list(iter_topic(kafka_bootstrap, "no-such-topic-fencewatch-xyz", timeout=5))
+        list(
+            iter_topic(KafkaConnection(kafka_bootstrap), "no-such-topic-fencewatch-xyz", timeout=5)
+        )
     assert isinstance(raised.value, TopicMissing)
     assert str(raised.value).startswith(
         f"topic no-such-topic-fencewatch-xyz does not exist on {kafka_bootstrap}"
@@ -102,12 +112,21 @@ def test_per_partition_start_and_deleted_history_are_reported(
         assert future.result(timeout=30).low_watermark == 2
     seen: list[list[Truncated]] = []
     recs = list(
-        iter_topic(kafka_bootstrap, topic, start=PartitionOffsets({0: 3}), on_truncated=seen.append)
+        iter_topic(
+            KafkaConnection(kafka_bootstrap),
+            topic,
+            start=PartitionOffsets({0: 3}),
+            on_truncated=seen.append,
+        )
     )
     assert sorted((r.partition, r.offset) for r in recs) == [(0, 3), (0, 4), (1, 2), (1, 3), (1, 4)]
     assert seen == [[Truncated(partition=1, asked=0, log_start=2, missing=2)]]
     seen.clear()
-    list(iter_topic(kafka_bootstrap, topic, start=Offset(2), on_truncated=seen.append))
+    list(
+        iter_topic(
+            KafkaConnection(kafka_bootstrap), topic, start=Offset(2), on_truncated=seen.append
+        )
+    )
     assert seen == [[]]
 
 
@@ -122,7 +141,7 @@ def test_the_tail_and_the_bounded_read_share_records_and_bounds(
     _fill(kafka_bootstrap, topic)
 
     def tail(start: Bound) -> list[TopicRecord]:
-        t = TopicTail(kafka_bootstrap, topic, start=start, stop_at_end=True)
+        t = TopicTail(KafkaConnection(kafka_bootstrap), topic, start=start, stop_at_end=True)
         out = []
         try:
             while (rec := t.poll(5)) is not None:
@@ -132,15 +151,23 @@ def test_the_tail_and_the_bounded_read_share_records_and_bounds(
         assert t.finished
         return out
 
-    bounded = list(iter_topic(kafka_bootstrap, topic, start=PartitionOffsets({1: 3})))
+    bounded = list(
+        iter_topic(KafkaConnection(kafka_bootstrap), topic, start=PartitionOffsets({1: 3}))
+    )
     followed = tail(PartitionOffsets({1: 3}))
     assert sorted(followed, key=lambda r: (r.partition, r.offset)) == sorted(
         bounded, key=lambda r: (r.partition, r.offset)
     )
     assert sorted((r.partition, r.offset) for r in followed) == [
-        (0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 3), (1, 4)
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (0, 3),
+        (0, 4),
+        (1, 3),
+        (1, 4),
     ]
     assert {r.timestamp_ms for r in followed if r.partition == 1} == {T0 + 7000, T0 + 9000}
     assert sorted((r.partition, r.offset) for r in tail(Timestamp(T0 + 8000))) == [(0, 4), (1, 4)]
-    only = list(iter_topic(kafka_bootstrap, topic, only_partitions=[1]))
+    only = list(iter_topic(KafkaConnection(kafka_bootstrap), topic, only_partitions=[1]))
     assert [(r.partition, r.offset) for r in only] == [(1, o) for o in range(5)]

@@ -16,6 +16,7 @@ from streams.kafka import (
     TopicSpec,
     ownership_topic_specs,
 )
+from streams.kafka.connection import KafkaConnection
 from tests.support.worker import free_port
 
 
@@ -62,12 +63,12 @@ def test_topics_create_is_idempotent(
             "exists", dlq, "partitions=4",
             "exists", status, "partitions=4",
         ]  # fmt: skip
-        admin = TopicAdmin(kafka_bootstrap)
+        admin = TopicAdmin(KafkaConnection(kafka_bootstrap))
         assert admin.partitions([events, findings, dlq, status]) == dict.fromkeys(
             [events, findings, dlq, status], 4
         )
     finally:
-        TopicAdmin(kafka_bootstrap).delete([events, findings, dlq, status])
+        TopicAdmin(KafkaConnection(kafka_bootstrap)).delete([events, findings, dlq, status])
 
 
 @pytest.mark.kafka
@@ -76,7 +77,7 @@ def test_existing_topic_with_other_partition_count_is_left_unchanged(
 ) -> None:
     """An existing topic keeps its partition count; the difference is reported, not 'fixed'."""
     events, findings, dlq, status_topic = _names()
-    admin = TopicAdmin(kafka_bootstrap)
+    admin = TopicAdmin(KafkaConnection(kafka_bootstrap))
     admin.ensure([TopicSpec(events, 2)])
     try:
         status = main(
@@ -100,7 +101,7 @@ def test_created_topics_carry_the_documented_configs(kafka_bootstrap: str) -> No
     """Events get delete cleanup with the configured retention; findings are not
     compacted; the status topic is (SPEC §8)."""
     events, findings, dlq, status = _names()
-    admin = TopicAdmin(kafka_bootstrap)
+    admin = TopicAdmin(KafkaConnection(kafka_bootstrap))
     specs = ownership_topic_specs(TopicNames(events, findings, status=status), partitions=1)
     admin.ensure(specs)
     try:
@@ -142,24 +143,26 @@ def test_run_and_topics_create_make_the_same_topics(kafka_bootstrap: str) -> Non
             {"FENCEWATCH_BOOTSTRAP_SERVERS": kafka_bootstrap},
             {"events_topic": by_run[0], "findings_topic": by_run[1], "status_topic": by_run[3]},
         )
-        assert run_ensure(settings) == 3
+        assert run_ensure(settings)[0] == 3
         cli_conf = _configs(kafka_bootstrap, list(by_cli))
         run_conf = _configs(kafka_bootstrap, list(by_run))
-        admin = TopicAdmin(kafka_bootstrap)
+        admin = TopicAdmin(KafkaConnection(kafka_bootstrap))
         assert admin.partitions(by_cli) == dict.fromkeys(by_cli, 3)
         assert admin.partitions(by_run) == dict.fromkeys(by_run, 3)
         for a, b in zip(by_cli, by_run, strict=True):
             for key in ("cleanup.policy", "retention.ms"):
                 assert cli_conf[a][key] == run_conf[b][key], (a, key)
     finally:
-        TopicAdmin(kafka_bootstrap).delete([*by_cli, *by_run])
+        TopicAdmin(KafkaConnection(kafka_bootstrap)).delete([*by_cli, *by_run])
 
 
 def test_unreachable_broker_is_reported_as_broker_unreachable() -> None:
-    """A refused connection surfaces at once as BrokerUnreachable naming address and cause."""
+    """Making a TopicAdmin touches nothing; its probe reports a refused connection at
+    once as BrokerUnreachable naming address and cause."""
     port = free_port()  # nothing listens on it
+    admin = TopicAdmin(KafkaConnection(f"127.0.0.1:{port}"))
     with pytest.raises(BrokerUnreachable) as raised:
-        TopicAdmin(f"127.0.0.1:{port}")
+        admin.probe()
     assert raised.value.retriable
     assert str(raised.value) == f"cannot connect to broker 127.0.0.1:{port}: connection refused"
 

@@ -14,6 +14,7 @@ import pytest
 
 from streams.core import Detector, Event, Finding, KeyState
 from streams.kafka.admin import TopicAdmin
+from streams.kafka.connection import KafkaConnection
 from tests.support.worker import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -231,7 +232,9 @@ class LiveHarness:
         raw = Consumer({**base, "isolation.level": "read_uncommitted"})
         # Each output topic's own partitions: they need not follow the events
         # topic's count (it grows in tests/live/test_partition_growth.py; they do not).
-        counts = TopicAdmin(self.bootstrap).partitions([self.findings, self.status, self.dlq])
+        counts = TopicAdmin(KafkaConnection(self.bootstrap)).partitions(
+            [self.findings, self.status, self.dlq]
+        )
         tps = [
             TopicPartition(t, p)
             for t in (self.findings, self.status, self.dlq)
@@ -259,7 +262,7 @@ class LiveHarness:
         """Every committed record of ``topic`` (read_committed, to the end)."""
         from streams.kafka.reader import iter_topic
 
-        return list(iter_topic(self.bootstrap, topic, timeout=20))
+        return list(iter_topic(KafkaConnection(self.bootstrap), topic, timeout=20))
 
     def read_with_headers(self, topic: str) -> list[tuple[bytes | None, bytes, dict[str, str]]]:
         from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -299,7 +302,9 @@ class LiveHarness:
         from streams.kafka.reader import iter_topic
 
         r = Replay()
-        for key, value, partition, offset in iter_topic(self.bootstrap, self.events):
+        for key, value, partition, offset in iter_topic(
+            KafkaConnection(self.bootstrap), self.events
+        ):
             r.feed(value or b"", key=key, offset=offset, source=f"{self.events}/{partition}")
         return {f.finding_id: f.to_dict() for f in r.latest_findings()}
 
@@ -311,7 +316,9 @@ class LiveHarness:
         from streams.kafka.reader import iter_topic
 
         r = Replay()
-        for key, value, partition, offset in iter_topic(self.bootstrap, self.events):
+        for key, value, partition, offset in iter_topic(
+            KafkaConnection(self.bootstrap), self.events
+        ):
             r.feed(value or b"", key=key, offset=offset, source=f"{self.events}/{partition}")
         return {k: s.content() for k, s in status_from_replay(r.states, r.latest.values()).items()}
 

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from streams.core.replay import Replay
+from streams.kafka.connection import KafkaConnection
 from streams.kafka.reader import iter_topic
 from streams.live.migrate import consistent_partition, murmur2_partition
 from tests.live.conftest import ENGINES, REPO, LiveHarness
@@ -30,7 +31,7 @@ def _grow(h: LiveHarness, partitions: int) -> None:
 def _processed_audit(h: LiveHarness, committed: dict[int, int]) -> dict[str, dict[str, Any]]:
     """The audit of the events below the group's committed offsets only."""
     r = Replay()
-    for key, value, partition, offset in iter_topic(h.bootstrap, h.events):
+    for key, value, partition, offset in iter_topic(KafkaConnection(h.bootstrap), h.events):
         if offset < committed.get(partition, -1):
             r.feed(value or b"", key=key, offset=offset, source=f"{h.events}/{partition}")
     return {f.finding_id: f.to_dict() for f in r.latest_findings()}
@@ -41,7 +42,9 @@ def _audit_old_partitions_first(h: LiveHarness) -> dict[str, dict[str, Any]]:
     partitions first: for a key that moved from p to p + old count, its old
     partition's events before its new one's, the order the producers wrote
     them in (revision numbers depend on arrival order)."""
-    records = sorted(iter_topic(h.bootstrap, h.events), key=lambda r: (r.partition, r.offset))
+    records = sorted(
+        iter_topic(KafkaConnection(h.bootstrap), h.events), key=lambda r: (r.partition, r.offset)
+    )
     r = Replay()
     for key, value, partition, offset in records:
         r.feed(value or b"", key=key, offset=offset, source=f"{h.events}/{partition}")

@@ -60,8 +60,9 @@ def test_credentials_never_appear_in_repr() -> None:
         "FENCEWATCH_SSL_KEY_PASSWORD": "keypass-secret",
     }
     s = settings_from_env(env)
-    assert s.kafka.security_protocol == "SASL_SSL" and s.kafka.sasl_password == "hunter2-secret"
-    for text in (repr(s), str(s), repr(s.kafka), f"{s}"):
+    conn = s.connection
+    assert conn.security_protocol == "SASL_SSL" and conn.sasl_password == "hunter2-secret"
+    for text in (repr(s), str(s), repr(s.connection), f"{s}"):
         assert "hunter2" not in text and "keypass" not in text
         assert "svc" in text
 

@@ -17,6 +17,7 @@ from streams.core.records import Event, EventType
 from streams.core.validate import parse_event
 from streams.errors import EffectRefused, LeaseHeld, LeaseLost
 from streams.fences import FencedSink, SqlLeaseStore, open_database
+from streams.kafka.connection import KafkaConnection
 from streams.sdk import Owner, OwnershipReporter, ReporterSettings
 from tests.support.waiting import wait_until
 
@@ -27,7 +28,9 @@ def _read(bootstrap: str, topic: str) -> list[Event]:
     """Every event of the topic to its end, validated, in arrival order."""
     from streams.kafka.reader import iter_topic
 
-    return [parse_event(v, key=k) for k, v, _p, _o in iter_topic(bootstrap, topic) if v]
+    return [
+        parse_event(v, key=k) for k, v, _p, _o in iter_topic(KafkaConnection(bootstrap), topic) if v
+    ]
 
 
 class World:

@@ -15,6 +15,7 @@ from streams.core.records import Event, EventType
 from streams.core.validate import InvalidEvent, parse_event
 from streams.errors import BrokerError
 from streams.fences import FencedSink, SqlLeaseStore, open_database
+from streams.kafka.connection import KafkaConnection
 from streams.sdk import OwnershipReporter, ReporterSettings
 
 
@@ -23,7 +24,7 @@ def _read(bootstrap: str, topic: str) -> list[tuple[bytes, Event]]:
     from streams.kafka.reader import iter_topic
 
     out: list[tuple[bytes, Event]] = []
-    for key, value, _partition, _offset in iter_topic(bootstrap, topic):
+    for key, value, _partition, _offset in iter_topic(KafkaConnection(bootstrap), topic):
         assert key is not None and value is not None
         out.append((key, parse_event(value, key=key)))
     return out

@@ -16,6 +16,7 @@ import pytest
 
 from streams.errors import BrokerError, ConfigError
 from streams.kafka.admin import TopicAdmin
+from streams.kafka.connection import KafkaConnection
 from streams.kafka.errors import BrokerUnreachable
 from streams.kafka.topics import TopicSpec
 from streams.sdk import OwnershipReporter, ReporterSettings
@@ -165,7 +166,7 @@ def test_a_broker_lost_and_back_is_two_lines_and_one_undelivered_report(
     caplog.set_level(logging.WARNING)
     bootstrap = restartable_kafka.bootstrap
     topic = f"sdk-lost-back-{uuid.uuid4().hex[:10]}"
-    TopicAdmin(bootstrap, timeout_s=30).ensure([TopicSpec(topic, 1, -1, {})])
+    TopicAdmin(KafkaConnection(bootstrap), timeout_s=30).ensure([TopicSpec(topic, 1, -1, {})])
     links: list[bool] = []
     reported: list[int] = []
     rep = OwnershipReporter(

@@ -12,13 +12,16 @@ import pytest
 
 from streams.core.records import Event, EventType
 from streams.core.validate import InvalidEvent, parse_event
+from streams.kafka.connection import KafkaConnection
 from streams.sdk import OwnershipReporter, ReporterSettings
 
 
 def _read(bootstrap: str, topic: str) -> list[Event]:
     from streams.kafka.reader import iter_topic
 
-    return [parse_event(v, key=k) for k, v, _p, _o in iter_topic(bootstrap, topic) if v]
+    return [
+        parse_event(v, key=k) for k, v, _p, _o in iter_topic(KafkaConnection(bootstrap), topic) if v
+    ]
 
 
 def test_emit_and_publish_take_what_the_docs_say_and_refuse_the_rest(

@@ -15,6 +15,7 @@ import pytest
 
 from streams.core.validate import parse_event
 from streams.fences import FencedSink, SqlLeaseStore, open_database
+from streams.kafka.connection import KafkaConnection
 from streams.sdk import OwnershipReporter, ReporterSettings
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -50,7 +51,11 @@ def _read(bootstrap: str, topic: str) -> list[tuple[str, str]]:
 
     return [
         (e.workflow_key, e.type.value)
-        for e in (parse_event(v, key=k) for k, v, _p, _o in iter_topic(bootstrap, topic) if v)
+        for e in (
+            parse_event(v, key=k)
+            for k, v, _p, _o in iter_topic(KafkaConnection(bootstrap), topic)
+            if v
+        )
     ]
 
 

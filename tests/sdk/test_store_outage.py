@@ -23,6 +23,7 @@ from streams.core.records import Event, EventType
 from streams.core.validate import parse_event
 from streams.errors import EffectRefused, LeaseLost, StoreUnavailable
 from streams.fences import Database, FencedSink, SqlLeaseStore, open_database
+from streams.kafka.connection import KafkaConnection
 from streams.sdk import EffectOutcome, OwnershipReporter, ReporterSettings, Risk
 
 PG_LOCAL = Path(__file__).resolve().parents[2] / "scripts" / "postgres-local"
@@ -119,7 +120,9 @@ class WorkerLog:
 def _read(bootstrap: str, topic: str) -> list[Event]:
     from streams.kafka.reader import iter_topic
 
-    return [parse_event(v, key=k) for k, v, _p, _o in iter_topic(bootstrap, topic) if v]
+    return [
+        parse_event(v, key=k) for k, v, _p, _o in iter_topic(KafkaConnection(bootstrap), topic) if v
+    ]
 
 
 @pytest.mark.faults

@@ -10,17 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from streams.core.errors import FencewatchError
 from streams.core.records import MAX_INT63
+from streams.errors import InvalidEffectMessage
 from streams.fences.lease_sql import SqlLeaseStore
 from streams.fences.outbox.producer import EFFECT_KEY_HEADER, EPOCH_HEADER, IDEMPOTENCY_HEADER
 from streams.fences.sink import FencedSink, Receipt, check_effect_args
 
 __all__ = ["EffectApplier", "EffectMessage", "InvalidEffectMessage", "parse_effect_message"]
-
-
-class InvalidEffectMessage(FencewatchError, ValueError):
-    """An effects-topic message without valid fencewatch headers."""
 
 
 @dataclass(frozen=True, slots=True)

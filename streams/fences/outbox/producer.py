@@ -25,7 +25,7 @@ from streams.fences.lease import EventPublisher, check_lease_args
 from streams.fences.lease_sql import SqlLeaseStore
 from streams.fences.outbox.table import Outbox, StagedEffect, lease_problem
 from streams.kafka.clients import TransactionalProducer
-from streams.kafka.connection import KafkaConnection
+from streams.kafka.connection import KafkaConnection, require_connection
 from streams.kafka.errors import ProducerFenced
 
 __all__ = [
@@ -52,12 +52,12 @@ def transactional_id_for(workflow_key: str, prefix: str = "fencewatch-outbox-") 
 
 @dataclass(frozen=True, slots=True)
 class OutboxSettings:
-    """How the producer reaches Kafka: ``bootstrap_servers`` is
-    ``HOST:PORT[,...]`` or a :class:`~streams.kafka.connection.KafkaConnection`
-    (credentials: ``connection_from_env(os.environ)``). ``batch_size`` bounds
-    the rows (and so the messages) in one Kafka transaction."""
+    """How the producer reaches Kafka: ``connection`` is the brokers and
+    their security (:class:`~streams.kafka.connection.KafkaConnection`, e.g.
+    ``KafkaConnection.from_env()``). ``batch_size`` bounds the rows (and so
+    the messages) in one Kafka transaction."""
 
-    bootstrap_servers: str | KafkaConnection
+    connection: KafkaConnection
     topic: str
     transactional_id_prefix: str = "fencewatch-outbox-"
     transaction_timeout_ms: int = 60_000
@@ -65,6 +65,14 @@ class OutboxSettings:
     batch_size: int = 100
     check_each_batch: bool = True
     extra: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        require_connection(self.connection, "OutboxSettings.connection")
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """Deprecated: ``connection.bootstrap_servers`` (the field's old name)."""
+        return self.connection.bootstrap_servers
 
 
 class OutboxProducer:
@@ -126,7 +134,7 @@ class OutboxProducer:
             **self.settings.extra,
         }
         producer = TransactionalProducer(
-            self.settings.bootstrap_servers,
+            self.settings.connection,
             self.transactional_id,
             settings=conf,
             op_timeout_s=self.settings.op_timeout_s,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-import streams.live.runner as runner
+import streams.live.faust_run as faust_run
 from streams.cli import main
 from streams.kafka import admin as kafka_admin_module
 from streams.kafka.admin import TopicAdmin
@@ -90,7 +90,7 @@ def test_run_validates_probes_prepares_and_starts_once(
     _Worker.starts = 0
     # The start's process-wide GC settings stay out of the test process.
     monkeypatch.setattr(
-        runner, "gc", SimpleNamespace(freeze=lambda: None, set_threshold=lambda *a: None)
+        faust_run, "gc", SimpleNamespace(freeze=lambda: None, set_threshold=lambda *a: None)
     )
     for name in list(os.environ):
         if name.startswith("FENCEWATCH_"):

@@ -25,8 +25,8 @@ def main() -> int:
 
     from streams.live import faust_seam
     from streams.live.app import TABLE_NAME, _app_config, raw_topic
+    from streams.live.prepare import ensure_topics
     from streams.live.settings import settings_from_env
-    from streams.live.topics import ensure_topics
 
     mode, total, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     settings = settings_from_env(os.environ)

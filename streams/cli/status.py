@@ -65,7 +65,7 @@ def render_status_line(d: dict[str, Any]) -> str:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from streams.findings.status import (
+    from streams.findings.status_topic import (
         DEFAULT_STATUS_TOPIC,
         read_status,
         select_status,

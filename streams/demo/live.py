@@ -20,7 +20,7 @@ from pathlib import Path
 from streams.core.findings import Finding
 from streams.core.replay import Replay
 from streams.demo import kafka_io
-from streams.demo.findings import check_reference
+from streams.demo.expected import check_reference
 from streams.demo.session import DemoError, DemoSession, DemoSettings, Output
 from streams.fixtures import reference_fixture
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from streams.core.findings import Finding
 from streams.demo import kafka_io
-from streams.demo.findings import render_findings
+from streams.demo.expected import render_findings
 from streams.demo.processes import Child, Children, free_port, is_ready, read_health
 from streams.errors import DemoError, FencewatchError
 from streams.kafka.connection import ENV_VARIABLES, KafkaConnection

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from streams.demo.findings import check_split_brain
+from streams.demo.expected import check_split_brain
 from streams.demo.processes import Child
 from streams.demo.session import DemoError, DemoSession, DemoSettings, Output
 from streams.demo.worker import (

@@ -91,7 +91,7 @@ def current_epoch(
     connection: KafkaConnection, workflow: str, status_topic: str | None = None
 ) -> int:
     """The workflow's current epoch from the status topic (a bounded read)."""
-    from streams.findings.status import read_status
+    from streams.findings.status_topic import read_status
 
     topic = status_topic or DEFAULT_STATUS_TOPIC
     doc = read_status(connection, topic).get(workflow)

@@ -391,7 +391,7 @@ def build_app(
     settings: LiveSettings, *, partitions: int, metrics: LiveMetrics | None = None
 ) -> faust.App:
     """Build the faust app for ``settings``; ``partitions`` is the events
-    topic's partition count (see :func:`streams.live.topics.ensure_topics`).
+    topic's partition count (see :func:`streams.live.prepare.ensure_topics`).
 
     With the RocksDB store the app's local table directory is removed here,
     so every start rebuilds the state from the changelog read with

@@ -1,5 +1,8 @@
 """What a start of the live processor prepares, once, before an engine runs:
-the store's extra, the deployment's topics, the local state directory.
+the store's extra, the deployment's topics (created when missing by the one
+:func:`streams.kafka.admin.ensure_topics`, the same definition as
+``fencewatch topics create``; the input's partition count is the state
+table's), the local state directory.
 ``fencewatch run`` calls :func:`prepare` after probing the broker and hands
 the result to the engine (:func:`streams.live.runner.run_worker`)."""
 
@@ -9,11 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from streams.errors import BrokerError
 from streams.kafka.admin import TopicAdmin, TopicResult
+from streams.kafka.admin import ensure_topics as _ensure
 from streams.live.settings import LiveSettings, prepare_local_state, require_store_extra
-from streams.live.topics import ensure_topics
 
-__all__ = ["ADMIN_TIMEOUT_S", "Prepared", "prepare"]
+__all__ = ["ADMIN_TIMEOUT_S", "Prepared", "ensure_topics", "prepare"]
 
 #: Seconds each topic operation of a start may take (creation on a busy cluster).
 ADMIN_TIMEOUT_S = 30.0
@@ -52,3 +56,27 @@ def prepare(
             on_topic(result)
     data_dir = prepare_local_state(settings)
     return Prepared(data_dir, partitions, topics, admin)
+
+
+def ensure_topics(
+    settings: LiveSettings, admin: TopicAdmin | None = None
+) -> tuple[int, tuple[TopicResult, ...]]:
+    """Create the missing topics of ``settings`` (through ``admin`` when
+    given) and return the events topic's partition count and what was found
+    or created per topic; an existing events topic whose count differs from an
+    explicit ``settings.partitions`` is an error (the table would not match)."""
+    results = _ensure(
+        settings.connection,
+        settings.topic_names,
+        partitions=settings.partitions,
+        replication_factor=settings.replication,
+        admin=admin,
+    )
+    events = next(r for r in results if r.name == settings.events_topic)
+    if settings.partitions is not None and events.partitions != settings.partitions:
+        raise BrokerError(
+            f"topic {settings.events_topic} has {events.partitions} partitions, "
+            f"settings say {settings.partitions}",
+            code="PARTITIONS_MISMATCH",
+        )
+    return events.partitions, tuple(results)

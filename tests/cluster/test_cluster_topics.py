@@ -13,8 +13,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 
 from streams.kafka.connection import KafkaConnection
 from streams.kafka.topics import TopicNames
+from streams.live.prepare import ensure_topics
 from streams.live.settings import LiveSettings
-from streams.live.topics import ensure_topics
 from tests.cluster.conftest import LocalCluster
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults]

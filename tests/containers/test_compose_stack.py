@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from streams.demo import kafka_io
-from streams.demo.findings import REFERENCE_EXPECTED
+from streams.demo.expected import REFERENCE_EXPECTED
 from streams.kafka.connection import KafkaConnection
 from streams.kafka.topics import DEFAULT_EVENTS_TOPIC, DEFAULT_FINDINGS_TOPIC
 from streams.live.settings import LiveSettings

@@ -8,7 +8,7 @@ from importlib.metadata import version
 import orjson
 import pytest
 
-from streams.demo.findings import REFERENCE_EXPECTED
+from streams.demo.expected import REFERENCE_EXPECTED
 from tests.containers.conftest import ROOT, docker
 
 # The first test builds the image (pip install inside it): minutes on a fresh machine.

@@ -9,7 +9,7 @@ import pytest
 
 from streams.core.findings import Finding
 from streams.core.replay import Replay
-from streams.demo.findings import check_reference, check_split_brain
+from streams.demo.expected import check_reference, check_split_brain
 from streams.demo.worker import Step
 
 REFERENCE = Path(__file__).resolve().parents[2] / "examples" / "reference.jsonl"

@@ -129,8 +129,8 @@ def _configs(bootstrap: str, topics: list[str]) -> dict[str, dict[str, str]]:
 def test_run_and_topics_create_make_the_same_topics(kafka_bootstrap: str) -> None:
     """`run`'s topic creation and `topics create` give identical partitions and configs
     (issue 9 item 5: run made 6 partitions without retention)."""
+    from streams.live.prepare import ensure_topics as run_ensure
     from streams.live.settings import settings_from_env
-    from streams.live.topics import ensure_topics as run_ensure
 
     by_cli, by_run = _names(), _names()
     try:

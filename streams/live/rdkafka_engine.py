@@ -29,7 +29,9 @@ import contextlib
 import hashlib
 import logging
 import socket
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,9 @@ COMMIT_EVENTS = 5_000
 TRANSACTION_TIMEOUT_MS = 10_000
 #: Bound of one transactional call while running.
 _CALL_TIMEOUT_S = 10.0
+#: Past its own bound, a transactional call is given this long before it is
+#: taken for hung (librdkafka issue 5456) and its producer abandoned.
+_HANG_GRACE_S = 5.0
 #: Commit retries of a retriable failure (a broker timing out) before abort.
 _COMMIT_RETRIES = 3
 #: The consumer and librdkafka errors that mean "this member's generation is
@@ -80,6 +85,40 @@ class _Rec(msgspec.Struct, gc=False):
     key: bytes | None
     value: bytes | None
     timestamp: int | None
+
+
+class _CallHung(Exception):
+    """A librdkafka call that did not return within its bound."""
+
+
+def _bounded(call: Callable[[], Any], timeout: float, what: str) -> Any:
+    """``call()`` in a daemon thread; its result, or :class:`_CallHung` after
+    ``timeout`` seconds (the call is left to finish, or not, on its own).
+
+    Why: ``send_offsets_to_transaction(..., timeout)`` ignores its timeout
+    when the group coordinator is gone at the wrong moment (librdkafka
+    issues 5456 and 5511, open in 2.16: the coordinator request is never
+    retried nor timed out). After a clean broker restart the engine's thread
+    waited in it for good: the worker stayed up and never committed again
+    (tests/faults/test_broker_restart_midstream.py)."""
+    done = threading.Event()
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, call()))
+        except BaseException as exc:  # handed to the caller's thread
+            box.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"fencewatch-{what}", daemon=True).start()
+    if not done.wait(timeout):
+        raise _CallHung(f"{what} did not return within {timeout:.0f} s")
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
 
 
 def transactional_id(settings: LiveSettings) -> str:
@@ -156,6 +195,16 @@ class RdkafkaEngine:
         self._txn_offsets: dict[int, int] = {}
         self._deferred: dict[bytes | None, OutRecord] = {}
         self._reset_needed = False
+        #: Not before this monotonic time: after a stale generation or a
+        #: fenced producer the consumer is first given the time to report
+        #: the partitions lost and rejoin (see _failed).
+        self._rewind_at = 0.0
+        #: The generation is over (a stale generation or a fenced producer):
+        #: the partitions are held in name only until the rebalance or rewind.
+        self._awaiting_rejoin = False
+        #: A revoke or loss during the current consume() call threw away
+        #: processed but uncommitted events (see _refetch).
+        self._discarded = False
         self._announced: tuple[int, ...] | None = None
         self._next_tick = 0.0
         self._highwaters: dict[int, int] = {}
@@ -179,6 +228,9 @@ class RdkafkaEngine:
         )
         self.consumer = Consumer(conf)
         self.producer: Any = self._new_producer()
+        #: Producers given up while a call of theirs still runs in another
+        #: thread (_bounded): kept referenced, never destroyed under it.
+        self._abandoned: list[Any] = []
 
     # -- producer ---------------------------------------------------------------
 
@@ -203,12 +255,19 @@ class RdkafkaEngine:
             producer.init_transactions(60)
         return producer
 
-    def _replace_producer(self) -> None:
+    def _replace_producer(self, *, abandon: bool = False) -> None:
+        """A new producer with the same transactional id (its
+        ``init_transactions`` fences the old one and aborts its open
+        transaction). ``abandon``: a call of the old one still runs in
+        another thread; it is kept referenced and left alone."""
         old = self.producer
-        try:
-            old.purge()
-        except Exception:  # a fenced producer may refuse even this; it is dropped anyway
-            log.debug("purge of the fenced producer failed", exc_info=True)
+        if abandon:
+            self._abandoned.append(old)
+        else:
+            try:
+                old.purge()
+            except Exception:  # a fenced producer may refuse even this; it is dropped anyway
+                log.debug("purge of the fenced producer failed", exc_info=True)
         from confluent_kafka import KafkaException
 
         while True:
@@ -241,21 +300,22 @@ class RdkafkaEngine:
         )
         interval = self.settings.commit_interval
         while not self.stopping:
-            if self._reset_needed:
+            if self._reset_needed and time.monotonic() >= self._rewind_at:
                 self._rewind()
             if self._txn_open:
                 timeout = max(0.0, self._txn_began + interval - time.monotonic())
             else:
                 timeout = interval
             epoch = self._epoch
+            self._discarded = False
             msgs = self.consumer.consume(MAX_BATCH, min(timeout, 0.5))
             if self.stopping:
                 break  # not processed: their offsets are not committed
-            if msgs and epoch == self._epoch:
-                self._handle(msgs)
-            # else: a rebalance ran inside consume(); records it returned
-            # that were fetched before it belong to the old assignment (or
-            # come again from the committed offset): librdkafka refetches.
+            if msgs:
+                if epoch != self._epoch and self._discarded and self.assigned:
+                    self._refetch()
+                else:
+                    self._handle(msgs)
             if self._txn_open and (
                 time.monotonic() - self._txn_began >= interval or self._txn_events >= COMMIT_EVENTS
             ):
@@ -274,6 +334,29 @@ class RdkafkaEngine:
                 self.refresh_gauges()
                 self.announce()
         return self._finish()
+
+    def _refetch(self) -> None:
+        """A rebalance ran inside the last ``consume()`` call and threw away
+        processed but uncommitted events: drop what the call returned and go
+        back to the committed offsets.
+
+        Why not simply drop a batch during which the assignment changed (the
+        first version did, and lost events in the rebalance storm):
+        librdkafka keeps serving the queue after the rebalance callback
+        returns, so the batch can hold records *fetched for the new
+        assignment*, from the committed offset on; it has already moved its
+        position past them and never returns them again. Those records are
+        kept (``_handle`` filters by partition held and position). Records
+        fetched before the rebalance are purged from the batch by librdkafka
+        when the partition's fetch version changes (its BARRIER op), unless
+        the call returned before that op was served; such a stale record is
+        the exact continuation of what was processed when the revoke commit
+        succeeded (the committed offset is the position), so it is harmless
+        then. Only when the revoke or loss aborted processed events does the
+        committed offset fall behind such a record: then nothing of the batch
+        is processed and the rewind seeks back to the committed offsets."""
+        self._reset_needed = True
+        self._rewind_at = 0.0
 
     def _handle(self, msgs: list[Any]) -> None:
         recs: list[_Rec] = []
@@ -372,8 +455,11 @@ class RdkafkaEngine:
                 for r in deferred:
                     self._produce(r)
                 if offsets:
-                    self.producer.send_offsets_to_transaction(
-                        offsets, self.consumer.consumer_group_metadata(), timeout
+                    producer, meta = self.producer, self.consumer.consumer_group_metadata()
+                    _bounded(
+                        lambda: producer.send_offsets_to_transaction(offsets, meta, timeout),
+                        timeout + _HANG_GRACE_S,
+                        "send-offsets",
                     )
                 for attempt in range(_COMMIT_RETRIES):
                     try:
@@ -384,7 +470,7 @@ class RdkafkaEngine:
                         retry = getattr(err, "retriable", lambda: False)()
                         if not retry or attempt == _COMMIT_RETRIES - 1:
                             raise
-        except (KafkaException, BrokerError) as exc:
+        except (KafkaException, BrokerError, _CallHung) as exc:
             if final:
                 log.debug("final commit failed: %s", exc)
                 with contextlib.suppress(KafkaException):
@@ -412,18 +498,34 @@ class RdkafkaEngine:
         fatal = bool(getattr(err, "fatal", lambda: False)())
         code = _code_name(exc)
         events = self._txn_events
-        if fatal:
+        stale = fatal or code in _STALE_GENERATION
+        if isinstance(exc, _CallHung):
+            # Its producer is stuck in that call: a new one fences it and
+            # aborts its transaction at the broker (init_transactions).
+            what, code = "transactional call hung", "HUNG"
+            self._replace_producer(abandon=True)
+        elif fatal:
             what = "producer fenced"
-            self._told_stale = True
             self._replace_producer()
         else:
-            what = "stale generation" if code in _STALE_GENERATION else "transaction failed"
-            # The rebalance that follows (partitions lost or revoked) is this.
-            self._told_stale = code in _STALE_GENERATION
+            what = "stale generation" if stale else "transaction failed"
             self._abort()
+        # The rebalance that follows (partitions lost or revoked) is this.
+        self._told_stale = stale
         self._clear_txn()
         self._drop_state()
         self._reset_needed = True
+        # A generation that is over: the group has given (or is giving) the
+        # partitions to another worker, which commits them every interval;
+        # rewinding them here would read their committed offsets and wait
+        # for their changelog to be stable while that worker writes it (a
+        # minute and more, the consumer not polled, so never rejoining: the
+        # thawed worker of the paused-worker test processed nothing more).
+        # The consumer is polled first, without processing, so it reports
+        # the partitions lost or revoked and rejoins; the rewind is the
+        # fallback if it does not within a session timeout.
+        self._awaiting_rejoin = stale
+        self._rewind_at = time.monotonic() + self.settings.session_timeout if stale else 0.0
         log.warning(
             "%s (%s) while %s: generation %d (member %s) gives up partitions %s as they were "
             "at the last commit; %d uncommitted events are aborted, never published, and are "
@@ -562,11 +664,15 @@ class RdkafkaEngine:
         elif self._txn_open:
             self._abort()
             self._clear_txn()
+        # A failed commit, or a failure before: processed events were thrown
+        # away, the committed offsets are behind the positions (_refetch).
+        self._discarded = self._discarded or self._reset_needed
         self._release()
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         lost = self.assigned
         events = self._txn_events
+        self._discarded = self._discarded or self._txn_open or self._reset_needed
         if self._txn_open:
             self._abort()  # never publish from a generation that is over
             self._clear_txn()
@@ -586,6 +692,8 @@ class RdkafkaEngine:
         self._told_stale = False
         self._drop_state()
         self._reset_needed = False
+        self._rewind_at = 0.0
+        self._awaiting_rejoin = False
         self.assigned = []
         self.positions = {}
 
@@ -593,6 +701,7 @@ class RdkafkaEngine:
         """Back to the committed offsets, with the state restored to them."""
         if not self.assigned:
             self._reset_needed = False
+            self._awaiting_rejoin = False
             return
         from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
@@ -614,6 +723,7 @@ class RdkafkaEngine:
         self.positions = {tp.partition: tp.offset for tp in committed if tp.offset >= 0}
         self._epoch += 1
         self._reset_needed = False
+        self._awaiting_rejoin = False
 
     # -- stop -------------------------------------------------------------------
 
@@ -644,7 +754,8 @@ class RdkafkaEngine:
         return {
             "ok": not self.stopping,
             "recovering": self.recovering,
-            "partitions": list(self.assigned),
+            # Held in name only while a generation that is over awaits its rejoin.
+            "partitions": [] if self._awaiting_rejoin else list(self.assigned),
             "processed": self.processed,
             "exactly_once": self.eos,
         }

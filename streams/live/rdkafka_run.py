@@ -24,7 +24,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from streams.kafka.admin import TopicAdmin
-from streams.kafka.topics import TopicSpec
+from streams.kafka.topics import TopicSpec, min_insync_replicas
 from streams.live.changelog import changelog_topic
 from streams.live.metrics import LiveMetrics, MetricsServer
 from streams.live.partitions import PartitionsChanged, check_state_layout
@@ -47,9 +47,15 @@ log = logging.getLogger(__name__)
 
 def _ensure_changelog(settings: LiveSettings, partitions: int, admin: TopicAdmin) -> None:
     """The state changelog, compacted, partitioned like the input: the topic
-    faust creates for its table, created here when missing."""
+    faust creates for its table, created here when missing, with the same
+    ``min.insync.replicas=2`` when replicated 3 ways or more (docs/operate.md;
+    it was missing here, found by tests/cluster/test_cluster_faults.py)."""
     name = changelog_topic(settings.app_id)
-    admin.ensure([TopicSpec(name, partitions, settings.replication, {"cleanup.policy": "compact"})])
+    config = {"cleanup.policy": "compact"}
+    isr = min_insync_replicas(settings.replication)
+    if isr is not None:
+        config["min.insync.replicas"] = str(isr)
+    admin.ensure([TopicSpec(name, partitions, settings.replication, config)])
 
 
 def _serve_metrics(server: MetricsServer) -> None:

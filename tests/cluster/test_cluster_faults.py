@@ -20,7 +20,7 @@ from tests.faults.test_broker_restart_midstream import (
     topic_factory,
     trickle,
 )
-from tests.live.conftest import LiveHarness
+from tests.live.conftest import ENGINES, LiveHarness
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults]
 
@@ -49,20 +49,21 @@ def _check_changelog_replicated(cluster: LocalCluster, changelog: str) -> None:
     assert (entry.value, entry.source) == ("2", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
 
 
-def _harness(cluster: LocalCluster, tmp_path: Path) -> LiveHarness:
+def _harness(cluster: LocalCluster, tmp_path: Path, engine: str) -> LiveHarness:
     # Topics with the cluster's defaults: 3 replicas, min ISR 2.
-    return LiveHarness(cluster.bootstrap, topic_factory(cluster.bootstrap), tmp_path, 3)
+    return LiveHarness(cluster.bootstrap, topic_factory(cluster.bootstrap), tmp_path, 3, engine)
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_leaders_of_events_findings_and_transaction_state_killed_twice(
-    kafka_cluster: LocalCluster, tmp_path: Path
+    kafka_cluster: LocalCluster, tmp_path: Path, engine: str
 ) -> None:
     """SIGKILL the leader of an events partition, then of a findings partition,
     then of a transaction-state partition, each mid-stream and brought back:
     the worker stays up and the findings are exactly the audit's."""
     kafka_cluster.ensure_all_up()
-    h = _harness(kafka_cluster, tmp_path)
+    h = _harness(kafka_cluster, tmp_path, engine)
     try:
         # ~100 events/s for about three minutes: every kill lands mid-stream.
         events = h.scenario_events(n_keys=800, epochs=4, seed=23)
@@ -96,13 +97,19 @@ def test_leaders_of_events_findings_and_transaction_state_killed_twice(
 
 
 @pytest.mark.timeout(900)
+# Not on rdkafka yet (open, docs/live.md "Which to pick"): run 1 passed, run 2
+# ended with a few findings differing from the audit after a restore read past
+# an open changelog transaction (now refused), run 3 then waited on such an
+# open transaction for minutes, after _INCONSISTENT and OUT_OF_ORDER_SEQUENCE
+# commit failures during the restarts.
+@pytest.mark.parametrize("engine", [e for e in ENGINES if e != "rdkafka"])
 def test_rolling_restart_of_all_three_nodes_while_producing(
-    kafka_cluster: LocalCluster, tmp_path: Path
+    kafka_cluster: LocalCluster, tmp_path: Path, engine: str
 ) -> None:
     """Each node stopped (SIGTERM) and started in turn while events flow: the
     worker stays up and the findings are exactly the audit's."""
     kafka_cluster.ensure_all_up()
-    h = _harness(kafka_cluster, tmp_path)
+    h = _harness(kafka_cluster, tmp_path, engine)
     try:
         events = h.scenario_events(n_keys=500, epochs=4, seed=29)
         w = h.start(extra={"FENCEWATCH_SESSION_TIMEOUT": "30"})
@@ -148,15 +155,16 @@ def _wait_view(
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("engine", ENGINES)
 def test_isolated_leader_is_fenced_and_rejoins_after_healing(
-    kafka_cluster: LocalCluster, tmp_path: Path
+    kafka_cluster: LocalCluster, tmp_path: Path, engine: str
 ) -> None:
     """The leader of an events partition is cut off from the other nodes and the
     clients (`kafka-local isolate N`) mid-stream until the cluster has fenced it
     (another leader, out of the ISR), then healed: it rejoins the ISR, the
     worker stays up, and the findings are exactly the audit's."""
     kafka_cluster.ensure_all_up()
-    h = _harness(kafka_cluster, tmp_path)
+    h = _harness(kafka_cluster, tmp_path, engine)
     try:
         events = h.scenario_events(n_keys=400, epochs=4, seed=31)
         w = h.start(extra={"FENCEWATCH_SESSION_TIMEOUT": "30"})

@@ -1,0 +1,134 @@
+"""The rdkafka engine's loop against librdkafka's batch consume around a
+rebalance, and its transactional calls against a client that does not
+return (an in-process engine on the real local broker)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streams.kafka.admin import TopicAdmin
+from streams.live.prepare import ensure_topics
+from streams.live.rdkafka_engine import RdkafkaEngine
+from streams.live.rdkafka_run import _ensure_changelog
+from streams.live.settings import settings_from_env
+from tests.live.conftest import LiveHarness
+from tests.live.test_live_kafka import assert_exactly_once_and_audit
+
+pytestmark = pytest.mark.kafka
+
+Live = Callable[..., Any]
+
+
+class _FetchedAfterTheRebalance:
+    """The engine's consumer, except that a ``consume()`` call during which
+    the assignment changed also returns the records fetched for the new
+    assignment before the call ends. librdkafka does exactly that when the
+    fetch response arrives within the call's timeout: its batch consume
+    keeps serving the queue after the rebalance callback returns
+    (``rd_kafka_q_serve_rkmessages``), and it has moved its position past
+    those records. Here the fetch is waited for, so it happens every time."""
+
+    def __init__(self, engine: RdkafkaEngine) -> None:
+        self.engine = engine
+        self.real = engine.consumer
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        epoch = self.engine._epoch
+        msgs: list[Any] = list(self.real.consume(num_messages, timeout))
+        if self.engine._epoch != epoch:
+            deadline = time.monotonic() + 10.0
+            while not msgs and time.monotonic() < deadline:
+                msgs = list(self.real.consume(num_messages, 0.5))
+        return msgs
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+@contextmanager
+def _running(engine: RdkafkaEngine) -> Iterator[None]:
+    failure: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            engine.run()
+        except BaseException as exc:  # re-raised below
+            failure.append(exc)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        engine.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert not failure, failure
+
+
+def _engine(h: LiveHarness, tmp: Path) -> RdkafkaEngine:
+    settings = settings_from_env({**h.env(), "FENCEWATCH_DATA_DIR": str(tmp / "data")})
+    admin = TopicAdmin(settings.connection)
+    partitions, _ = ensure_topics(settings, admin)
+    _ensure_changelog(settings, partitions, admin)
+    return RdkafkaEngine(settings, partitions=partitions)
+
+
+def test_records_fetched_after_the_assignment_in_the_same_consume_call_are_processed(
+    live: Live, tmp_path: Path
+) -> None:
+    """Records that one consume() call returns after serving the assignment
+    (fetched from the committed offsets) are processed, not dropped: every
+    event is processed once and the findings equal the audit."""
+    h = live(partitions=2, engine="rdkafka")
+    events = h.scenario_events(n_keys=60, epochs=3, seed=5)
+    h.produce(events)
+    engine = _engine(h, tmp_path)
+    engine.consumer = _FetchedAfterTheRebalance(engine)
+    with _running(engine):
+        h.wait_all_committed(timeout=60)
+    assert engine.processed == len(events)
+    assert len(assert_exactly_once_and_audit(h)) > 20
+
+
+def test_a_send_offsets_call_that_never_returns_is_bounded_and_the_worker_carries_on(
+    live: Live, tmp_path: Path
+) -> None:
+    """A transactional producer whose send_offsets_to_transaction never returns
+    (librdkafka ignores its timeout when the group coordinator went away at
+    the wrong moment): the engine gives the call up, replaces the producer,
+    rewinds, and commits everything; findings exactly once, equal to the audit."""
+    h = live(partitions=2, engine="rdkafka")
+    events = h.scenario_events(n_keys=60, epochs=3, seed=6)
+    h.produce(events)
+    engine = _engine(h, tmp_path)
+    hung = threading.Event()
+    release = threading.Event()
+    real = engine.producer
+
+    class _Hangs:
+        """The first producer, its send_offsets_to_transaction stuck."""
+
+        def send_offsets_to_transaction(self, *_args: Any) -> None:
+            hung.set()
+            release.wait(120)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    engine.producer = _Hangs()
+    try:
+        with _running(engine):
+            assert hung.wait(60)
+            h.wait_all_committed(timeout=90)
+    finally:
+        release.set()
+    assert engine.producer is not real
+    assert len(assert_exactly_once_and_audit(h)) > 20

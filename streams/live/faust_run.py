@@ -29,10 +29,8 @@ broker's timeouts).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
-import os
 import signal
 import sys
 import threading
@@ -42,12 +40,10 @@ from typing import Any
 from streams.live import faust_seam
 from streams.live.metrics import LiveMetrics
 from streams.live.settings import LiveSettings
+from streams.live.stopping import STOP_BOUND_S, hard_exit
 
 __all__ = ["GC_THRESHOLDS", "STOP_BOUND_S", "run_faust"]
 
-#: Seconds from the first stop signal to the end of the process, at most
-#: (Kubernetes' default grace period is 30 s).
-STOP_BOUND_S = 12.0
 #: The worker's ``gc.set_threshold`` (Python's default is 700, 10, 10).
 GC_THRESHOLDS: tuple[int, int, int] = (20_000, 10, 10)
 #: The frameworks whose error records lose their tracebacks while stopping.
@@ -94,19 +90,6 @@ def _loud_tracebacks() -> None:
     sys.unraisablehook = sys.__unraisablehook__
 
 
-def _flush_logs() -> None:
-    for handler in logging.getLogger().handlers:
-        with contextlib.suppress(Exception):  # leaving anyway
-            handler.flush()
-
-
-def _hard_exit(code: int, line: str) -> None:
-    log.warning("%s", line)
-    _flush_logs()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 class _Supervisor:
     """The signals of the process and the app that runs now."""
 
@@ -139,7 +122,7 @@ class _Supervisor:
         name = signal.Signals(signum).name
         self.signals.append(signum)
         if len(self.signals) > 1:
-            _hard_exit(
+            hard_exit(log,
                 128 + signum,
                 f"{name} again: stopping at once; {self.left_behind()}",
             )
@@ -152,7 +135,7 @@ class _Supervisor:
             faust_seam.stop_worker(self.worker, signum)
 
     def _too_long(self) -> None:
-        _hard_exit(
+        hard_exit(log,
             1,
             f"stopping: no commit within {STOP_BOUND_S:.0f} s (is the broker reachable?); "
             f"{self.left_behind()}; exiting without leaving the group",

@@ -13,12 +13,9 @@ repeated). A second signal ends it at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import logging
-import os
 import signal
-import sys
 import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -30,15 +27,13 @@ from streams.live.metrics import LiveMetrics, MetricsServer
 from streams.live.partitions import PartitionsChanged, check_state_layout
 from streams.live.rdkafka_engine import RdkafkaEngine
 from streams.live.settings import LiveSettings
+from streams.live.stopping import STOP_BOUND_S, hard_exit
 
 if TYPE_CHECKING:
     from streams.live.prepare import Prepared
 
 __all__ = ["STOP_BOUND_S", "run_rdkafka"]
 
-#: Seconds from the first stop signal to the end of the process, at most
-#: (Kubernetes' default grace period is 30 s).
-STOP_BOUND_S = 12.0
 #: GC thresholds as the faust engine's runner sets them (streams.live.runner).
 _GC_THRESHOLDS = (20_000, 10, 10)
 
@@ -65,19 +60,6 @@ def _serve_metrics(server: MetricsServer) -> None:
         loop.run_forever()
     except Exception:  # the address was checked before start; log, keep processing
         log.exception("the /metrics server stopped")
-
-
-def _flush_logs() -> None:
-    for handler in logging.getLogger().handlers:
-        with contextlib.suppress(Exception):  # leaving anyway
-            handler.flush()
-
-
-def _hard_exit(code: int, line: str) -> None:
-    log.warning("%s", line)
-    _flush_logs()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def run_rdkafka(settings: LiveSettings, prepared: Prepared) -> int:
@@ -112,12 +94,12 @@ def run_rdkafka(settings: LiveSettings, prepared: Prepared) -> int:
         name = signal.Signals(signum).name
         signals.append(signum)
         if len(signals) > 1:
-            _hard_exit(128 + signum, f"{name} again: stopping at once")
+            hard_exit(log, 128 + signum, f"{name} again: stopping at once")
         log.info("%s: stopping (at most %.0f s)", name, STOP_BOUND_S)
         engine.stop()
 
         def too_long() -> None:
-            _hard_exit(
+            hard_exit(log,
                 1,
                 f"stopping: no commit within {STOP_BOUND_S:.0f} s (is the broker reachable?); "
                 f"the last transaction ({engine.uncommitted_events} events) is not committed "

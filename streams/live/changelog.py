@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.errors import BrokerError
-from streams.kafka.errors import from_kafka_error, translate
+from streams.kafka.errors import from_kafka_error, kafka_errors
 
 __all__ = ["CHANGELOG_SUFFIX", "LoadResult", "changelog_topic", "load_changelog"]
 
@@ -57,7 +57,7 @@ def load_changelog(
 
     Raises :class:`~streams.errors.BrokerError` on a broker failure or when
     the end is not reached within ``timeout`` seconds."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError
     from confluent_kafka import TopicPartition as CTP
 
     conf: dict[str, Any] = {
@@ -75,59 +75,58 @@ def load_changelog(
     records = 0
     consumer = Consumer(conf)
     try:
-        ends: dict[int, int] = {}
-        assign: list[Any] = []
-        for p, start in starts.items():
-            # Under read_committed the high watermark returned is the LSO.
-            _lo, hi = consumer.get_watermark_offsets(CTP(topic, p), timeout=30, cached=False)
-            ends[p] = hi
-            first = OFFSET_BEGINNING if start is None else start
-            if start is None or start < hi:
-                assign.append(CTP(topic, p, first))
-        pending = {tp.partition for tp in assign}
-        if pending:
-            consumer.assign(assign)
-        deadline = time.monotonic() + timeout
-        while pending:
-            if time.monotonic() > deadline:
-                raise BrokerError(
-                    f"changelog {topic}: end not reached in {timeout:.0f} s "
-                    f"(partitions {sorted(pending)})",
-                    code="TIMEOUT",
-                    retriable=True,
-                )
-            batch = consumer.consume(num_messages=_BATCH, timeout=0.1)
-            for m in batch:
-                part, offset = m.partition(), m.offset()
-                err = m.error()
-                if part is None or offset is None:  # client-level error without a partition
-                    if err is not None:
-                        raise from_kafka_error(err, f"changelog {topic}")
-                    continue
-                p = part
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        if offset >= ends[p]:
-                            pending.discard(p)
+        with kafka_errors(f"changelog {topic}"):
+            ends: dict[int, int] = {}
+            assign: list[Any] = []
+            for p, start in starts.items():
+                # Under read_committed the high watermark returned is the LSO.
+                _lo, hi = consumer.get_watermark_offsets(CTP(topic, p), timeout=30, cached=False)
+                ends[p] = hi
+                first = OFFSET_BEGINNING if start is None else start
+                if start is None or start < hi:
+                    assign.append(CTP(topic, p, first))
+            pending = {tp.partition for tp in assign}
+            if pending:
+                consumer.assign(assign)
+            deadline = time.monotonic() + timeout
+            while pending:
+                if time.monotonic() > deadline:
+                    raise BrokerError(
+                        f"changelog {topic}: end not reached in {timeout:.0f} s "
+                        f"(partitions {sorted(pending)})",
+                        code="TIMEOUT",
+                        retriable=True,
+                    )
+                batch = consumer.consume(num_messages=_BATCH, timeout=0.1)
+                for m in batch:
+                    part, offset = m.partition(), m.offset()
+                    err = m.error()
+                    if part is None or offset is None:  # client-level error without a partition
+                        if err is not None:
+                            raise from_kafka_error(err, f"changelog {topic}")
                         continue
-                    raise from_kafka_error(err, f"changelog {topic}[{p}]")
-                if p not in pending or offset >= ends[p]:
-                    pending.discard(p)  # past the snapshot: faust's recovery reads it
-                    continue
-                key = m.key()
-                if key is not None:  # faust cannot key a table by None either
-                    apply(p, key, m.value())
-                    records += 1
-                if offset >= ends[p] - 1:
-                    pending.discard(p)
-            if not batch and pending:
-                # Aborted records and transaction markers at the tail are
-                # never delivered; the position still moves past them.
-                for tp in consumer.position([CTP(topic, p) for p in pending]):
-                    if tp.offset >= ends[tp.partition]:
-                        pending.discard(tp.partition)
-        return LoadResult(ends, records)
-    except KafkaException as exc:
-        raise translate(exc, f"changelog {topic}") from None
+                    p = part
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            if offset >= ends[p]:
+                                pending.discard(p)
+                            continue
+                        raise from_kafka_error(err, f"changelog {topic}[{p}]")
+                    if p not in pending or offset >= ends[p]:
+                        pending.discard(p)  # past the snapshot: faust's recovery reads it
+                        continue
+                    key = m.key()
+                    if key is not None:  # faust cannot key a table by None either
+                        apply(p, key, m.value())
+                        records += 1
+                    if offset >= ends[p] - 1:
+                        pending.discard(p)
+                if not batch and pending:
+                    # Aborted records and transaction markers at the tail are
+                    # never delivered; the position still moves past them.
+                    for tp in consumer.position([CTP(topic, p) for p in pending]):
+                        if tp.offset >= ends[tp.partition]:
+                            pending.discard(tp.partition)
+            return LoadResult(ends, records)
     finally:
         consumer.close()

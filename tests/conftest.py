@@ -244,14 +244,17 @@ def _local_broker(state_dir: Path) -> Iterator[str]:
 
 
 class LocalKafka:
-    """A private ``scripts/kafka-local`` broker that a test may stop, restart
-    or kill -9 (recovery tests); the bootstrap address survives restarts."""
+    """A private ``scripts/kafka-local`` broker (or, with ``brokers``, a
+    cluster: tests/cluster) that a test may stop, restart or kill -9
+    (recovery tests); the bootstrap address survives restarts."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, brokers: int = 1) -> None:
         self.state_dir = state_dir
+        self.brokers = brokers
         self.bootstrap = ""
 
-    def _run(self, *args: str, timeout: float = _LOCAL_START_TIMEOUT_S) -> str:
+    def run(self, *args: str, timeout: float = _LOCAL_START_TIMEOUT_S) -> str:
+        """``scripts/kafka-local ARGS`` on this state dir; stdout, or a test failure."""
         env = dict(os.environ)
         env["FENCEWATCH_KAFKA_DIR"] = str(self.state_dir)
         env["FENCEWATCH_KAFKA_OWNER_PID"] = str(os.getpid())
@@ -271,14 +274,15 @@ class LocalKafka:
         return done.stdout.strip()
 
     def start(self) -> str:
-        out = self._run("start").splitlines()[-1]
+        args = ("start",) if self.brokers == 1 else ("start", "--brokers", str(self.brokers))
+        out = self.run(*args).splitlines()[-1]
         if self.bootstrap and out != self.bootstrap:
-            raise AssertionError(f"broker came back at {out}, not {self.bootstrap}")
+            raise AssertionError(f"the broker came back at {out}, not {self.bootstrap}")
         self.bootstrap = out
         return out
 
     def stop(self) -> None:
-        self._run("stop", timeout=120)
+        self.run("stop", timeout=120 + 60 * (self.brokers - 1))
 
     def restart(self) -> str:
         """Clean stop (SIGTERM) and start on the same data directory and port."""

@@ -17,50 +17,17 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent.parent
-KAFKA_LOCAL = REPO_ROOT / "scripts" / "kafka-local"
-_START_TIMEOUT_S = 600
+from tests.conftest import LocalKafka
 
 __all__ = ["LocalCluster", "ProcessIsolation", "kafka_cluster"]
 
 
-class LocalCluster:
-    """Drives one ``scripts/kafka-local`` cluster state directory."""
+class LocalCluster(LocalKafka):
+    """Drives one ``scripts/kafka-local start --brokers N`` cluster state
+    directory (tests/conftest.py's LocalKafka, with one node per broker)."""
 
     def __init__(self, state_dir: Path, brokers: int = 3) -> None:
-        self.state_dir = state_dir
-        self.brokers = brokers
-        self.bootstrap = ""
-
-    def run(self, *args: str, timeout: float = _START_TIMEOUT_S) -> str:
-        """``scripts/kafka-local ARGS`` on this cluster's state dir; stdout, or a test failure."""
-        env = dict(os.environ)
-        env["FENCEWATCH_KAFKA_DIR"] = str(self.state_dir)
-        env["FENCEWATCH_KAFKA_OWNER_PID"] = str(os.getpid())
-        done = subprocess.run(
-            [str(KAFKA_LOCAL), *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise AssertionError(
-                f"scripts/kafka-local {' '.join(args)} failed ({done.returncode}):\n"
-                f"{done.stderr[-4000:]}"
-            )
-        return done.stdout.strip()
-
-    def start(self) -> str:
-        out = self.run("start", "--brokers", str(self.brokers)).splitlines()[-1]
-        if self.bootstrap and out != self.bootstrap:
-            raise AssertionError(f"cluster came back at {out}, not {self.bootstrap}")
-        self.bootstrap = out
-        return out
-
-    def stop(self) -> None:
-        self.run("stop", timeout=180)
+        super().__init__(state_dir, brokers)
 
     def broker(self, node: int, action: str) -> str:
         """``broker N kill|stop|start|pid``."""

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import REPO_ROOT, LocalCluster
+from tests.cluster.conftest import LocalCluster
 from tests.cluster.test_cluster_faults import _leader
+from tests.conftest import REPO_ROOT
 from tests.faults.test_broker_restart_midstream import topic_factory
 from tests.findings.conftest import produce_findings, synthetic_findings
 from tests.findings.receiver import webhook_receiver

@@ -13,7 +13,7 @@ from typing import Any
 
 from streams.errors import BrokerError, BrokerUnreachable, TopicMissing
 from streams.kafka.connection import KafkaConnection, check_reachable
-from streams.kafka.errors import kafka_errors, no_answer
+from streams.kafka.errors import first_metadata, kafka_errors, no_answer
 from streams.kafka.topics import (
     DEFAULT_PARTITIONS,
     Retention,
@@ -78,7 +78,9 @@ class TopicAdmin:
         import confluent_kafka.admin  # noqa: F401
 
         check_reachable(self._conn)
-        self._list_topics("connecting", self._conn.connect_timeout)
+        first_metadata(
+            self._client, self._conn.bootstrap_servers, self._conn.connect_timeout, "connecting"
+        )
 
     def partitions(self, names: Sequence[str]) -> dict[str, int]:
         """Partition count of each existing topic among ``names`` (absent ones omitted)."""

@@ -29,6 +29,7 @@ the one place a client call is wrapped (:func:`kafka_errors`)::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from types import TracebackType
@@ -49,6 +50,7 @@ __all__ = [
     "BrokerUnreachable",
     "ProducerFenced",
     "TopicMissing",
+    "first_metadata",
     "from_kafka_error",
     "is_fenced",
     "kafka_errors",
@@ -236,6 +238,36 @@ def no_answer(bootstrap: str, timeout_s: float, err: BrokerError) -> BrokerError
         code=err.code,
         retriable=True,
     )
+
+
+#: Seconds each slice of a first metadata request waits (first_metadata).
+_METADATA_SLICE_S = 0.5
+
+
+def first_metadata(
+    client: Any, bootstrap: str, timeout_s: float, action: str, topic: str | None = None
+) -> Any:
+    """A client's first metadata request (``list_topics``), within
+    ``timeout_s``, asked in short slices: librdkafka reports a refused login
+    through its error callback (served by ``poll``) and keeps retrying, so
+    one request for the whole timeout waited it out before saying "refused"
+    (30 s for a wrong password). Between slices the callback is served and
+    a refusal ends the wait at once; past the timeout it is :func:`no_answer`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        wait = max(0.05, min(_METADATA_SLICE_S, deadline - time.monotonic()))
+        try:
+            with kafka_errors(action):
+                if topic is None:
+                    return client.list_topics(timeout=wait)
+                return client.list_topics(topic, timeout=wait)
+        except BrokerError as err:
+            client.poll(0)  # serves the error callback (and queued log lines)
+            refused = refused_credentials(bootstrap)
+            if refused is not None:
+                raise refused from None
+            if not isinstance(err, BrokerUnreachable) or time.monotonic() >= deadline:
+                raise no_answer(bootstrap, timeout_s, err) from None
 
 
 def topic_unavailable(topic: str, bootstrap: str, err: Any = None) -> BrokerError:

@@ -38,13 +38,12 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.errors import BrokerError
 from streams.kafka.connection import KafkaConnection, check_reachable
 from streams.kafka.errors import (
     BrokerUnreachable,
+    first_metadata,
     from_kafka_error,
     kafka_errors,
-    no_answer,
     topic_unavailable,
 )
 
@@ -190,12 +189,9 @@ def iter_topic(
     with kafka_errors("client settings"):  # a setting the client refuses (--kafka-config)
         consumer = Consumer(conf)
     try:
-        try:
-            with kafka_errors(f"topic {topic}"):
-                meta = consumer.list_topics(topic, timeout=conn.connect_timeout)
-        except BrokerError as unanswered:
-            consumer.poll(0)  # serves librdkafka's queued log lines (debug shows them)
-            raise no_answer(conn.bootstrap_servers, conn.connect_timeout, unanswered) from None
+        meta = first_metadata(
+            consumer, conn.bootstrap_servers, conn.connect_timeout, f"topic {topic}", topic
+        )
         tmeta = meta.topics.get(topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
             error = tmeta.error if tmeta is not None else None

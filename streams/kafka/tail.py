@@ -25,10 +25,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from streams.errors import BrokerError
 from streams.kafka.clients import fetch_committed
 from streams.kafka.connection import KafkaConnection, check_reachable
-from streams.kafka.errors import from_kafka_error, kafka_errors, no_answer, topic_unavailable
+from streams.kafka.errors import (
+    first_metadata,
+    from_kafka_error,
+    kafka_errors,
+    topic_unavailable,
+)
 from streams.kafka.reader import BEGINNING, Bound, TopicRecord, resolve_bound
 
 __all__ = ["TopicTail"]
@@ -92,14 +96,9 @@ class TopicTail:
 
     def _open(self, start: Bound, stop_at_end: bool, tp: Any) -> None:
         c, topic, timeout = self._consumer, self.topic, self._timeout
-        try:
-            with kafka_errors(f"topic {topic}"):
-                meta = c.list_topics(topic, timeout=self._conn.connect_timeout)
-        except BrokerError as failure:
-            c.poll(0)  # serves the error callback, where refused credentials show
-            raise no_answer(
-                self._conn.bootstrap_servers, self._conn.connect_timeout, failure
-            ) from None
+        meta = first_metadata(
+            c, self._conn.bootstrap_servers, self._conn.connect_timeout, f"topic {topic}", topic
+        )
         tmeta = meta.topics.get(topic)
         if tmeta is None or tmeta.error is not None or not tmeta.partitions:
             error = tmeta.error if tmeta is not None else None

@@ -54,7 +54,7 @@ from live_support import (
     producer,
     worker_env,
 )
-from results import Figure, add_json_arg, emit
+from results import Figure, add_json_arg, add_paced_args, emit
 
 from tests.findings.receiver import webhook_receiver
 
@@ -176,10 +176,7 @@ def one_run(bs: str, args: argparse.Namespace, tag: str) -> Run:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rate", type=int, default=2000)
-    ap.add_argument("--seconds", type=int, default=20)
-    ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--commit-interval", default="0.1")
+    add_paced_args(ap)
     ap.add_argument("--runs", type=int, default=3, help="runs, each with a fresh worker")
     add_json_arg(ap)
     args = ap.parse_args()

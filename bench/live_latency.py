@@ -66,7 +66,7 @@ from live_support import (
     stale_progress,
     worker_env,
 )
-from results import Figure, add_json_arg, emit
+from results import Figure, add_json_arg, add_paced_args, emit
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,10 +241,7 @@ def spread(values: list[float]) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rate", type=int, default=2000)
-    ap.add_argument("--seconds", type=int, default=20)
-    ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--commit-interval", default="0.1")
+    add_paced_args(ap)
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of unmeasured traffic first")
     ap.add_argument("--runs", type=int, default=3, help="measured runs of each side")
     ap.add_argument(

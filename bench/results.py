@@ -17,7 +17,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["Figure", "add_json_arg", "emit"]
+__all__ = ["Figure", "add_json_arg", "add_paced_args", "emit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,15 @@ class Figure:
         out = asdict(self)
         out["ratio"] = self.ratio
         return out
+
+
+def add_paced_args(ap: argparse.ArgumentParser) -> None:
+    """The paced-load flags the latency benches share (same defaults, so
+    their figures compare)."""
+    ap.add_argument("--rate", type=int, default=2000)
+    ap.add_argument("--seconds", type=int, default=20)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--commit-interval", default="0.1")
 
 
 def add_json_arg(ap: argparse.ArgumentParser) -> None:

@@ -16,7 +16,12 @@ from dataclasses import dataclass
 
 from streams.errors import BrokerUnreachable
 from streams.kafka.connection import KafkaConnection, check_reachable
-from streams.kafka.errors import from_kafka_error, kafka_errors, topic_unavailable
+from streams.kafka.errors import (
+    first_metadata,
+    from_kafka_error,
+    kafka_errors,
+    topic_unavailable,
+)
 
 __all__ = ["KeyRead", "KeyRecord", "key_partitions", "murmur2", "read_key"]
 
@@ -103,7 +108,14 @@ def read_key(
     cut = False
     try:
         with kafka_errors(f"reading {topic}"):
-            meta = consumer.list_topics(topic, timeout=connection.connect_timeout)
+            # In slices: a refused login ends the wait at once (first_metadata).
+            meta = first_metadata(
+                consumer,
+                connection.bootstrap_servers,
+                connection.connect_timeout,
+                f"reading {topic}",
+                topic,
+            )
             tmeta = meta.topics.get(topic)
             if tmeta is None or tmeta.error is not None or not tmeta.partitions:
                 raise topic_unavailable(

@@ -29,7 +29,6 @@ broker's timeouts).
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import signal
 import sys
@@ -38,14 +37,13 @@ from collections.abc import Callable
 from typing import Any
 
 from streams.live import faust_seam
+from streams.live.collector import tune_collector
 from streams.live.metrics import LiveMetrics
 from streams.live.settings import LiveSettings
 from streams.live.stopping import STOP_BOUND_S, hard_exit
 
-__all__ = ["GC_THRESHOLDS", "STOP_BOUND_S", "run_faust"]
+__all__ = ["STOP_BOUND_S", "run_faust"]
 
-#: The worker's ``gc.set_threshold`` (Python's default is 700, 10, 10).
-GC_THRESHOLDS: tuple[int, int, int] = (20_000, 10, 10)
 #: The frameworks whose error records lose their tracebacks while stopping.
 _FRAMEWORKS = ("faust", "mode", "aiokafka", "asyncio")
 
@@ -193,18 +191,7 @@ def run_faust(settings: LiveSettings, build: Callable[[LiveMetrics], Any]) -> in
             runtime.replace = supervisor.replace
         supervisor.runtime = runtime
         if replaced == 0:
-            # Everything allocated so far (modules, faust's and aiokafka's
-            # objects) lives as long as the process: out of the collector's
-            # way, a full collection scans only what the processing
-            # allocates (shorter gen-2 pauses, which show in the latency
-            # tail: docs/live.md).
-            gc.freeze()
-            # A batch keeps a few thousand objects alive while it runs: with
-            # the default 700-allocation young generation they survive
-            # collections, get promoted, and every promotion brings the next
-            # full collection closer. A young generation larger than a
-            # batch's working set lets them die young (docs/live.md).
-            gc.set_threshold(*GC_THRESHOLDS)
+            tune_collector()  # once per process, not per replaced app
         worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
         faust_seam.quiet_worker(worker)
         faust_seam.quiet_framework_logs(settings.log_level)

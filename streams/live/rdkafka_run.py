@@ -13,7 +13,6 @@ repeated). A second signal ends it at once.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import signal
 import threading
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from streams.kafka.admin import TopicAdmin
 from streams.kafka.topics import TopicSpec, min_insync_replicas
 from streams.live.changelog import changelog_topic
+from streams.live.collector import tune_collector
 from streams.live.metrics import LiveMetrics, MetricsServer
 from streams.live.partitions import PartitionsChanged, check_state_layout
 from streams.live.rdkafka_engine import RdkafkaEngine
@@ -33,9 +33,6 @@ if TYPE_CHECKING:
     from streams.live.prepare import Prepared
 
 __all__ = ["STOP_BOUND_S", "run_rdkafka"]
-
-#: GC thresholds as the faust engine's runner sets them (streams.live.runner).
-_GC_THRESHOLDS = (20_000, 10, 10)
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +111,7 @@ def run_rdkafka(settings: LiveSettings, prepared: Prepared) -> int:
     previous: dict[signal.Signals, Any] = {}
     for sig in (signal.SIGTERM, signal.SIGINT):
         previous[sig] = signal.signal(sig, on_signal)
-    gc.freeze()
-    gc.set_threshold(*_GC_THRESHOLDS)
+    tune_collector()
     # The loop runs in its own thread: librdkafka calls block for seconds
     # when the broker is away, and Python runs signal handlers only in the
     # main thread between bytecodes, so the main thread stays free to take

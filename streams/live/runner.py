@@ -8,7 +8,8 @@ from typing import Any
 
 from streams.errors import WorkerCrashed
 from streams.live.app import TABLE_NAME, build_app
-from streams.live.faust_run import GC_THRESHOLDS, run_faust
+from streams.live.collector import GC_THRESHOLDS
+from streams.live.faust_run import run_faust
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionsChanged, check_state_layout
 from streams.live.prepare import Prepared, prepare

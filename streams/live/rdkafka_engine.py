@@ -43,6 +43,7 @@ from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionChange, PartitionGuard, PartitionsChanged
 from streams.live.processor import OutRecord, processor_for, with_changelog
 from streams.live.settings import LiveSettings
+from streams.live.table import MemoryTable, StateTable, open_table
 
 if TYPE_CHECKING:
     from streams.kafka.admin import TopicAdmin
@@ -72,6 +73,8 @@ _CALL_TIMEOUT_S = 10.0
 _HANG_GRACE_S = 5.0
 #: Commit retries of a retriable failure (a broker timing out) before abort.
 _COMMIT_RETRIES = 3
+#: Changelog records written to a RocksDB table per write batch while restoring.
+_RESTORE_CHUNK = 10_000
 #: The consumer and librdkafka errors that mean "this member's generation is
 #: over": the transaction's offsets were refused by the group coordinator.
 _STALE_GENERATION = ("ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID",
@@ -156,6 +159,13 @@ class RdkafkaEngine:
         from confluent_kafka import Consumer
 
         self.settings = settings
+        #: The state table of the held partitions: key -> stored value (every
+        #: rebalance drops it all: eager assignment, docs/live.md). Opened
+        #: first: a state directory another worker holds is refused before
+        #: any client starts.
+        self.values: StateTable = open_table(
+            settings.store_kind, Path(settings.data_dir).expanduser().absolute()
+        )
         #: The state's layout: a record or a count past it stops the engine
         #: before anything is processed from split state (streams/live/partitions.py).
         self.guard = (
@@ -168,9 +178,6 @@ class RdkafkaEngine:
         self.changelog = changelog_topic(settings.app_id)
         self.eos = settings.exactly_once
         self.processor = processor_for(settings)
-        #: The state table of the held partitions: key -> stored value (every
-        #: rebalance drops it all: eager assignment, docs/live.md).
-        self.values: dict[bytes, bytes] = {}
         #: Input partitions held (sorted), and the next offset to process in each.
         self.assigned: list[int] = []
         self.positions: dict[int, int] = {}
@@ -427,9 +434,7 @@ class RdkafkaEngine:
         except KafkaException as exc:
             self._failed(exc, "sending")
             return
-        values = self.values
-        for key, _partition, value in outcome.states:
-            values[key] = value
+        self.values.write([(key, value) for key, _partition, value in outcome.states])
         offsets, positions = self._txn_offsets, self.positions
         for rec in recs:
             offsets[rec.partition] = positions[rec.partition] = rec.offset + 1
@@ -645,15 +650,27 @@ class RdkafkaEngine:
     def _restore(self, partitions: list[int]) -> None:
         self._wait_changelog_stable(partitions)
         values = self.values
+        pending: list[tuple[bytes, bytes | None]] = []
 
         def apply(_p: int, key: bytes, value: bytes | None) -> None:
-            if value is None:
-                values.pop(key, None)
-            else:
-                values[key] = value
+            # In order, deletes included: the table's last word per key is
+            # the changelog's. RocksDB takes them in write batches.
+            pending.append((key, value))
+            if len(pending) >= _RESTORE_CHUNK:
+                values.write(pending)
+                pending.clear()
+
+        if isinstance(values, MemoryTable):  # the dict itself: the restore's hot path
+
+            def apply(_p: int, key: bytes, value: bytes | None) -> None:
+                if value is None:
+                    values.pop(key, None)
+                else:
+                    values[key] = value
 
         began = time.monotonic()
         result = load_changelog(self._client, self.changelog, dict.fromkeys(partitions), apply)
+        values.write(pending)
         took = time.monotonic() - began
         self.restored_records += result.records
         log.info(
@@ -788,6 +805,7 @@ class RdkafkaEngine:
             )
         self._txn_open = False  # the revoke on close has nothing left to commit
         self.consumer.close()
+        self.values.close()
         return ok
 
     # -- health and gauges ------------------------------------------------------
@@ -842,8 +860,9 @@ class RdkafkaEngine:
         self._announced = parts
         where = ", ".join(map(str, parts)) if parts else "none (other workers have them)"
         log.info(
-            "processing %s partitions %s (%s, memory store, rdkafka engine)",
+            "processing %s partitions %s (%s, %s, rdkafka engine)",
             self.events_topic,
             where,
             "exactly-once" if self.eos else "at-least-once",
+            self.values.kind,
         )

@@ -19,6 +19,7 @@ import threading
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from streams.errors import StoreError, WorkerCrashed
 from streams.kafka.admin import TopicAdmin
 from streams.kafka.topics import TopicSpec, min_insync_replicas
 from streams.live.changelog import changelog_topic
@@ -133,5 +134,8 @@ def run_rdkafka(settings: LiveSettings, prepared: Prepared) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if failure:
+        if isinstance(failure[0], StoreError):
+            # The faust engine's words for a store that failed under it.
+            raise WorkerCrashed(f"the worker stopped: {failure[0]}") from None
         raise failure[0]
     return 0

@@ -158,8 +158,6 @@ class LiveSettings:
             raise ConfigError("metrics host must not be empty")
         if self.engine not in ENGINES:
             raise ConfigError(f"engine must be one of {', '.join(ENGINES)}")
-        if self.engine == "rdkafka" and self.store_kind != "memory":
-            raise ConfigError("--engine rdkafka supports --store memory:// only (for now)")
         return self
 
     def replace(self, **changes: Any) -> LiveSettings:

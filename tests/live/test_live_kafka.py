@@ -184,7 +184,12 @@ def test_bad_events_go_to_the_dlq_while_good_ones_flow(live: Live, engine: str) 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize(
     ("engine", "store"),
-    [("faust", "memory://"), ("faust", "rocksdb://"), ("rdkafka", "memory://")],
+    [
+        ("faust", "memory://"),
+        ("faust", "rocksdb://"),
+        ("rdkafka", "memory://"),
+        ("rdkafka", "rocksdb://"),
+    ],
 )
 def test_sigkill_mid_stream_and_restart_is_exactly_once(
     live: Live, engine: str, store: str

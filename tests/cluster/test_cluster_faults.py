@@ -169,8 +169,12 @@ def test_isolated_leader_is_fenced_and_rejoins_after_healing(
     h = _harness(kafka_cluster, tmp_path, engine)
     try:
         events = h.scenario_events(n_keys=400, epochs=4, seed=31)
-        w = h.start(extra={"FENCEWATCH_SESSION_TIMEOUT": "30"})
+        # --replication 3 as in the rolling restart: a single-replica changelog
+        # partition on the isolated node loses its leader, and its transaction
+        # markers are dropped (a rdkafka run waited on one for good).
+        w = h.start(extra={"FENCEWATCH_SESSION_TIMEOUT": "30", "FENCEWATCH_REPLICATION": "3"})
         w.wait_ready(timeout=180)
+        _check_changelog_replicated(kafka_cluster, f"{h.app_id}-owner-state-changelog")
         feeder = threading.Thread(target=trickle, args=(h, events))
         feeder.start()
         w.wait_processed(len(events) // 5, timeout=300)

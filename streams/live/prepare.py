@@ -72,7 +72,8 @@ def _warn_single_replica(settings: LiveSettings, admin: TopicAdmin) -> None:
     skipped" in the broker's log), so a transaction that ends meanwhile
     stays open on them for good: the rdkafka engine's restore waits on it,
     a reader up to the last stable offset misses its state (docs/live.md,
-    "Failures"; found by the rolling-restart cluster test)."""
+    "What that open transaction was"; found by the rolling-restart cluster
+    test)."""
     if settings.replication > 1:
         return
     try:

@@ -92,6 +92,10 @@ class TopicAdmin:
                 found[name] = len(topic.partitions)
         return found
 
+    def brokers(self) -> int:
+        """How many brokers the cluster's metadata lists now."""
+        return len(self._list_topics("listing brokers", self._timeout_s).brokers)
+
     def _list_topics(self, action: str, timeout: float) -> Any:
         try:
             with kafka_errors(action):

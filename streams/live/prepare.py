@@ -8,6 +8,7 @@ the result to the engine (:func:`streams.live.runner.run_worker`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ __all__ = ["ADMIN_TIMEOUT_S", "Prepared", "ensure_topics", "prepare"]
 
 #: Seconds each topic operation of a start may take (creation on a busy cluster).
 ADMIN_TIMEOUT_S = 30.0
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,11 +54,40 @@ def prepare(
     require_store_extra(settings)
     admin = admin or TopicAdmin(settings.connection, timeout_s=ADMIN_TIMEOUT_S)
     partitions, topics = ensure_topics(settings, admin)
+    _warn_single_replica(settings, admin)
     if on_topic is not None:
         for result in topics:
             on_topic(result)
     data_dir = prepare_local_state(settings)
     return Prepared(data_dir, partitions, topics, admin)
+
+
+def _warn_single_replica(settings: LiveSettings, admin: TopicAdmin) -> None:
+    """One line when the state changelog (and the topics this start creates)
+    get a single replica on a cluster of several brokers.
+
+    Why: while that replica's broker is down (a rolling restart), the
+    transaction coordinator drops the commit or abort markers for its
+    partitions ("Couldn't find leader endpoint ... likely deleted ... can be
+    skipped" in the broker's log), so a transaction that ends meanwhile
+    stays open on them for good: the rdkafka engine's restore waits on it,
+    a reader up to the last stable offset misses its state (docs/live.md,
+    "What that open transaction was"; found by the rolling-restart cluster
+    test)."""
+    if settings.replication > 1:
+        return
+    try:
+        brokers = admin.brokers()
+    except BrokerError:
+        return  # the warning is advice; the start goes on without it
+    if brokers > 1:
+        log.warning(
+            "replication 1 on a cluster of %d brokers: a broker restart takes state "
+            "changelog partitions offline and Kafka drops the transaction markers sent "
+            "meanwhile, leaving transactions open on them for good; use --replication 3 "
+            "(docs/operate.md)",
+            brokers,
+        )
 
 
 def ensure_topics(

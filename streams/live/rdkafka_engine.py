@@ -32,6 +32,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,9 @@ __all__ = [
     "COMMIT_EVENTS",
     "MAX_BATCH",
     "TRANSACTION_TIMEOUT_MS",
+    "FailureAction",
     "RdkafkaEngine",
+    "failure_action",
     "transactional_id",
 ]
 
@@ -79,6 +82,45 @@ _RESTORE_CHUNK = 10_000
 #: over": the transaction's offsets were refused by the group coordinator.
 _STALE_GENERATION = ("ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "FENCED_INSTANCE_ID",
                      "REBALANCE_IN_PROGRESS")  # fmt: skip
+#: Errors of the idempotent producer's own bookkeeping (its sequence numbers
+#: out of step with a partition leader's after leaders moved: a rolling
+#: restart logged the first two). librdkafka may raise them as fatal for a
+#: transactional producer, which must then be replaced; but no other worker
+#: took anything over, so the worker rewinds at once.
+_PRODUCER_STATE = ("OUT_OF_ORDER_SEQUENCE_NUMBER", "_INCONSISTENT", "UNKNOWN_PRODUCER_ID",
+                   "DUPLICATE_SEQUENCE_NUMBER")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class FailureAction:
+    """What a transaction that cannot commit calls for."""
+
+    #: Its log line's first words.
+    what: str
+    #: The producer is unusable: a new one with the same transactional id
+    #: (its ``init_transactions`` aborts the open transaction at the broker);
+    #: else ``abort_transaction``.
+    new_producer: bool
+    #: This member's generation is over (another worker has or gets the
+    #: partitions): poll to rejoin before any rewind.
+    generation_over: bool
+
+
+def failure_action(code: str, *, fatal: bool) -> FailureAction:
+    """The action for a failed transactional call's error ``code`` (the
+    librdkafka error name) and whether librdkafka called it ``fatal``.
+
+    A fatal error is a fenced producer (a successor with this transactional
+    id, or the coordinator aborted a transaction that outlived its timeout
+    while the worker was paused: its generation is over too), unless it is
+    one of the producer's own sequence errors, which end the producer only."""
+    if fatal and code in _PRODUCER_STATE:
+        return FailureAction("producer failed", new_producer=True, generation_over=False)
+    if fatal:
+        return FailureAction("producer fenced", new_producer=True, generation_over=True)
+    if code in _STALE_GENERATION:
+        return FailureAction("stale generation", new_producer=False, generation_over=True)
+    return FailureAction("transaction failed", new_producer=False, generation_over=False)
 
 
 class _Rec(msgspec.Struct, gc=False):
@@ -201,6 +243,9 @@ class RdkafkaEngine:
         #: Watermark probes of the changelog (read_committed, read_uncommitted).
         self._probes: tuple[Any, Any] | None = None
         self._txn_open = False
+        #: How this worker's last transaction ended, as a restore waiting on an
+        #: open changelog transaction logs it (whose the open one may be).
+        self._last_end = "none yet"
         self._txn_began = 0.0
         self._txn_events = 0
         self._txn_offsets: dict[int, int] = {}
@@ -284,6 +329,7 @@ class RdkafkaEngine:
         while True:
             try:
                 self.producer = self._new_producer()
+                self._last_end = "left to the new producer's init_transactions (aborts it)"
                 return
             except KafkaException as exc:
                 # The broker is away: nothing can be published meanwhile
@@ -505,6 +551,7 @@ class RdkafkaEngine:
             return False
         if deferred:
             self.metrics.status_records.inc(len(deferred))
+        self._last_end = "committed"
         self._clear_txn()
         return True
 
@@ -522,18 +569,18 @@ class RdkafkaEngine:
         fatal = bool(getattr(err, "fatal", lambda: False)())
         code = _code_name(exc)
         events = self._txn_events
-        stale = fatal or code in _STALE_GENERATION
         if isinstance(exc, _CallHung):
             # Its producer is stuck in that call: a new one fences it and
             # aborts its transaction at the broker (init_transactions).
-            what, code = "transactional call hung", "HUNG"
+            what, code, stale = "transactional call hung", "HUNG", False
             self._replace_producer(abandon=True)
-        elif fatal:
-            what = "producer fenced"
-            self._replace_producer()
         else:
-            what = "stale generation" if stale else "transaction failed"
-            self._abort()
+            action = failure_action(code, fatal=fatal)
+            what, stale = action.what, action.generation_over
+            if action.new_producer:
+                self._replace_producer()
+            else:
+                self._abort()
         # The rebalance that follows (partitions lost or revoked) is this.
         self._told_stale = stale
         self._clear_txn()
@@ -553,7 +600,7 @@ class RdkafkaEngine:
         log.warning(
             "%s (%s) while %s: generation %d (member %s) gives up partitions %s as they were "
             "at the last commit; %d uncommitted events are aborted, never published, and are "
-            "processed again after the rewind or rebalance",
+            "processed again after the rewind or rebalance (%s)",
             what,
             code,
             during,
@@ -561,6 +608,7 @@ class RdkafkaEngine:
             self.member,
             self.assigned,
             events,
+            getattr(err, "str", lambda: str(exc))(),
         )
 
     def _abort(self) -> None:
@@ -571,13 +619,14 @@ class RdkafkaEngine:
             return
         try:
             self.producer.abort_transaction(_CALL_TIMEOUT_S)
+            self._last_end = "aborted"
         except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if getattr(err, "fatal", lambda: False)():
-                self._replace_producer()
-            else:  # the next init/begin fails and replaces it, or the broker times it out
-                log.debug("abort failed: %s", exc)
-                self._replace_producer()
+            # Fatal (INVALID_TXN_STATE, _FENCED were seen in the cluster
+            # tests) or not (a timeout, _CONFLICT): either way no transaction
+            # of ours may stay open before a restore waits for the changelog
+            # to be stable, and a new producer's init_transactions ends it.
+            log.warning("abort failed (%s): replacing the producer", _code_name(exc))
+            self._replace_producer()
 
     def _member(self) -> str:
         try:
@@ -612,14 +661,16 @@ class RdkafkaEngine:
         stable, raw = self._probes
         deadline = time.monotonic() + TRANSACTION_TIMEOUT_MS / 1000 + 20
         tps = [TopicPartition(self.changelog, p) for p in partitions]
+        told = False
         while True:
             try:
-                open_ = [
-                    tp.partition
+                marks = {
+                    tp.partition: (
+                        stable.get_watermark_offsets(tp, timeout=10, cached=False)[1],
+                        raw.get_watermark_offsets(tp, timeout=10, cached=False)[1],
+                    )
                     for tp in tps
-                    if stable.get_watermark_offsets(tp, timeout=10, cached=False)[1]
-                    < raw.get_watermark_offsets(tp, timeout=10, cached=False)[1]
-                ]
+                }
             except Exception:
                 # New probes next time: after a rolling restart of a cluster
                 # these clients answered _UNKNOWN_PARTITION for minutes, every
@@ -629,19 +680,38 @@ class RdkafkaEngine:
                     with contextlib.suppress(Exception):
                         probe.close()
                 raise
+            open_ = {p: m for p, m in marks.items() if m[0] < m[1]}
             if not open_ or self.stopping:
                 return
+            if not told:
+                told = True
+                # Whose it is matters: a previous owner's ends by its commit
+                # markers or the broker's abort; this worker's own would never
+                # end while it waits here.
+                log.info(
+                    "restore waits for open transactions on %s partitions %s "
+                    "(last stable offset < high watermark); this worker's "
+                    "transaction open: %s, its last one: %s",
+                    self.changelog,
+                    ", ".join(f"{p} ({lso} < {hw})" for p, (lso, hw) in open_.items()),
+                    "yes" if self._txn_open else "no",
+                    self._last_end,
+                )
             if time.monotonic() > deadline:
                 # Never restore past it: the open transaction may be one that
-                # committed (its offsets already count) whose markers wait for
-                # the partition's leader; reading to the last stable offset
+                # committed (its offsets already count) whose markers have not
+                # reached the partition; reading to the last stable offset
                 # then misses its state. The first version went on after this
                 # bound and gave findings short of their evidence in a rolling
                 # restart (tests/cluster/test_cluster_faults.py). A dead
-                # owner's transaction is aborted by the broker meanwhile.
+                # owner's transaction is aborted by the broker meanwhile. One
+                # that never ends is a hanging transaction: the coordinator
+                # dropped its markers while the partition had no leader (a
+                # single replica whose broker was down; docs/live.md).
                 raise BrokerError(
-                    f"changelog partitions {open_} still have an open transaction "
-                    f"after {TRANSACTION_TIMEOUT_MS / 1000 + 20:.0f} s",
+                    f"changelog partitions {sorted(open_)} still have an open transaction "
+                    f"after {TRANSACTION_TIMEOUT_MS / 1000 + 20:.0f} s (if it never ends, "
+                    "its markers were lost: kafka-transactions.sh find-hanging)",
                     code="TIMEOUT",
                     retriable=True,
                 )

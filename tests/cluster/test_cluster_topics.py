@@ -4,16 +4,18 @@ with 3 replicas and min.insync.replicas=2 set on the topic itself."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
 
 from streams.kafka.connection import KafkaConnection
 from streams.kafka.topics import TopicNames
-from streams.live.prepare import ensure_topics
+from streams.live.prepare import ensure_topics, prepare
 from streams.live.settings import LiveSettings
 from tests.cluster.conftest import LocalCluster
 
@@ -68,3 +70,33 @@ def test_run_replication_3_creates_its_topics_with_min_insync_replicas_2(
     )
     assert ensure_topics(settings)[0] >= 1
     _check_replicated(kafka_cluster.bootstrap, settings.topic_names.all())
+
+
+@pytest.mark.parametrize("replication", [1, 3])
+def test_a_start_with_one_replica_on_a_cluster_warns_once(
+    kafka_cluster: LocalCluster,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    replication: int,
+) -> None:
+    """A start preparing with replication 1 on the three-broker cluster logs one
+    warning naming --replication 3 (a broker down drops transaction markers);
+    with replication 3 it logs none."""
+    base = f"cl-{uuid.uuid4().hex[:8]}"
+    settings = LiveSettings(
+        connection=KafkaConnection(kafka_cluster.bootstrap),
+        events_topic=f"{base}.events",
+        findings_topic=f"{base}.findings",
+        status_topic=f"{base}.status",
+        replication=replication,
+        data_dir=str(tmp_path / "data"),
+    )
+    with caplog.at_level(logging.WARNING, logger="streams.live.prepare"):
+        prepare(settings)
+    warned = [r.getMessage() for r in caplog.records if r.name == "streams.live.prepare"]
+    if replication == 1:
+        assert len(warned) == 1
+        assert "replication 1 on a cluster of 3 brokers" in warned[0]
+        assert "--replication 3" in warned[0]
+    else:
+        assert warned == []

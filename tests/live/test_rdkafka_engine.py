@@ -15,7 +15,7 @@ import pytest
 
 from streams.kafka.admin import TopicAdmin
 from streams.live.prepare import ensure_topics
-from streams.live.rdkafka_engine import RdkafkaEngine
+from streams.live.rdkafka_engine import RdkafkaEngine, failure_action
 from streams.live.rdkafka_run import _ensure_changelog
 from streams.live.settings import settings_from_env
 from tests.live.conftest import LiveHarness
@@ -132,3 +132,53 @@ def test_a_send_offsets_call_that_never_returns_is_bounded_and_the_worker_carrie
         release.set()
     assert engine.producer is not real
     assert len(assert_exactly_once_and_audit(h)) > 20
+
+
+def test_a_producer_fenced_by_its_successor_is_replaced_and_its_generation_over(
+    kafka_bootstrap: str, unique_topic: Callable[..., str]
+) -> None:
+    """A transactional producer whose id a successor initialised cannot
+    commit: librdkafka calls the error fatal, and the engine's action is a
+    new producer and the generation taken as over (poll to rejoin)."""
+    from confluent_kafka import KafkaException, Producer
+
+    topic = unique_topic()
+    conf = {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-txn"}
+    old = Producer(conf)
+    old.init_transactions(30)
+    old.begin_transaction()
+    old.produce(topic, b"v", b"k")
+    assert old.flush(30) == 0
+    successor = Producer(conf)
+    successor.init_transactions(30)  # fences the old one, aborts its transaction
+    with pytest.raises(KafkaException) as failed:
+        old.commit_transaction(30)
+    err = failed.value.args[0]
+    assert err.fatal()
+    action = failure_action(err.name(), fatal=err.fatal())
+    assert (action.what, action.new_producer, action.generation_over) == (
+        "producer fenced",
+        True,
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "fatal", "expected"),
+    [
+        ("OUT_OF_ORDER_SEQUENCE_NUMBER", True, ("producer failed", True, False)),
+        ("_INCONSISTENT", True, ("producer failed", True, False)),
+        ("UNKNOWN_PRODUCER_ID", True, ("producer failed", True, False)),
+        ("_INCONSISTENT", False, ("transaction failed", False, False)),
+        ("ILLEGAL_GENERATION", False, ("stale generation", False, True)),
+        ("_TIMED_OUT", False, ("transaction failed", False, False)),
+    ],
+)
+def test_which_failures_need_a_new_producer_and_which_end_the_generation(
+    code: str, fatal: bool, expected: tuple[str, bool, bool]
+) -> None:
+    """A fatal sequence error of the producer's own replaces the producer but
+    rewinds at once (no other worker took over); a stale generation aborts
+    and rejoins; anything else non-fatal aborts and rewinds."""
+    action = failure_action(code, fatal=fatal)
+    assert (action.what, action.new_producer, action.generation_over) == expected

@@ -42,8 +42,8 @@ import msgspec
 import orjson
 
 from streams.core.errors import ConfigError, StateError
-from streams.core.findings import ACTIONS, Evidence, Finding, confidence_of, finding_id
-from streams.core.records import SEVERITY_RANK, Event, EventType, Family, Kind
+from streams.core.findings import ACTIONS, Evidence, Finding, confidence_of
+from streams.core.records import SEVERITY_RANK, Confidence, Event, EventType, Family, Kind
 
 __all__ = [
     "DEFAULT_MAX_EVENTS_PER_KEY",
@@ -119,6 +119,10 @@ _FAM_COMMIT: Final = Family.STALE_COMMIT
 _FAM_COMMIT_REPEAT: Final = Family.COMMIT_REPEAT
 _FAM_REUSE: Final = Family.EPOCH_REUSE
 _FAM_REGRESSION: Final = Family.EPOCH_REGRESSION
+# Its value, as a compiled constant (the stale-checkpoint test of every event).
+_FAM_V_ACTIVITY: Final = "stale_activity"
+if Family.STALE_ACTIVITY.value != _FAM_V_ACTIVITY:  # pragma: no cover - records.py changed
+    raise ImportError("streams.core.records.Family.STALE_ACTIVITY changed; update detector")
 
 _ASTUPLE: Final = msgspec.structs.astuple
 # Positions in msgspec.structs.astuple(event); checked against Event at import.
@@ -136,6 +140,13 @@ if Event.__struct_fields__[:8] != (
 
 # Kind.severity is a property (interpreted, records.py); this is one dict look-up.
 _SEVERITY_OF: Final = {k: k.severity for k in Kind}
+_RANK_OF: Final = {k: SEVERITY_RANK[k.severity] for k in Kind}
+_ACTION_OF: Final = {k: ACTIONS[k] for k in Kind}
+# The identity's first part (findings.finding_id): Kind.family is a property too.
+_FAMILY_OF: Final = {k: k.family.value for k in Kind}
+# confidence_of is interpreted (findings.py); its few distinct answers are kept
+# here by argument (at most 7 kinds x 2 orderings x 3 implied x 4 outcomes).
+_CONFIDENCE: dict[tuple[Kind, str, bool | None, str | None], Confidence] = {}
 
 Identity = tuple[Family, int | None, str | None]  # (family, epoch, effect key)
 
@@ -490,8 +501,7 @@ class Detector:
                 if (
                     code == _PROG
                     and stale
-                    and finding_id(Kind.STALE_ACTIVITY, event.workflow_key, epoch, None)
-                    not in st.emitted
+                    and _fid(_FAM_V_ACTIVITY, event.workflow_key, epoch, None) not in st.emitted
                 ):
                     out = self._emit(st, [(_FAM_ACTIVITY, epoch, None)], event.workflow_key)
                 else:
@@ -576,7 +586,7 @@ class Detector:
             digest = hashlib.blake2b(
                 orjson.dumps(content, option=orjson.OPT_SORT_KEYS), digest_size=12
             ).hexdigest()
-            sev = SEVERITY_RANK[content["severity"]]
+            sev = _RANK_OF[content["kind"]]
             prev = st.emitted.get(fid)
             if prev is None:
                 rev = 1
@@ -860,10 +870,32 @@ def _assemble(
         "evidence": [(e.position, e.epoch, e.worker, _TYPE_CODES[e.code], e.ek) for e in ordered],
         # A pure function of the fields above; kept in the content so a change
         # of confidence is visibly a new revision (SPEC §4).
-        "confidence": confidence_of(kind, ordering, implied, sink_outcome),
+        "confidence": _confidence(kind, ordering, implied, sink_outcome),
     }
-    fid = finding_id(kind, wkey, None if per_effect else stale_epoch, ek)
+    fid = _fid(_FAMILY_OF[kind], wkey, None if per_effect else stale_epoch, ek)
     return fid, content
+
+
+def _fid(family: str, wkey: str, epoch: int | None, ek: str | None) -> str:
+    """:func:`~streams.core.findings.finding_id` of a finding of ``family``
+    (its value), computed here: compiled, without the interpreted call and the
+    enum properties (tests/core/test_families.py holds the two equal)."""
+    e = "" if epoch is None else str(epoch)
+    k = "" if ek is None else ek
+    material = f"{len(family)}:{family}{len(wkey)}:{wkey}{len(e)}:{e}{len(k)}:{k}"
+    return "fw1-" + hashlib.blake2b(material.encode("utf-8"), digest_size=12).hexdigest()
+
+
+def _confidence(
+    kind: Kind, ordering: str, implied: bool | None, sink_outcome: str | None
+) -> Confidence:
+    """:func:`~streams.core.findings.confidence_of` (the one rule), remembered
+    by argument: an interpreted call per finding built is most of a build."""
+    args = (kind, ordering, implied, sink_outcome)
+    got = _CONFIDENCE.get(args)
+    if got is None:
+        got = _CONFIDENCE[args] = confidence_of(kind, ordering, implied, sink_outcome)
+    return got
 
 
 def _finding(fid: str, rev: int, c: dict[str, Any]) -> Finding:
@@ -890,6 +922,6 @@ def _finding(fid: str, rev: int, c: dict[str, Any]) -> Finding:
         same_owner=c["same_owner"],
         ordering=c["ordering"],
         evidence=tuple(Evidence(p, e, w, t, k) for p, e, w, t, k in c["evidence"]),
-        action=ACTIONS[kind],
+        action=_ACTION_OF[kind],
         confidence=c["confidence"],
     )

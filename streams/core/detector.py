@@ -250,6 +250,21 @@ def _gt(a: _Ev, b: _Ev) -> bool:
     return (a.ek or "") > (b.ek or "")
 
 
+def _append(
+    groups: dict[tuple[str, int | None, str | None], list[_Ev]],
+    gk: tuple[str, int | None, str | None],
+    ev: _Ev,
+) -> int:
+    """Append ``ev`` (at the tail: after everything in the group) to group
+    ``gk``; the group's new length."""
+    lst = groups.get(gk)
+    if lst is None:
+        groups[gk] = [ev]
+        return 1
+    lst.append(ev)
+    return len(lst)
+
+
 def _key(ev: _Ev) -> tuple[int, int, int, int, str, str]:
     return ev.k
 
@@ -448,9 +463,17 @@ class Detector:
         # msgspec Struct one by one is a generic attribute look-up each.
         fields = _ASTUPLE(event)
         eid: str | None = fields[_F_EVENT_ID]
-        if eid is not None and eid in st.event_ids:
-            st.n_redeliveries += 1
-            return []
+        ids = st.event_ids
+        if eid is not None:
+            # One set operation for the test and the insertion: the set did
+            # not grow, so the id was there. Taken out again below if the
+            # event turns out to be dropped after all (the set then holds
+            # exactly the ids of the retained events, as _reindex builds it).
+            n_ids = len(ids)
+            ids.add(eid)
+            if len(ids) == n_ids:
+                st.n_redeliveries += 1
+                return []
         code = _code_of(fields[_F_TYPE])
         seq: int | None = fields[_F_SEQ]
         epoch: int = fields[_F_EPOCH]
@@ -465,6 +488,8 @@ class Detector:
                 st.max_major = seq
             elif self._is_redelivery(st, seq, code, event):
                 st.n_redeliveries += 1
+                if eid is not None:
+                    ids.discard(eid)
                 return []
             ev = _Ev(seq, 0, seq, offset, epoch, code, worker, ek, sink, eid)
         else:
@@ -473,21 +498,26 @@ class Detector:
         events = st.events
         if at_tail or not events or _gt(ev, events[-1]):
             events.append(ev)
-            if code == _PROG:
-                # _index for the commonest event, inlined: a checkpoint is in
-                # no group, and at the tail it can only be its epoch's first
-                # evidence, never an earlier one.
-                if epoch > st.max_epoch:
-                    st.acq[epoch] = ev
-                    st._t_cache = None
-                    st.max_epoch = epoch
-                elif epoch < st.max_epoch and epoch not in st.acq:
-                    st.acq[epoch] = ev
-                    st._t_cache = None
-                if eid is not None:
-                    st.event_ids.add(eid)
-            else:
-                st._index(ev, tail=True)
+            # KeyState._index at the tail, inlined (its group look-ups are
+            # the ones the findings below need) and with the event id added
+            # above: checkpoints, releases and verifications are in no
+            # group; at the tail an event is appended to its groups and can
+            # only be its epoch's first evidence, never an earlier one.
+            n_group = 0
+            if code == _ACQ:
+                n_group = _append(st.groups, (_G_ACQUIRE, epoch, None), ev)
+            elif code == _COM:
+                n_group = _append(st.groups, (_G_KEYCOMMITS, None, ek), ev)
+                _append(st.groups, (_G_COMMIT, epoch, ek), ev)
+            elif code in (_ATT, _REJ):
+                _append(st.groups, (_G_ATTEMPT, epoch, ek), ev)
+            if epoch > st.max_epoch:
+                st.acq[epoch] = ev
+                st._t_cache = None
+                st.max_epoch = epoch
+            elif epoch not in st.acq:  # below the highest epoch (that one is in acq)
+                st.acq[epoch] = ev
+                st._t_cache = None
             # In-order fast path: only findings about this event can change.
             # At the tail every acquisition lies before the event, so it is
             # stale (or, for an acquisition, a regression) exactly when a
@@ -509,19 +539,18 @@ class Detector:
             else:
                 touched: list[Identity] = []
                 if code == _ACQ:
-                    if len(st.groups[(_G_ACQUIRE, epoch, None)]) > 1:
+                    if n_group > 1:
                         touched.append((_FAM_REUSE, epoch, None))
                     if stale:
                         touched.append((_FAM_REGRESSION, epoch, None))
                 elif code == _COM:
-                    ek = ev.ek
                     if stale:
                         touched.append((_FAM_COMMIT, epoch, ek))
                         touched.append((_FAM_ATTEMPT, epoch, ek))
-                    if len(st.groups[(_G_KEYCOMMITS, None, ek)]) > 1:
+                    if n_group > 1:
                         touched.append((_FAM_COMMIT_REPEAT, None, ek))
                 elif stale:  # attempted, rejected
-                    touched.append((_FAM_ATTEMPT, epoch, ev.ek))
+                    touched.append((_FAM_ATTEMPT, epoch, ek))
                 out = self._emit(st, touched, event.workflow_key) if touched else []
         else:
             if st.horizon is not None and ev.k <= st.horizon:

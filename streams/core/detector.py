@@ -515,7 +515,8 @@ class Detector:
                 st.acq[epoch] = ev
                 st._t_cache = None
                 st.max_epoch = epoch
-            elif epoch not in st.acq:  # below the highest epoch (that one is in acq)
+            elif epoch < st.max_epoch and epoch not in st.acq:
+                # (The highest epoch is in acq: no look-up for the current owner's events.)
                 st.acq[epoch] = ev
                 st._t_cache = None
             # In-order fast path: only findings about this event can change.

@@ -42,8 +42,8 @@ import msgspec
 import orjson
 
 from streams.core.errors import ConfigError, StateError
-from streams.core.findings import ACTIONS, Evidence, Finding, confidence_of, finding_id
-from streams.core.records import SEVERITY_RANK, Event, EventType, Family, Kind
+from streams.core.findings import ACTIONS, Evidence, Finding, confidence_of
+from streams.core.records import SEVERITY_RANK, Confidence, Event, EventType, Family, Kind
 
 __all__ = [
     "DEFAULT_MAX_EVENTS_PER_KEY",
@@ -119,6 +119,10 @@ _FAM_COMMIT: Final = Family.STALE_COMMIT
 _FAM_COMMIT_REPEAT: Final = Family.COMMIT_REPEAT
 _FAM_REUSE: Final = Family.EPOCH_REUSE
 _FAM_REGRESSION: Final = Family.EPOCH_REGRESSION
+# Its value, as a compiled constant (the stale-checkpoint test of every event).
+_FAM_V_ACTIVITY: Final = "stale_activity"
+if Family.STALE_ACTIVITY.value != _FAM_V_ACTIVITY:  # pragma: no cover - records.py changed
+    raise ImportError("streams.core.records.Family.STALE_ACTIVITY changed; update detector")
 
 _ASTUPLE: Final = msgspec.structs.astuple
 # Positions in msgspec.structs.astuple(event); checked against Event at import.
@@ -136,6 +140,13 @@ if Event.__struct_fields__[:8] != (
 
 # Kind.severity is a property (interpreted, records.py); this is one dict look-up.
 _SEVERITY_OF: Final = {k: k.severity for k in Kind}
+_RANK_OF: Final = {k: SEVERITY_RANK[k.severity] for k in Kind}
+_ACTION_OF: Final = {k: ACTIONS[k] for k in Kind}
+# The identity's first part (findings.finding_id): Kind.family is a property too.
+_FAMILY_OF: Final = {k: k.family.value for k in Kind}
+# confidence_of is interpreted (findings.py); its few distinct answers are kept
+# here by argument (at most 7 kinds x 2 orderings x 3 implied x 4 outcomes).
+_CONFIDENCE: dict[tuple[Kind, str, bool | None, str | None], Confidence] = {}
 
 Identity = tuple[Family, int | None, str | None]  # (family, epoch, effect key)
 
@@ -237,6 +248,21 @@ def _gt(a: _Ev, b: _Ev) -> bool:
     if a.worker != b.worker:
         return a.worker > b.worker
     return (a.ek or "") > (b.ek or "")
+
+
+def _append(
+    groups: dict[tuple[str, int | None, str | None], list[_Ev]],
+    gk: tuple[str, int | None, str | None],
+    ev: _Ev,
+) -> int:
+    """Append ``ev`` (at the tail: after everything in the group) to group
+    ``gk``; the group's new length."""
+    lst = groups.get(gk)
+    if lst is None:
+        groups[gk] = [ev]
+        return 1
+    lst.append(ev)
+    return len(lst)
 
 
 def _key(ev: _Ev) -> tuple[int, int, int, int, str, str]:
@@ -437,9 +463,17 @@ class Detector:
         # msgspec Struct one by one is a generic attribute look-up each.
         fields = _ASTUPLE(event)
         eid: str | None = fields[_F_EVENT_ID]
-        if eid is not None and eid in st.event_ids:
-            st.n_redeliveries += 1
-            return []
+        ids = st.event_ids
+        if eid is not None:
+            # One set operation for the test and the insertion: the set did
+            # not grow, so the id was there. Taken out again below if the
+            # event turns out to be dropped after all (the set then holds
+            # exactly the ids of the retained events, as _reindex builds it).
+            n_ids = len(ids)
+            ids.add(eid)
+            if len(ids) == n_ids:
+                st.n_redeliveries += 1
+                return []
         code = _code_of(fields[_F_TYPE])
         seq: int | None = fields[_F_SEQ]
         epoch: int = fields[_F_EPOCH]
@@ -454,6 +488,8 @@ class Detector:
                 st.max_major = seq
             elif self._is_redelivery(st, seq, code, event):
                 st.n_redeliveries += 1
+                if eid is not None:
+                    ids.discard(eid)
                 return []
             ev = _Ev(seq, 0, seq, offset, epoch, code, worker, ek, sink, eid)
         else:
@@ -462,21 +498,27 @@ class Detector:
         events = st.events
         if at_tail or not events or _gt(ev, events[-1]):
             events.append(ev)
-            if code == _PROG:
-                # _index for the commonest event, inlined: a checkpoint is in
-                # no group, and at the tail it can only be its epoch's first
-                # evidence, never an earlier one.
-                if epoch > st.max_epoch:
-                    st.acq[epoch] = ev
-                    st._t_cache = None
-                    st.max_epoch = epoch
-                elif epoch < st.max_epoch and epoch not in st.acq:
-                    st.acq[epoch] = ev
-                    st._t_cache = None
-                if eid is not None:
-                    st.event_ids.add(eid)
-            else:
-                st._index(ev, tail=True)
+            # KeyState._index at the tail, inlined (its group look-ups are
+            # the ones the findings below need) and with the event id added
+            # above: checkpoints, releases and verifications are in no
+            # group; at the tail an event is appended to its groups and can
+            # only be its epoch's first evidence, never an earlier one.
+            n_group = 0
+            if code == _ACQ:
+                n_group = _append(st.groups, (_G_ACQUIRE, epoch, None), ev)
+            elif code == _COM:
+                n_group = _append(st.groups, (_G_KEYCOMMITS, None, ek), ev)
+                _append(st.groups, (_G_COMMIT, epoch, ek), ev)
+            elif code in (_ATT, _REJ):
+                _append(st.groups, (_G_ATTEMPT, epoch, ek), ev)
+            if epoch > st.max_epoch:
+                st.acq[epoch] = ev
+                st._t_cache = None
+                st.max_epoch = epoch
+            elif epoch < st.max_epoch and epoch not in st.acq:
+                # (The highest epoch is in acq: no look-up for the current owner's events.)
+                st.acq[epoch] = ev
+                st._t_cache = None
             # In-order fast path: only findings about this event can change.
             # At the tail every acquisition lies before the event, so it is
             # stale (or, for an acquisition, a regression) exactly when a
@@ -490,8 +532,7 @@ class Detector:
                 if (
                     code == _PROG
                     and stale
-                    and finding_id(Kind.STALE_ACTIVITY, event.workflow_key, epoch, None)
-                    not in st.emitted
+                    and _fid(_FAM_V_ACTIVITY, event.workflow_key, epoch, None) not in st.emitted
                 ):
                     out = self._emit(st, [(_FAM_ACTIVITY, epoch, None)], event.workflow_key)
                 else:
@@ -499,19 +540,18 @@ class Detector:
             else:
                 touched: list[Identity] = []
                 if code == _ACQ:
-                    if len(st.groups[(_G_ACQUIRE, epoch, None)]) > 1:
+                    if n_group > 1:
                         touched.append((_FAM_REUSE, epoch, None))
                     if stale:
                         touched.append((_FAM_REGRESSION, epoch, None))
                 elif code == _COM:
-                    ek = ev.ek
                     if stale:
                         touched.append((_FAM_COMMIT, epoch, ek))
                         touched.append((_FAM_ATTEMPT, epoch, ek))
-                    if len(st.groups[(_G_KEYCOMMITS, None, ek)]) > 1:
+                    if n_group > 1:
                         touched.append((_FAM_COMMIT_REPEAT, None, ek))
                 elif stale:  # attempted, rejected
-                    touched.append((_FAM_ATTEMPT, epoch, ev.ek))
+                    touched.append((_FAM_ATTEMPT, epoch, ek))
                 out = self._emit(st, touched, event.workflow_key) if touched else []
         else:
             if st.horizon is not None and ev.k <= st.horizon:
@@ -576,7 +616,7 @@ class Detector:
             digest = hashlib.blake2b(
                 orjson.dumps(content, option=orjson.OPT_SORT_KEYS), digest_size=12
             ).hexdigest()
-            sev = SEVERITY_RANK[content["severity"]]
+            sev = _RANK_OF[content["kind"]]
             prev = st.emitted.get(fid)
             if prev is None:
                 rev = 1
@@ -860,10 +900,32 @@ def _assemble(
         "evidence": [(e.position, e.epoch, e.worker, _TYPE_CODES[e.code], e.ek) for e in ordered],
         # A pure function of the fields above; kept in the content so a change
         # of confidence is visibly a new revision (SPEC §4).
-        "confidence": confidence_of(kind, ordering, implied, sink_outcome),
+        "confidence": _confidence(kind, ordering, implied, sink_outcome),
     }
-    fid = finding_id(kind, wkey, None if per_effect else stale_epoch, ek)
+    fid = _fid(_FAMILY_OF[kind], wkey, None if per_effect else stale_epoch, ek)
     return fid, content
+
+
+def _fid(family: str, wkey: str, epoch: int | None, ek: str | None) -> str:
+    """:func:`~streams.core.findings.finding_id` of a finding of ``family``
+    (its value), computed here: compiled, without the interpreted call and the
+    enum properties (tests/core/test_families.py holds the two equal)."""
+    e = "" if epoch is None else str(epoch)
+    k = "" if ek is None else ek
+    material = f"{len(family)}:{family}{len(wkey)}:{wkey}{len(e)}:{e}{len(k)}:{k}"
+    return "fw1-" + hashlib.blake2b(material.encode("utf-8"), digest_size=12).hexdigest()
+
+
+def _confidence(
+    kind: Kind, ordering: str, implied: bool | None, sink_outcome: str | None
+) -> Confidence:
+    """:func:`~streams.core.findings.confidence_of` (the one rule), remembered
+    by argument: an interpreted call per finding built is most of a build."""
+    args = (kind, ordering, implied, sink_outcome)
+    got = _CONFIDENCE.get(args)
+    if got is None:
+        got = _CONFIDENCE[args] = confidence_of(kind, ordering, implied, sink_outcome)
+    return got
 
 
 def _finding(fid: str, rev: int, c: dict[str, Any]) -> Finding:
@@ -890,6 +952,6 @@ def _finding(fid: str, rev: int, c: dict[str, Any]) -> Finding:
         same_owner=c["same_owner"],
         ordering=c["ordering"],
         evidence=tuple(Evidence(p, e, w, t, k) for p, e, w, t, k in c["evidence"]),
-        action=ACTIONS[kind],
+        action=_ACTION_OF[kind],
         confidence=c["confidence"],
     )

@@ -35,3 +35,16 @@ def test_fixture_finding_ids_are_stable() -> None:
         ("stale_commit", "fw1-e65883518afa703034993a7d"),
         ("conflicting_commit", "fw1-941e8141282a3366a4356552"),
     ]
+
+
+def test_detector_computes_the_same_finding_ids_as_finding_id() -> None:
+    """The detector's own (compiled) id computation equals findings.finding_id for
+    every kind, with and without epoch and effect key, for any workflow key."""
+    from streams.core.detector import _FAMILY_OF, _fid
+
+    for kind in Kind:
+        for key in ("wf", "tenant-7/export/3", "ключ/é", "a:b1:c"):
+            for epoch in (None, 0, 7, 2**62):
+                for ek in (None, "E", "fx:12", "ü"):
+                    expected = finding_id(kind, key, epoch, ek)
+                    assert _fid(_FAMILY_OF[kind], key, epoch, ek) == expected

@@ -19,7 +19,7 @@ from streams.core.detector import Detector, KeyState
 from streams.core.errors import InvalidEvent
 from streams.core.findings import Finding
 from streams.core.records import Event, Kind
-from streams.core.status import build_status, findings_of, stale_effects
+from streams.core.status import findings_of, stale_effects, status_json
 from streams.core.stored import NO_META, StatusMeta, join_value, split_value
 from streams.core.validate import parse_event
 
@@ -301,7 +301,7 @@ class BatchCore:
         wkey = key.decode("utf-8")
         times = w.times if w.times is not None else {}
         updated = max(times.values()) if times else prev.updated_ms
-        doc = build_status(
+        doc, stale_epochs = status_json(
             wkey,
             state,
             findings_of(state, wkey),
@@ -310,13 +310,13 @@ class BatchCore:
             updated_ms=updated,
         )
         seen = (
-            {se.epoch: se.last_seen_ms for se in doc.stale_epochs if se.last_seen_ms is not None}
-            if doc.stale_epochs
+            {se.epoch: se.last_seen_ms for se in stale_epochs if se.last_seen_ms is not None}
+            if stale_epochs
             else prev.seen
         )
         meta = StatusMeta(seen, updated, accepted)
         w.meta = meta
-        _status(status_out, w.partition).append((key, doc.to_json()))
+        _status(status_out, w.partition).append((key, doc))
         return join_value(blob, meta)
 
     def _take(self, key: bytes, stored: bytes | None, partition: int, status: bool) -> _KeyWork:

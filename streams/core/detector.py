@@ -61,6 +61,11 @@ MAX_EVIDENCE: Final = 32
 _STATE_VERSION: Final = 1
 #: How :meth:`KeyState.to_bytes` output starts, up to the first event row.
 _STATE_HEAD: Final = b'{"v":' + str(_STATE_VERSION).encode() + b',"e":['
+#: The rest after the rows, in the order and spelling of :attr:`KeyState.counters`.
+_STATE_TAIL: Final = (
+    b'],"m":%d,"f":%b,"h":%b,"c":{"events":%d,"redeliveries_dropped":%d,"evicted":%d,'
+    b'"late_beyond_horizon":%d,"findings_forgotten":%d}}'
+)
 
 # Compact type codes for the serialized state; order is part of the format.
 _TYPE_CODES: tuple[str, ...] = (
@@ -414,16 +419,19 @@ class KeyState:
             self._enc_rows = rows
         else:
             rows = self._enc_rows if n else b""
-        rest = orjson.dumps(
-            {
-                "m": self.max_major,
-                "f": self.emitted,
-                "h": None if self.horizon is None else list(self.horizon),
-                "c": self.counters,
-            }
+        emitted = self.emitted
+        horizon = self.horizon
+        rest = _STATE_TAIL % (
+            self.max_major,
+            orjson.dumps(emitted) if emitted else b"{}",
+            b"null" if horizon is None else orjson.dumps(list(horizon)),
+            self.n_events,
+            self.n_redeliveries,
+            self.n_evicted,
+            self.n_late,
+            self.n_forgotten,
         )
-        # rest is '{"m":...}': its opening brace becomes the comma after "e".
-        return _STATE_HEAD + rows + b"]," + rest[1:]
+        return _STATE_HEAD + rows + rest
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> KeyState:

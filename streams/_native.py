@@ -24,6 +24,7 @@ __all__ = [
 ]
 
 NATIVE_MODULES: tuple[str, ...] = (
+    "streams.core.batch",
     "streams.core.destinations",
     "streams.core.detector",
     "streams.core.health",

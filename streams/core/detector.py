@@ -59,6 +59,13 @@ DEFAULT_MAX_FINDINGS_PER_KEY: Final = 512
 #: Evidence items carried on one finding (commit groups can be long).
 MAX_EVIDENCE: Final = 32
 _STATE_VERSION: Final = 1
+#: How :meth:`KeyState.to_bytes` output starts, up to the first event row.
+_STATE_HEAD: Final = b'{"v":' + str(_STATE_VERSION).encode() + b',"e":['
+#: The rest after the rows, in the order and spelling of :attr:`KeyState.counters`.
+_STATE_TAIL: Final = (
+    b'],"m":%d,"f":%b,"h":%b,"c":{"events":%d,"redeliveries_dropped":%d,"evicted":%d,'
+    b'"late_beyond_horizon":%d,"findings_forgotten":%d}}'
+)
 
 # Compact type codes for the serialized state; order is part of the format.
 _TYPE_CODES: tuple[str, ...] = (
@@ -281,6 +288,10 @@ class KeyState:
     """
 
     __slots__ = (
+        "_enc_last",
+        "_enc_list",
+        "_enc_n",
+        "_enc_rows",
         "_t_cache",
         "acq",
         "emitted",
@@ -317,6 +328,13 @@ class KeyState:
         self.groups: dict[tuple[str, int | None, str | None], list[_Ev]] = {}
         self.event_ids: set[str] = set()
         self._t_cache: dict[int, tuple[Any, ...] | None] | None = None
+        # The encoded rows of ``events[:_enc_n]`` (see :meth:`to_bytes`), valid
+        # while ``events`` is the list ``_enc_list`` and ``_enc_last`` is still
+        # at index ``_enc_n - 1``.
+        self._enc_list: list[_Ev] | None = None
+        self._enc_n = 0
+        self._enc_last: _Ev | None = None
+        self._enc_rows = b""
 
     @property
     def counters(self) -> dict[str, int]:
@@ -402,16 +420,44 @@ class KeyState:
 
     # -- bytes -------------------------------------------------------------
     def to_bytes(self) -> bytes:
-        return orjson.dumps(
-            {
-                "v": _STATE_VERSION,
-                "e": [ev.row() for ev in self.events],
-                "m": self.max_major,
-                "f": self.emitted,
-                "h": None if self.horizon is None else list(self.horizon),
-                "c": self.counters,
-            }
+        """The state as one JSON object: ``{"v", "e", "m", "f", "h", "c"}``, in
+        that order (the changelog format, ``v`` 1).
+
+        The retained events' rows are most of it and are append-mostly (the
+        live processor encodes a key once per batch, one event more each
+        time), so the encoded rows are kept and only rows appended since are
+        encoded; an insert before them or an eviction (a new list) encodes
+        them all again. The bytes are the same as encoding the whole object
+        at once (tests/core/test_state_format.py)."""
+        events = self.events
+        n = self._enc_n
+        if not (
+            self._enc_list is events and 0 < n <= len(events) and events[n - 1] is self._enc_last
+        ):
+            n = 0
+        if n < len(events):
+            # An event's fields never change once retained: its row is final.
+            fresh = orjson.dumps([ev.row() for ev in events[n:]])[1:-1]
+            rows = fresh if n == 0 else self._enc_rows + b"," + fresh
+            self._enc_list = events
+            self._enc_n = len(events)
+            self._enc_last = events[-1]
+            self._enc_rows = rows
+        else:
+            rows = self._enc_rows if n else b""
+        emitted = self.emitted
+        horizon = self.horizon
+        rest = _STATE_TAIL % (
+            self.max_major,
+            orjson.dumps(emitted) if emitted else b"{}",
+            b"null" if horizon is None else orjson.dumps(list(horizon)),
+            self.n_events,
+            self.n_redeliveries,
+            self.n_evicted,
+            self.n_late,
+            self.n_forgotten,
         )
+        return _STATE_HEAD + rows + rest
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> KeyState:

@@ -55,6 +55,7 @@ __all__ = [
     "findings_of",
     "stale_effects",
     "status_from_replay",
+    "status_json",
 ]
 
 #: Outcomes of a stale effect (see :func:`stale_effects`).
@@ -121,20 +122,22 @@ class WorkflowStatus:
     updated_ms: int | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "workflow_key": self.workflow_key,
-            "current_epoch": self.current_epoch,
-            "current_worker": self.current_worker,
-            "acquired_seq": self.acquired_seq,
-            "acquisition_implied": self.acquisition_implied,
-            "released": self.released,
-            "last_position": self.last_position,
-            "stale_epochs": [s.to_dict() for s in self.stale_epochs],
-            "open": [f.to_dict() for f in self.open],
-            "cleared": [f.to_dict() for f in self.cleared],
-            "worst_open": self.worst_open,
-            "updated_ms": self.updated_ms,
-        }
+        return _document(
+            (
+                self.workflow_key,
+                self.current_epoch,
+                self.current_worker,
+                self.acquired_seq,
+                self.acquisition_implied,
+                self.released,
+                self.last_position,
+                self.stale_epochs,
+                self.open,
+                self.cleared,
+                self.worst_open,
+                self.updated_ms,
+            )
+        )
 
     def to_json(self) -> bytes:
         # orjson serializes (slotted) dataclasses in field order: the same
@@ -169,6 +172,42 @@ class WorkflowStatus:
         )
 
 
+#: :class:`WorkflowStatus`'s fields, in order.
+_Fields = tuple[
+    str,
+    int | None,
+    str | None,
+    int | None,
+    bool | None,
+    bool,
+    int | None,
+    tuple[StaleEpoch, ...],
+    tuple[FindingRef, ...],
+    tuple[FindingRef, ...],
+    str | None,
+    int | None,
+]
+
+
+def _document(f: _Fields) -> dict[str, Any]:
+    """The JSON object of a status with fields ``f`` (field order, like
+    ``orjson.dumps`` of the dataclass)."""
+    return {
+        "workflow_key": f[0],
+        "current_epoch": f[1],
+        "current_worker": f[2],
+        "acquired_seq": f[3],
+        "acquisition_implied": f[4],
+        "released": f[5],
+        "last_position": f[6],
+        "stale_epochs": [s.to_dict() for s in f[7]],
+        "open": [r.to_dict() for r in f[8]],
+        "cleared": [r.to_dict() for r in f[9]],
+        "worst_open": f[10],
+        "updated_ms": f[11],
+    }
+
+
 def findings_of(state: KeyState, workflow_key: str) -> list[Finding]:
     """The latest revision of every finding the detector has emitted for
     this key, rebuilt from ``state`` (the live processor keeps states, not
@@ -194,7 +233,7 @@ def _severity_order(ref: FindingRef) -> tuple[int, str]:
     return (-SEVERITY_RANK[ref.severity], ref.finding_id)  # type: ignore[index]
 
 
-def build_status(
+def _status_fields(
     workflow_key: str,
     state: KeyState,
     findings: Iterable[Finding],
@@ -202,13 +241,8 @@ def build_status(
     seen_ms: Mapping[int, int] | None = None,
     event_ms: Mapping[int, int] | None = None,
     updated_ms: int | None = None,
-) -> WorkflowStatus:
-    """The status of ``workflow_key`` from its ``state`` and its latest
-    ``findings``. Kafka timestamps, where known: ``event_ms`` maps positions
-    of events to their record timestamps (a stale epoch's ``last_seen_ms``
-    is its latest stale event's, else ``seen_ms``'s: stale epoch -> the
-    timestamp known before); ``updated_ms`` is the timestamp of the latest
-    event that changed the record."""
+) -> _Fields:
+    """:func:`build_status`'s fields."""
     seen = seen_ms or {}
     times = event_ms or {}
     events = state.events
@@ -251,23 +285,65 @@ def build_status(
         (cleared if assess(f, state).status == CLEARED else opened).append(ref)
     opened.sort(key=_severity_order)
     cleared.sort(key=_severity_order)
-    return WorkflowStatus(
-        workflow_key=workflow_key,
-        current_epoch=current_epoch,
-        current_worker=current_worker,
-        acquired_seq=acquired_seq,
-        acquisition_implied=implied,
-        released=released,
-        last_position=None if last is None else last.position,
-        stale_epochs=tuple(
+    return (
+        workflow_key,
+        current_epoch,
+        current_worker,
+        acquired_seq,
+        implied,
+        released,
+        None if last is None else last.position,
+        tuple(
             StaleEpoch(epoch, w, n, pos, times.get(pos, seen.get(epoch)))
             for epoch, (w, n, pos) in sorted(stale.items())
         ),
-        open=tuple(opened),
-        cleared=tuple(cleared),
-        worst_open=opened[0].severity if opened else None,
-        updated_ms=updated_ms,
+        tuple(opened),
+        tuple(cleared),
+        opened[0].severity if opened else None,
+        updated_ms,
     )
+
+
+def build_status(
+    workflow_key: str,
+    state: KeyState,
+    findings: Iterable[Finding],
+    *,
+    seen_ms: Mapping[int, int] | None = None,
+    event_ms: Mapping[int, int] | None = None,
+    updated_ms: int | None = None,
+) -> WorkflowStatus:
+    """The status of ``workflow_key`` from its ``state`` and its latest
+    ``findings``. Kafka timestamps, where known: ``event_ms`` maps positions
+    of events to their record timestamps (a stale epoch's ``last_seen_ms``
+    is its latest stale event's, else ``seen_ms``'s: stale epoch -> the
+    timestamp known before); ``updated_ms`` is the timestamp of the latest
+    event that changed the record."""
+    return WorkflowStatus(
+        *_status_fields(
+            workflow_key, state, findings, seen_ms=seen_ms, event_ms=event_ms, updated_ms=updated_ms
+        )
+    )
+
+
+def status_json(
+    workflow_key: str,
+    state: KeyState,
+    findings: Iterable[Finding],
+    *,
+    seen_ms: Mapping[int, int] | None = None,
+    event_ms: Mapping[int, int] | None = None,
+    updated_ms: int | None = None,
+) -> tuple[bytes, tuple[StaleEpoch, ...]]:
+    """``build_status(...).to_json()`` and the status's stale epochs, without
+    building the :class:`WorkflowStatus`: the live processor writes one per
+    changed key per batch, and a frozen dataclass's ``__init__`` runs
+    interpreted (``object.__setattr__`` per field), which was a quarter of
+    the status path's instructions (docs/performance.md)."""
+    fields = _status_fields(
+        workflow_key, state, findings, seen_ms=seen_ms, event_ms=event_ms, updated_ms=updated_ms
+    )
+    return orjson.dumps(_document(fields)), fields[7]
 
 
 def stale_effects(workflow_key: str, state: KeyState) -> set[tuple[str, str, int, str | None]]:

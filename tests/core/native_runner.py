@@ -1,5 +1,6 @@
-"""Run a replay over a JSON Lines corpus and print everything it decided, as
-JSON: ``python native_runner.py CORPUS MAX_EVENTS_PER_KEY [--source]``.
+"""Run a replay, and the live processor's batch logic, over a JSON Lines corpus
+and print everything they decided, as JSON: ``python native_runner.py CORPUS
+MAX_EVENTS_PER_KEY [--source]``.
 
 ``--source`` makes the modules that ``scripts/build-native`` compiles load from
 their ``.py`` files even when compiled ones sit next to them, so a test can
@@ -35,6 +36,7 @@ def main() -> None:
     corpus, max_events = sys.argv[1], int(sys.argv[2])
     if "--source" in sys.argv[3:]:
         sys.meta_path.insert(0, _SourceFirst())
+    import streams.core.batch  # noqa: F401  (loaded here, from source or compiled)
     from streams.core.detector import Detector, DetectorConfig
     from streams.core.replay import Replay
     from streams.core.status import status_from_replay
@@ -61,7 +63,70 @@ def main() -> None:
             for k, st in status_from_replay(replay.states, replay.latest.values()).items()
         },
     }
+    out["batch"] = _batch(corpus, max_events)
     json.dump(out, sys.stdout, sort_keys=True)
+
+
+class _Record:
+    """A consumed record (streams.core.batch.Consumed)."""
+
+    def __init__(self, offset: int, key: bytes | None, value: bytes) -> None:
+        self.topic = "events"
+        self.partition = offset % 3
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.timestamp = 1_700_000_000_000 + offset
+
+
+def _batch(corpus: str, max_events: int) -> dict[str, Any]:
+    """The corpus through :class:`streams.core.batch.BatchCore` in batches of 7,
+    status on, a small state cache, Kafka keys from the workflow keys."""
+    from streams.core.batch import BatchCore, Rejection
+    from streams.core.detector import Detector, DetectorConfig
+
+    core = BatchCore(
+        Detector(DetectorConfig(max_events_per_key=max_events)),
+        status=True,
+        max_event_bytes=64 * 1024,
+        cache_keys=50,
+    )
+    records: list[_Record] = []
+    with open(corpus, "rb") as fh:
+        for offset, line in enumerate(fh):
+            doc = _loads(line)
+            key = doc.get("workflow_key") if isinstance(doc, dict) else None
+            records.append(_Record(offset, key.encode() if isinstance(key, str) else None, line))
+    store: dict[bytes, bytes] = {}
+    outputs: list[Any] = []
+    effects: list[Any] = []
+    status: list[Any] = []
+    for i in range(0, len(records), 7):
+        res = core.run(records[i : i + 7], store.get)
+        for partition, items in sorted(res.outputs.items()):
+            for item in items:
+                if isinstance(item, Rejection):
+                    outputs.append([partition, item.record.offset, item.field, item.reason])
+                else:
+                    outputs.append([partition, item.to_dict()])
+        for key, _partition, value in res.states:
+            store[key] = value
+        effects.append(sorted([*k, n] for k, n in res.stale_effects.items()))
+        for p, docs in sorted(res.status.items()):
+            status.extend([p, k.decode(), doc.decode()] for k, doc in docs)
+    return {
+        "outputs": outputs,
+        "effects": effects,
+        "status": status,
+        "store": {k.decode(): v.decode("utf-8", "replace") for k, v in sorted(store.items())},
+    }
+
+
+def _loads(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 if __name__ == "__main__":

@@ -103,7 +103,8 @@ def _run(corpus: Path, max_events: int, *, source: bool) -> dict[str, Any]:
 def test_compiled_and_interpreted_core_decide_the_same(tmp_path: Path, max_events: int) -> None:
     """On a messy corpus the compiled modules and their interpreted sources give the
     same revisions, latest findings, invalid records, summary, state bytes, health
-    view, destinations and status records."""
+    view, destinations and status records, and the live batch logic the same
+    outputs, stored values, status documents and stale-effect counts."""
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_bytes(b"\n".join(_messy_corpus(random.Random(max_events), 400)) + b"\n")
     source = _run(corpus, max_events, source=True)
@@ -118,8 +119,11 @@ def test_compiled_and_interpreted_core_decide_the_same(tmp_path: Path, max_event
         assert source["summary"]["evidence_evicted"] > 0
     assert any(h["status"] == "cleared" for h in source["health"])
     assert any('"stale_epochs":[{' in st for st in source["status"].values())
+    batch = source["batch"]
+    assert batch["status"] and batch["effects"] and batch["store"]
+    assert any(len(o) == 4 for o in batch["outputs"]) and any(len(o) == 2 for o in batch["outputs"])
     parts = ("revisions", "latest", "invalid", "summary", "states")
-    for part in (*parts, "health", "destinations", "status"):
+    for part in (*parts, "health", "destinations", "status", "batch"):
         assert loaded[part] == source[part], part
 
 

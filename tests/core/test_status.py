@@ -16,6 +16,7 @@ from streams.core.status import (
     findings_of,
     stale_effects,
     status_from_replay,
+    status_json,
 )
 from tests.core.conftest import acq, att, com, prog, rej, rel, ver
 from tests.strategies import multi_workflow_events, with_sinks
@@ -40,6 +41,22 @@ def test_findings_rebuilt_from_state_equal_the_replays_latest(data: st.DataObjec
         rebuilt = {f.finding_id: f.to_dict() for f in findings_of(state, key)}
         kept = {f.finding_id: f.to_dict() for f in replay.latest.values() if f.workflow_key == key}
         assert rebuilt == kept
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_status_json_is_the_records_json(data: st.DataObject) -> None:
+    """status_json gives the bytes of build_status(...).to_json() and its stale epochs."""
+    events = data.draw(multi_workflow_events())
+    replay = Replay()
+    for i, e in enumerate(events):
+        replay.feed_event(e, i)
+    for key, state in replay.states.items():
+        found = findings_of(state, key)
+        times = {ev.position: 1_000 + i for i, ev in enumerate(state.events) if i % 2}
+        kw = {"seen_ms": {e: 7 for e in state.acq}, "event_ms": times, "updated_ms": 9}
+        record = build_status(key, state, found, **kw)
+        assert status_json(key, state, found, **kw) == (record.to_json(), record.stale_epochs)
 
 
 def test_a_handover_with_a_stale_commit_shows_owner_stale_epoch_and_open_findings() -> None:

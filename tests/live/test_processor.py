@@ -4,8 +4,11 @@ per-event case of the batch path): bytes in, records and state out."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from streams.core import Detector
 from streams.live.processor import (
@@ -110,15 +113,22 @@ def test_null_value_is_a_dead_letter_not_a_crash() -> None:
     assert out.errors and records_of(out)[0].topic == "e.dlq"
 
 
-def test_unexpected_exception_is_dead_lettered_and_processing_goes_on() -> None:
+def test_unexpected_exception_is_dead_lettered_and_processing_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """A detector exception on one event sends it to the DLQ as an internal
-    error, leaves that key's stored state unchanged, and later events still run."""
+    error, logged once with its traceback and source position, leaves that
+    key's stored state unchanged, and later events still run."""
     store: dict[bytes, bytes] = {}
     lines = fixture_lines()
     proc = make(ExplodingDetector())
     outcomes = feed(proc, store, lines[:5])
     before = store.get(b"export-ledger")
-    bad = one(proc, SourceRecord("e", 0, 5, b"export-ledger", lines[5]), store)
+    with caplog.at_level(logging.ERROR, logger="streams.live.processor"):
+        bad = one(proc, SourceRecord("e", 0, 5, b"export-ledger", lines[5]), store)
+    [logged] = [r for r in caplog.records if r.name == "streams.live.processor"]
+    assert logged.getMessage() == "internal error processing e[0]@5"
+    assert logged.exc_info is not None and str(logged.exc_info[1]) == "boom"
     assert bad.errors == ((None, INTERNAL_ERROR),) and bad.states == ()
     assert store.get(b"export-ledger") == before
     outcomes += feed(proc, store, lines[6:], start=6)
@@ -149,4 +159,4 @@ def test_state_cache_is_bounded() -> None:
     proc = make(cache_keys=2)
     store: dict[bytes, bytes] = {}
     feed(proc, store, fixture_lines())
-    assert len(proc._cache) <= 2
+    assert len(proc.core.cache) <= 2

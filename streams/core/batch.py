@@ -1,0 +1,368 @@
+"""The live processor's batch logic: a batch of consumed records in, what
+they produced out (findings and rejections per source partition, each
+changed key's new stored value, status documents, stale-effect counts).
+
+Pure and compiled (``streams._native``): it imports no Kafka client, logs
+nothing and reads no clock. :class:`streams.live.processor.Processor` wraps
+it and keeps the Kafka-facing parts: output records and their headers, and
+the log line of an internal error (returned here as the exception in its
+:class:`Rejection`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol, final
+
+from streams.core.detector import Detector, KeyState
+from streams.core.errors import InvalidEvent
+from streams.core.findings import Finding
+from streams.core.records import Event, Kind
+from streams.core.status import findings_of, stale_effects, status_json
+from streams.core.stored import NO_META, StatusMeta, join_value, split_value
+from streams.core.validate import parse_event
+
+__all__ = [
+    "INTERNAL_ERROR",
+    "BatchCore",
+    "BatchResult",
+    "Consumed",
+    "DetectorLike",
+    "Rejection",
+]
+
+#: The dead-letter reason of an event the detector failed on.
+INTERNAL_ERROR: Final = "internal error"
+#: Findings about an effect: a batch that emits one may have new stale effects.
+_EFFECT_KINDS: Final = frozenset({Kind.STALE_ATTEMPT, Kind.STALE_COMMIT})
+
+
+class Consumed(Protocol):
+    """What the batch reads of a consumed record."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+    @property
+    def timestamp(self) -> int | None: ...
+
+
+class DetectorLike(Protocol):
+    """A :class:`Detector`, or a stand-in for one (tests wrap it to fail)."""
+
+    def new_state(self) -> KeyState: ...
+    def process(self, state: KeyState, event: Event, offset: int) -> list[Finding]: ...
+
+
+@final
+class Rejection:
+    """A record that goes to the dead-letter topic: invalid (``field`` and
+    ``reason`` from validation) or one the detector failed on (``reason``
+    :data:`INTERNAL_ERROR`, ``error`` the exception, for the log)."""
+
+    __slots__ = ("error", "field", "reason", "record", "value")
+
+    def __init__(
+        self,
+        record: Consumed,
+        value: bytes,
+        field: str | None,
+        reason: str,
+        error: BaseException | None,
+    ) -> None:
+        self.record = record
+        self.value = value
+        self.field = field
+        self.reason = reason
+        self.error = error
+
+
+@final
+class BatchResult:
+    """What a batch produced.
+
+    ``outputs``: per source partition, its findings and rejections in event
+    order. ``states``: each changed key's stored value once, as ``(key,
+    partition, value)`` (a key seen in two source partitions gets one entry
+    per partition run). ``status``: per source partition, ``(key, status
+    JSON)`` of each key whose status changed. ``stale_effects``: ``(outcome,
+    sink)`` -> distinct stale effects that reached that outcome in the batch."""
+
+    __slots__ = ("findings", "outputs", "rejections", "stale_effects", "states", "status")
+
+    def __init__(
+        self,
+        outputs: dict[int, list[Finding | Rejection]],
+        states: list[tuple[bytes, int, bytes]],
+        findings: list[Finding],
+        rejections: list[Rejection],
+        stale_effects: dict[tuple[str, str], int],
+        status: dict[int, list[tuple[bytes, bytes]]],
+    ) -> None:
+        self.outputs = outputs
+        self.states = states
+        self.findings = findings
+        self.rejections = rejections
+        self.stale_effects = stale_effects
+        self.status = status
+
+
+@final
+class _KeyWork:
+    """One key's state while a batch is processed."""
+
+    __slots__ = ("applied", "effects", "meta", "partition", "state", "stored", "times")
+
+    def __init__(
+        self,
+        state: KeyState,
+        meta: StatusMeta | None,
+        stored: bytes | None,
+        partition: int,
+        status: bool,
+    ) -> None:
+        self.state = state
+        #: The status meta stored with the state (None: none stored).
+        self.meta = meta
+        self.stored = stored
+        self.partition = partition
+        #: The key's events of this batch the detector accepted, to rebuild
+        #: the state if a later one fails half-way.
+        self.applied: list[tuple[Event, int]] = []
+        #: Position -> Kafka timestamp of the key's events of this batch
+        #: (only the status uses them).
+        self.times: dict[int, int] | None = {} if status else None
+        #: Whether a stale-effect finding came out of this batch.
+        self.effects = False
+
+
+#: A cached decoded state: (the stored value it stands for, the state, its meta).
+_Cached = tuple[bytes, KeyState, StatusMeta | None]
+
+
+@final
+class BatchCore:
+    """Validate, run the detector against each key's stored state, and
+    collect what came out; see :meth:`run`.
+
+    ``load_state(key)`` returns the key's stored value or ``None``. A small
+    LRU of decoded states (``cache_keys`` entries) saves decoding the state
+    on every event of a busy key; a cached entry is used only when the
+    stored value is still the one it was decoded from, so a table restored
+    from its changelog never meets a stale cache."""
+
+    def __init__(
+        self,
+        detector: DetectorLike,
+        *,
+        status: bool,
+        max_event_bytes: int,
+        cache_keys: int,
+    ) -> None:
+        self.detector = detector
+        #: The same object when it is a Detector: called natively (compiled).
+        self._native: Detector | None = detector if isinstance(detector, Detector) else None
+        self.status = status
+        self.max_event_bytes = max_event_bytes
+        self.cache_keys = cache_keys
+        #: key -> (stored value, its decoded state, its status meta)
+        self.cache: OrderedDict[bytes, _Cached] = OrderedDict()
+
+    def forget(self) -> None:
+        """Drop every cached state (after a rebalance the table is the truth)."""
+        self.cache.clear()
+
+    def run(
+        self, records: Sequence[Consumed], load_state: Callable[[bytes], bytes | None]
+    ) -> BatchResult:
+        """Process ``records`` in order (per key: validate, detector against
+        the stored state, findings), and encode each changed key's value once
+        per batch (coalesced state writes). Never raises for bad input or a
+        detector bug: both become a :class:`Rejection`.
+
+        The outputs and final states are those of processing the records one
+        at a time. An event the detector fails on leaves its key's state as
+        it was before that event: the state is rebuilt from the stored value
+        and the key's earlier events of this batch."""
+        outputs: dict[int, list[Finding | Rejection]] = {}
+        work: dict[bytes, _KeyWork] = {}
+        states: list[tuple[bytes, int, bytes]] = []
+        findings: list[Finding] = []
+        rejections: list[Rejection] = []
+        detector = self.detector
+        native = self._native
+        status = self.status
+        max_bytes = self.max_event_bytes
+        for record in records:
+            raw = record.value
+            value = raw if raw is not None else b""
+            rkey = record.key
+            partition = record.partition
+            offset = record.offset
+            try:
+                event = parse_event(value, key=rkey, max_bytes=max_bytes)
+            except InvalidEvent as exc:
+                rej = Rejection(record, value, exc.field, exc.reason, None)
+                _out(outputs, partition).append(rej)
+                rejections.append(rej)
+                continue
+            # A valid event's Kafka key, when present, is its workflow key's
+            # UTF-8 (validation checked it): no need to encode it again.
+            key = rkey if type(rkey) is bytes else event.workflow_key.encode("utf-8")
+            w = work.get(key)
+            if w is None:
+                stored = load_state(key)
+                w = self._take(key, stored, partition, status)
+                work[key] = w
+            elif w.partition != partition:
+                # The key's events came through two partitions (a producer
+                # that does not partition by key): the state as it stood goes
+                # to the first partition's changelog, as per-event writes
+                # would have left it.
+                if w.applied:
+                    # Its status meta as stored: the status record, if any,
+                    # comes with the key's final state.
+                    states.append((key, w.partition, join_value(w.state.to_bytes(), w.meta)))
+                w.partition = partition
+            try:
+                if native is not None:
+                    found = native.process(w.state, event, offset)
+                else:
+                    found = detector.process(w.state, event, offset)
+            except Exception as exc:  # a detector bug must not stop the partition
+                w.state = self._rebuild(w.stored, w.applied)
+                rej = Rejection(record, value, None, INTERNAL_ERROR, exc)
+                _out(outputs, partition).append(rej)
+                rejections.append(rej)
+                continue
+            w.applied.append((event, offset))
+            times = w.times
+            if times is not None:
+                ts = record.timestamp
+                if ts is not None:
+                    seq = event.seq
+                    times[offset if seq is None else seq] = ts
+            if found:
+                findings.extend(found)
+                _out(outputs, partition).extend(found)
+                if not w.effects:
+                    for f in found:
+                        if f.kind in _EFFECT_KINDS:
+                            w.effects = True
+                            break
+        effects: dict[tuple[str, str], int] = {}
+        status_out: dict[int, list[tuple[bytes, bytes]]] = {}
+        for key, w in work.items():
+            if not w.applied:
+                continue
+            blob = self._value(key, w, effects, status_out)
+            if blob != w.stored:
+                states.append((key, w.partition, blob))
+            self._remember(key, blob, w.state, w.meta)
+        return BatchResult(outputs, states, findings, rejections, effects, status_out)
+
+    def _value(
+        self,
+        key: bytes,
+        w: _KeyWork,
+        effects: dict[tuple[str, str], int],
+        status_out: dict[int, list[tuple[bytes, bytes]]],
+    ) -> bytes:
+        """The key's value to store; its status document into ``status_out``
+        if the status changed; the stale effects new in this batch counted
+        into ``effects``."""
+        state = w.state
+        blob = state.to_bytes()
+        if w.effects:
+            wkey = key.decode("utf-8")
+            stored = w.stored
+            before = (
+                set()
+                if stored is None
+                else stale_effects(wkey, KeyState.from_bytes(split_value(stored)[0]))
+            )
+            for outcome, sink, _epoch, _ek in stale_effects(wkey, state) - before:
+                effects[outcome, sink] = effects.get((outcome, sink), 0) + 1
+        if not self.status:
+            w.meta = None
+            return blob
+        prev = w.meta if w.meta is not None else NO_META
+        accepted = state.n_events - state.n_redeliveries
+        if accepted == prev.accepted:
+            return join_value(blob, w.meta)
+        wkey = key.decode("utf-8")
+        times = w.times if w.times is not None else {}
+        updated = max(times.values()) if times else prev.updated_ms
+        doc, stale_epochs = status_json(
+            wkey,
+            state,
+            findings_of(state, wkey),
+            seen_ms=prev.seen,
+            event_ms=times,
+            updated_ms=updated,
+        )
+        seen = (
+            {se.epoch: se.last_seen_ms for se in stale_epochs if se.last_seen_ms is not None}
+            if stale_epochs
+            else prev.seen
+        )
+        meta = StatusMeta(seen, updated, accepted)
+        w.meta = meta
+        _status(status_out, w.partition).append((key, doc))
+        return join_value(blob, meta)
+
+    def _take(self, key: bytes, stored: bytes | None, partition: int, status: bool) -> _KeyWork:
+        # The entry leaves the cache while the batch mutates it: if the batch
+        # is abandoned half-way, no mutated object can be mistaken for the
+        # stored bytes it was decoded from. _remember puts it back.
+        cached = self.cache.pop(key, None)
+        if cached is not None and stored is not None and cached[0] == stored:
+            return _KeyWork(cached[1], cached[2], stored, partition, status)
+        if stored is None:
+            return _KeyWork(self.detector.new_state(), None, None, partition, status)
+        state, meta = split_value(stored)
+        return _KeyWork(KeyState.from_bytes(state), meta, stored, partition, status)
+
+    def _rebuild(self, stored: bytes | None, applied: Sequence[tuple[Event, int]]) -> KeyState:
+        detector = self.detector
+        state = (
+            detector.new_state() if stored is None else KeyState.from_bytes(split_value(stored)[0])
+        )
+        for event, offset in applied:
+            detector.process(state, event, offset)
+        return state
+
+    def _remember(self, key: bytes, blob: bytes, state: KeyState, meta: StatusMeta | None) -> None:
+        if self.cache_keys <= 0:
+            return
+        cache = self.cache
+        # _take popped the key, so this appends it at the recent end.
+        cache[key] = (blob, state, meta)
+        while len(cache) > self.cache_keys:
+            cache.popitem(last=False)
+
+
+def _out(
+    outputs: dict[int, list[Finding | Rejection]], partition: int
+) -> list[Finding | Rejection]:
+    lst = outputs.get(partition)
+    if lst is None:
+        lst = outputs[partition] = []
+    return lst
+
+
+def _status(
+    status: dict[int, list[tuple[bytes, bytes]]], partition: int
+) -> list[tuple[bytes, bytes]]:
+    lst = status.get(partition)
+    if lst is None:
+        lst = status[partition] = []
+    return lst

@@ -1,0 +1,65 @@
+"""A key's stored value in the live state table and its changelog.
+
+The value is the key's ``KeyState.to_bytes()``, followed, when the status
+topic is on, by a NUL byte and a small JSON object (:class:`StatusMeta`: the
+Kafka timestamps the status record carries and a digest of its last content,
+so a record is written only when the status changed). orjson never writes a
+raw NUL, so the split is unambiguous; a value without it is a bare state (an
+older changelog, or the status off).
+
+Not compiled (``streams._native``): :class:`StatusMeta` is a msgspec Struct,
+which mypyc does not compile; :mod:`streams.core.batch` calls it.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import orjson
+
+__all__ = ["NO_META", "StatusMeta", "join_value", "split_value"]
+
+
+class StatusMeta(msgspec.Struct, frozen=True):
+    """What the status needs beyond the detector state, stored with it:
+    stale epoch -> Kafka timestamp of its latest stale event (``seen``), the
+    status's ``updated_ms``, and how many events the key had accepted when
+    its last status record was written (``accepted``: the status is a
+    function of the accepted evidence, so an unchanged count means an
+    unchanged status -- an exact redelivery writes nothing). A Struct: one
+    is built per changed key per batch, and a frozen dataclass's
+    ``__init__`` costs several times more (docs/performance.md)."""
+
+    seen: dict[int, int]
+    updated_ms: int | None
+    accepted: int
+
+    def to_bytes(self) -> bytes:
+        # OPT_NON_STR_KEYS writes the int keys as JSON strings, as before.
+        doc = {"s": self.seen, "u": self.updated_ms, "n": self.accepted}
+        return orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> StatusMeta:
+        doc = orjson.loads(data)
+        return cls({int(k): int(v) for k, v in doc["s"].items()}, doc["u"], int(doc["n"]))
+
+
+#: No status record written yet.
+NO_META = StatusMeta({}, None, -1)
+_SEP = b"\x00"
+
+
+def split_value(value: bytes) -> tuple[bytes, StatusMeta | None]:
+    """A stored value -> (``KeyState`` bytes, status meta or ``None``)."""
+    state, sep, meta = value.partition(_SEP)
+    if not sep:
+        return value, None
+    try:
+        return state, StatusMeta.from_bytes(meta)
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        return state, None  # a damaged trailer costs timestamps, never the state
+
+
+def join_value(state: bytes, meta: StatusMeta | None) -> bytes:
+    """The stored value of ``state`` bytes and its status meta (``None``: none)."""
+    return state if meta is None else state + _SEP + meta.to_bytes()

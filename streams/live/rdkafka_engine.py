@@ -195,6 +195,8 @@ class RdkafkaEngine:
         self._probes: tuple[Any, Any] | None = None
         self._txn_open = False
         self._txn_began = 0.0
+        #: When the current consume() call began (see run).
+        self._wait_began = 0.0
         self._txn_events = 0
         self._txn_offsets: dict[int, int] = {}
         self._deferred: dict[bytes | None, OutRecord] = {}
@@ -312,6 +314,13 @@ class RdkafkaEngine:
                 timeout = interval
             epoch = self._epoch
             self._discarded = False
+            # A transaction that this call's records open counts from here:
+            # they may have waited in the call since then (it returns at
+            # MAX_BATCH records or at the timeout). Counting from the
+            # begin_transaction after it made the cycle two intervals long
+            # (one collecting, one in the transaction), so a finding waited
+            # up to twice the commit interval; the relay commits every interval.
+            self._wait_began = time.monotonic()
             msgs = self.consumer.consume(MAX_BATCH, min(timeout, 0.5))
             if self.stopping:
                 break  # not processed: their offsets are not committed
@@ -411,7 +420,7 @@ class RdkafkaEngine:
             if self.eos and not self._txn_open:
                 self.producer.begin_transaction()
                 self._txn_open = True
-                self._txn_began = time.monotonic()
+                self._txn_began = self._wait_began
             outcome = self.processor.process_batch(recs, self.values.get)
             for records in with_changelog(outcome, self.changelog).values():
                 for r in records:
@@ -439,7 +448,7 @@ class RdkafkaEngine:
         if not self.eos:
             self._txn_open = True  # "open" = offsets not yet committed
             if not self._txn_began:
-                self._txn_began = time.monotonic()
+                self._txn_began = self._wait_began
 
     def _produce(self, r: OutRecord) -> None:
         headers = list(r.headers) if r.headers else None

@@ -139,7 +139,10 @@ class _HttpConnection:
 
     def _skip_chunked(self) -> None:
         while True:
-            size = int(self._line().split(b";", 1)[0].strip(), 16)
+            digits = self._line().split(b";", 1)[0].strip()
+            if not digits or digits.strip(b"0123456789abcdefABCDEF"):
+                raise _BadResponse(f"bad chunk size {digits[:20]!r}")
+            size = int(digits, 16)
             if size == 0:
                 while self._line():  # trailer fields, up to the empty line
                     pass
@@ -177,6 +180,8 @@ class _HttpConnection:
             if b"chunked" in fields.get(b"transfer-encoding", b""):
                 self._skip_chunked()
             elif (length := fields.get(b"content-length")) is not None:
+                if not length.isdigit():
+                    raise _BadResponse(f"bad Content-Length {length[:20]!r}")
                 self._skip(int(length))
             else:  # the body ends with the connection
                 self._skip_to_close()

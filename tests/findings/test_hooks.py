@@ -212,9 +212,18 @@ def test_webhook_reads_every_http_answer_style_and_keeps_the_connection_only_whe
         assert json.loads(body) == d.finding.to_dict()
 
 
-def test_webhook_answer_that_is_not_http_is_a_retriable_failure() -> None:
-    """A server answering something that is not HTTP fails the delivery, retriably."""
-    server = _CannedServer([(b"SSH-2.0-OpenSSH\r\n\r\n", True)])
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (b"SSH-2.0-OpenSSH\r\n\r\n", "status line"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\nabcdef", "Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-3\r\nabc\r\n", "chunk size"),
+    ],
+)
+def test_webhook_answer_that_is_not_http_is_a_retriable_failure(answer: bytes, reason: str) -> None:
+    """A server answering something that is not HTTP (a bad status line, a
+    negative length or chunk size) fails the delivery, retriably."""
+    server = _CannedServer([(answer, True)])
     target = WebhookTarget(server.url)
     try:
         with pytest.raises(DeliveryFailed) as failed:
@@ -222,7 +231,7 @@ def test_webhook_answer_that_is_not_http_is_a_retriable_failure() -> None:
     finally:
         target.close()
         server.close()
-    assert failed.value.retriable and "status line" in str(failed.value)
+    assert failed.value.retriable and reason in str(failed.value)
 
 
 def test_exec_gets_the_finding_on_stdin_and_key_fields_in_env(tmp_path: Path) -> None:

@@ -4,10 +4,14 @@ One exactly-once ``fencewatch run`` worker and one ``fencewatch findings
 --follow --webhook`` follower (both subprocesses, as deployed) on this
 machine; a webhook receiver (http.server, keep-alive) in a process of its own
 (as a real receiver is: not sharing an interpreter with the load generator
-and the latency reader of this process). Every
+and the latency reader of this process), and the paced load generator in
+another (:class:`live_support.LoadGenerator`, as in bench/live_latency.py),
+after ``--warmup`` seconds of unmeasured traffic at the same rate. Every
 measured event is a stale checkpoint of its own workflow, so each raises one
 new finding, which the follower POSTs. Latency per event: from its produce
-call to the receiver having the POST.
+call to the receiver having the POST. Each run also prints the CPU seconds
+the worker, the follower and the receiver used over the measured window (on
+a 2-core host they compete for the same cores).
 
 The limit, measured in the same run on the same events: produce -> finding
 visible to a read_committed consumer of the findings topic (what
@@ -44,14 +48,15 @@ from live_latency import pct
 from live_support import (
     REPO,
     FirstSeen,
+    LoadGenerator,
     Worker,
     bootstrap,
     create_topics,
-    doc,
     handovers,
     names,
     produce_all,
     producer,
+    stale_progress,
     worker_env,
 )
 from results import Figure, add_json_arg, add_paced_args, emit
@@ -59,20 +64,35 @@ from results import Figure, add_json_arg, add_paced_args, emit
 from tests.findings.receiver import webhook_receiver
 
 
-def _receive(conn: Any, n: int) -> None:
-    """The receiver process: send its URL, then, once ``n`` posts arrived (or
-    on "stop"), each workflow key's first arrival time and the post count."""
+def _receive(conn: Any, warm: int, n: int) -> None:
+    """The receiver process: send its URL, then "warm" once ``warm`` posts
+    arrived, then, once ``warm + n`` posts arrived (or on "stop"), each
+    workflow key's first arrival time (monotonic, which is system-wide on
+    Linux, so it compares with the load generator's) and the post count."""
     with webhook_receiver() as rx:
         conn.send(rx.url)
         deadline = time.monotonic() + 600
-        while rx.count() < n and time.monotonic() < deadline and not conn.poll(0.05):
-            pass
+        told = False
+        while rx.count() < warm + n and time.monotonic() < deadline and not conn.poll(0.05):
+            if not told and rx.count() >= warm:
+                conn.send("warm")
+                told = True
         with rx.lock:
             posts = list(rx.posts)
+    # The receiver stamps wall time; its offset to monotonic time, here and now.
+    offset = time.time() - time.monotonic()
     first: dict[str, float] = {}
     for post in posts:
-        first.setdefault(str(post.body["workflow_key"]), post.at)
+        first.setdefault(str(post.body["workflow_key"]), post.at - offset)
+    if not told:
+        conn.send("warm")
     conn.send((first, len(posts)))
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,15 +106,22 @@ class Run:
     first_posts: int
     seen: int
     load: float
+    behind_ms: float
+    #: CPU seconds over the measured window: worker, follower, receiver.
+    cpu: tuple[float, float, float]
+    window_s: float
 
     def line(self, n: int) -> str:
+        w, f, r = self.cpu
         return (
             f"webhook p50 {pct(self.hooked, 0.5):.0f} p90 {pct(self.hooked, 0.9):.0f} "
             f"p99 {pct(self.hooked, 0.99):.0f} max {self.hooked[-1]:.0f} ms; finding visible "
             f"p50 {pct(self.visible, 0.5):.0f} p99 {pct(self.visible, 0.99):.0f} ms; "
-            f"input {self.rate:,.0f}/s; posts {self.first_posts}/{n} "
+            f"input {self.rate:,.0f}/s, generator behind schedule at worst "
+            f"{self.behind_ms:.0f} ms; posts {self.first_posts}/{n} "
             f"({self.posts - self.first_posts} repeated), visible {self.seen}/{n}; "
-            f"load average {self.load:.1f}"
+            f"CPU over the {self.window_s:.0f} s window: worker {w:.1f} s, follower {f:.1f} s, "
+            f"receiver {r:.1f} s; load average {self.load:.1f}"
         )
 
 
@@ -103,12 +130,13 @@ def one_run(bs: str, args: argparse.Namespace, tag: str) -> Run:
     n = args.rate * args.seconds
     events, findings, dlq, app_id = names(f"bench-hook-{tag}")
     create_topics(bs, [events, findings, dlq], args.partitions)
+    warm = [f"hook-warm/{i:07d}" for i in range(int(args.rate * args.warmup))]
     keys = [f"hook/{i:07d}" for i in range(n)]
 
-    produce_all(producer(bs), events, handovers(keys))
+    produce_all(producer(bs), events, handovers(warm + keys))
     ctx = multiprocessing.get_context("spawn")
     here, there = ctx.Pipe()
-    receiver = ctx.Process(target=_receive, args=(there, n), daemon=True)
+    receiver = ctx.Process(target=_receive, args=(there, len(warm), n), daemon=True)
     receiver.start()
     url = here.recv()
     with tempfile.TemporaryDirectory() as tmp:
@@ -119,6 +147,7 @@ def one_run(bs: str, args: argparse.Namespace, tag: str) -> Run:
             app_id,
             FENCEWATCH_DATA_DIR=tmp,
             FENCEWATCH_COMMIT_INTERVAL=args.commit_interval,
+            FENCEWATCH_ENGINE=args.engine,
         )
         w = Worker(bs, env, Path(tmp) / "w.log")
         follower_log = open(Path(tmp) / "follower.log", "wb")  # noqa: SIM115
@@ -128,34 +157,38 @@ def one_run(bs: str, args: argparse.Namespace, tag: str) -> Run:
              "--webhook", url, "--dead-letter", str(Path(tmp) / "dead.jsonl")],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=follower_log,
         )  # fmt: skip
+        gen: LoadGenerator | None = None
         try:
             w.wait_ready()
-            while (w.health() or {}).get("processed", 0) < 2 * n:
+            while (w.health() or {}).get("processed", 0) < 2 * (len(warm) + n):
                 time.sleep(0.2)
             seen = FirstSeen(bs, findings, args.partitions, f"lat-{findings}")
-            sent_mono: dict[str, float] = {}
-            sent_wall: dict[str, float] = {}
-            p = producer(bs, **{"linger.ms": 0})
-            start = time.monotonic()
-            for i, k in enumerate(keys):
-                delay = start + i / args.rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                p.produce(events, doc(k, "progress", 1, "old", 3), key=k.encode())
-                sent_mono[k] = time.monotonic()
-                sent_wall[k] = time.time()
-                p.poll(0)
-            actual = n / (time.monotonic() - start)
-            p.flush(30)
+            gen = LoadGenerator(bs, events, warm, keys, args.rate, stale_progress)
+            # Warm-up: the worker's first transactions, the follower's first
+            # fetches and the receiver's connections are not measured.
+            if not gen.warm_sent(120):
+                raise RuntimeError("the load generator did not send its warm-up")
+            seen.wait_for(len(warm), 60)
+            if not here.poll(60) or here.recv() != "warm":
+                raise RuntimeError("warm-up: the webhook posts did not arrive within 60 s")
             load = os.getloadavg()[0]
-            seen.wait_for(n, 60)
+            pids = (w.proc.pid, follower.pid, receiver.pid or 0)
+            cpu0 = [_cpu_s(p) for p in pids]
+            t0 = time.monotonic()
+            gen.go()
+            sent, _acked, behind, actual = gen.result(n / args.rate + 120)
+            seen.wait_for(len(warm) + n, 60)
             seen_until = time.monotonic()
             seen.close()
             if not here.poll(120):
                 here.send("stop")
             first_post, n_posts = here.recv()
-            posted_until = time.time()
+            posted_until = time.monotonic()
+            cpu = tuple(_cpu_s(p) - c for p, c in zip(pids, cpu0, strict=True))
+            window = posted_until - t0
         finally:
+            if gen is not None:
+                gen.close()
             follower.terminate()
             follower.wait(30)
             follower_log.close()
@@ -169,15 +202,34 @@ def one_run(bs: str, args: argparse.Namespace, tag: str) -> Run:
         )
     # A finding not seen (or not posted) when the wait ended counts as seen
     # then: a lower bound, never left out of the percentiles.
-    visible = sorted((seen.seen.get(k, seen_until) - sent_mono[k]) * 1000 for k in keys)
-    hooked = sorted((first_post.get(k, posted_until) - sent_wall[k]) * 1000 for k in keys)
-    return Run(hooked, visible, actual, n_posts, len(first_post), len(seen.seen), load)
+    visible = sorted(
+        (seen.seen.get(k, seen_until) - t) * 1000 for k, t in zip(keys, sent, strict=True)
+    )
+    hooked = sorted(
+        (first_post.get(k, posted_until) - t) * 1000 for k, t in zip(keys, sent, strict=True)
+    )
+    first_measured = sum(1 for k in keys if k in first_post)
+    seen_measured = sum(1 for k in keys if k in seen.seen)
+    return Run(
+        hooked,
+        visible,
+        actual,
+        n_posts - len(warm),
+        first_measured,
+        seen_measured,
+        load,
+        behind,
+        (cpu[0], cpu[1], cpu[2]),
+        window,
+    )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     add_paced_args(ap)
     ap.add_argument("--runs", type=int, default=3, help="runs, each with a fresh worker")
+    ap.add_argument("--warmup", type=float, default=2.0, help="seconds of unmeasured traffic first")
+    ap.add_argument("--engine", default="faust", help="the worker's engine (faust, rdkafka)")
     add_json_arg(ap)
     args = ap.parse_args()
     bs = bootstrap()
@@ -193,7 +245,8 @@ def main() -> int:
     short = sum(n - r.first_posts for r in runs) + sum(n - r.seen for r in runs)
     setting = (
         f"{args.rate:,} events/s for {args.seconds} s, commit interval {args.commit_interval} s, "
-        f"{args.partitions} partitions; median of {args.runs} runs (each a fresh worker, "
+        f"{args.partitions} partitions, {args.engine} engine, after {args.warmup:g} s of "
+        f"warm-up; median of {args.runs} runs (each a fresh worker, "
         f"follower, receiver and topics), spread in runs; webhook posts "
         + " / ".join(f"{r.first_posts}/{n}" for r in runs)
         + ", findings visible "

@@ -6,15 +6,16 @@ commit interval), which is what any exactly-once processor pays at that
 commit interval on this broker.
 
     .venv/bin/python bench/live_latency.py [--rate 2000] [--seconds 20] [--commit-interval 0.1]
-        [--runs 3] [--broker-warmup 15]
+        [--runs 3] [--broker-warmup 15] [--engines faust,rdkafka]
 
 Every measured event is a stale checkpoint of its own workflow (prepared
 before the measurement), so each raises exactly one new finding. Targets:
 p99 no longer than the bare relay's p99 at the same rate and commit interval;
-p99 <= 250 ms at 2,000 events/s.
+p99 <= 250 ms at 2,000 events/s. Each engine (``--engines``) is a side of its
+own, judged against the same relay runs.
 
-Both sides are measured the same way, ``--runs`` times (3), the order
-alternating, each side a fresh process over fresh topics: the relay in a
+The sides are measured the same way, ``--runs`` times (3), the order
+rotating, each side a fresh process over fresh topics: the relay in a
 process of its own (as the worker is), the paced load generator in another
 (:class:`live_support.LoadGenerator`), and the read_committed reader that
 stamps what it sees alone in this one. Each side first gets ``--warmup``
@@ -203,11 +204,11 @@ def relay_side(bs: str, args: argparse.Namespace, tag: str, seconds: float) -> S
     return dataclasses.replace(side, commits=commits)
 
 
-def worker_side(bs: str, args: argparse.Namespace, tag: str) -> Side:
-    """One worker (a fresh process, fresh topics and state) at the rate."""
+def worker_side(bs: str, args: argparse.Namespace, tag: str, engine: str) -> Side:
+    """One worker of ``engine`` (a fresh process, fresh topics and state) at the rate."""
     w = int(args.rate * args.warmup)
     n = args.rate * args.seconds
-    events, findings, dlq, app_id = names(f"bench-lat-{tag}")
+    events, findings, dlq, app_id = names(f"bench-lat-{engine}-{tag}")
     create_topics(bs, [events, findings, dlq], args.partitions)
     warm = [f"warm/{i:07d}" for i in range(w)]
     keys = [f"lat/{i:07d}" for i in range(n)]
@@ -220,6 +221,7 @@ def worker_side(bs: str, args: argparse.Namespace, tag: str) -> Side:
             app_id,
             FENCEWATCH_DATA_DIR=tmp,
             FENCEWATCH_COMMIT_INTERVAL=args.commit_interval,
+            FENCEWATCH_ENGINE=engine,
         )
         worker = Worker(bs, env, Path(tmp) / "w.log")
         try:
@@ -251,8 +253,12 @@ def main() -> int:
         help="seconds of relay traffic before the first run, not counted (0: none)",
     )
     ap.add_argument("--no-limit", action="store_true", help="skip the bare relay")
+    ap.add_argument("--engines", default="faust,rdkafka", help="comma-separated engines")
     add_json_arg(ap)
     args = ap.parse_args()
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if not engines:
+        ap.error("--engines: name at least one engine (faust, rdkafka)")
     bs = bootstrap()
     n = args.rate * args.seconds
 
@@ -265,55 +271,48 @@ def main() -> int:
         print(f"broker warm-up (not counted), relay: {first.line(warm_n)}", flush=True)
 
     relays: list[Side] = []
-    workers: list[Side] = []
+    workers: dict[str, list[Side]] = {e: [] for e in engines}
+    sides = ([] if args.no_limit else ["relay"]) + engines
     for run in range(args.runs):
-        # Alternate which side goes first, so drift in the machine's load
-        # over the runs falls on both.
-        order = ("relay", "worker") if run % 2 == 0 or args.no_limit else ("worker", "relay")
+        # Rotate which side goes first, so drift in the machine's load over
+        # the runs falls on every side.
+        order = sides[run % len(sides) :] + sides[: run % len(sides)]
         for side in order:
-            if side == "relay" and not args.no_limit:
+            if side == "relay":
                 relays.append(relay_side(bs, args, f"r{run}", args.seconds))
                 print(f"run {run + 1} relay:  {relays[-1].line(n)}", flush=True)
-            elif side == "worker":
-                workers.append(worker_side(bs, args, f"r{run}"))
-                print(f"run {run + 1} worker: {workers[-1].line(n)}", flush=True)
+            else:
+                workers[side].append(worker_side(bs, args, f"r{run}", side))
+                print(f"run {run + 1} {side} worker: {workers[side][-1].line(n)}", flush=True)
 
     def med(sides: list[Side], q: float) -> float:
         return statistics.median(s.pct(q) for s in sides)
 
-    w99 = [s.pct(0.99) for s in workers]
+    def med_after(sides: list[Side]) -> float:
+        return statistics.median(pct(s.after_ack, 0.99) for s in sides)
+
     b99 = [s.pct(0.99) for s in relays]
-    print(
-        f"{args.runs} runs of {args.seconds} s at {args.rate}/s, commit interval "
-        f"{args.commit_interval} s: worker p99 {spread(w99)} ms (median {med(workers, 0.99):.0f})"
-        + (f"; relay p99 {spread(b99)} ms (median {med(relays, 0.99):.0f})" if relays else "")
-        + (
-            "; p99 ratio per run "
-            + " / ".join(f"{w / b:.2f}" for w, b in zip(w99, b99, strict=True))
-            if relays
-            else ""
-        )
-    )
-    loads = [s.load for s in workers + relays]
+    everyone = [s for e in engines for s in workers[e]] + relays
+    loads = [s.load for s in everyone]
     setting = (
         f"{args.rate:,} events/s for {args.seconds} s, commit interval {args.commit_interval} s, "
         f"{args.partitions} partitions, after {args.warmup:g} s of warm-up per side"
         + (f" and {args.broker_warmup:g} s of broker warm-up" if relays else "")
         + f"; median of {args.runs} runs (each side a fresh process and topics, the order "
-        f"alternating), spread in runs; load average {min(loads):.1f}-{max(loads):.1f}"
+        f"rotating), spread in runs; load average {min(loads):.1f}-{max(loads):.1f}"
     )
-    saturated = [f"worker run {i + 1}" for i, s in enumerate(workers) if s.saturated] + [
-        f"relay run {i + 1}" for i, s in enumerate(relays) if s.saturated
-    ]
+    saturated = [
+        f"{e} worker run {i + 1}" for e in engines for i, s in enumerate(workers[e]) if s.saturated
+    ] + [f"relay run {i + 1}" for i, s in enumerate(relays) if s.saturated]
     if saturated:
         setting += f"; SATURATED (latency grew over the window): {', '.join(saturated)}"
-    short = [s.unseen for s in workers + relays if s.unseen]
+    short = [s.unseen for s in everyone if s.unseen]
     if short:
         setting += (
             f"; {sum(short)} records not visible within 30 s of the last send, counted as "
             "visible then (the figures are lower bounds)"
         )
-    acks = [pct(s.ack, 0.99) for s in workers + relays]
+    acks = [pct(s.ack, 0.99) for s in everyone]
     setting += f"; broker ack p99 {min(acks):.0f}-{max(acks):.0f} ms"
     if relays:
         setting += (
@@ -323,50 +322,68 @@ def main() -> int:
         )
     relay_name = "bare exactly-once relay, same rate and commit interval"
     figures = []
-    for label, q, target in (("p99", 0.99, "ratio <= 1"), ("p90", 0.9, None), ("p50", 0.5, None)):
+    for engine in engines:
+        ws = workers[engine]
+        w99 = [s.pct(0.99) for s in ws]
+        print(
+            f"{engine} engine, {args.runs} runs of {args.seconds} s at {args.rate}/s, commit "
+            f"interval {args.commit_interval} s: worker p99 {spread(w99)} ms (median "
+            f"{med(ws, 0.99):.0f})"
+            + (f"; relay p99 {spread(b99)} ms (median {med(relays, 0.99):.0f})" if relays else "")
+            + (
+                "; p99 ratio per run "
+                + " / ".join(f"{w / b:.2f}" for w, b in zip(w99, b99, strict=True))
+                if relays
+                else ""
+            ),
+            flush=True,
+        )
+        # The faust engine keeps the figure names results.json has always had.
+        tag = "" if engine == "faust" else f", {engine} engine"
+        for label, q, target in (
+            ("p99", 0.99, "ratio <= 1"),
+            ("p90", 0.9, None),
+            ("p50", 0.5, None),
+        ):
+            figures.append(
+                Figure(
+                    f"produce -> finding visible {label}{tag}",
+                    med(ws, q),
+                    "ms",
+                    f"{relay_name} ({label})" if relays else None,
+                    med(relays, q) if relays else None,
+                    target if relays else None,
+                    setting,
+                    runs=[s.pct(q) for s in ws],
+                    limit_runs=[s.pct(q) for s in relays] if relays else None,
+                )
+            )
         figures.append(
             Figure(
-                f"produce -> finding visible {label}",
-                med(workers, q),
+                f"broker ack -> finding visible p99{tag}",
+                med_after(ws),
                 "ms",
-                f"{relay_name} ({label})" if relays else None,
-                med(relays, q) if relays else None,
-                target if relays else None,
-                setting,
-                runs=[s.pct(q) for s in workers],
-                limit_runs=[s.pct(q) for s in relays] if relays else None,
+                f"{relay_name}, broker ack -> visible (p99)" if relays else None,
+                med_after(relays) if relays else None,
+                None,
+                setting + "; from the broker's acknowledgement of each produced record, so "
+                "the broker's own produce latency (shared by both sides) is left out",
+                runs=[pct(s.after_ack, 0.99) for s in ws],
+                limit_runs=[pct(s.after_ack, 0.99) for s in relays] if relays else None,
             )
         )
-
-    def med_after(sides: list[Side]) -> float:
-        return statistics.median(pct(s.after_ack, 0.99) for s in sides)
-
-    figures.append(
-        Figure(
-            "broker ack -> finding visible p99",
-            med_after(workers),
-            "ms",
-            f"{relay_name}, broker ack -> visible (p99)" if relays else None,
-            med_after(relays) if relays else None,
-            None,
-            setting + "; from the broker's acknowledgement of each produced record, so "
-            "the broker's own produce latency (shared by both sides) is left out",
-            runs=[pct(s.after_ack, 0.99) for s in workers],
-            limit_runs=[pct(s.after_ack, 0.99) for s in relays] if relays else None,
+        figures.append(
+            Figure(
+                f"produce -> finding visible p99 (absolute){tag}",
+                med(ws, 0.99),
+                "ms",
+                None,
+                None,
+                "value <= 250",
+                setting,
+                runs=w99,
+            )
         )
-    )
-    figures.append(
-        Figure(
-            "produce -> finding visible p99 (absolute)",
-            med(workers, 0.99),
-            "ms",
-            None,
-            None,
-            "value <= 250",
-            setting,
-            runs=w99,
-        )
-    )
     emit(args.json, figures)
     return 0
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from streams.cli import main
+from streams.errors import DeliveryFailed
 from streams.findings import (
     DeadLetterFile,
     Delivery,
@@ -127,6 +128,110 @@ def test_webhook_connection_refused_is_retried_then_dead_lettered(tmp_path: Path
     done, dead = _send_all(WebhookTarget(f"http://127.0.0.1:{port}/x"), tmp_path, items)
     letters = [json.loads(line) for line in dead.read_text().splitlines()]
     assert [x["attempts"] for x in letters] == [3, 3] and done == [0, 1]
+
+
+class _CannedServer:
+    """A raw HTTP server on 127.0.0.1 answering each request with the next
+    canned response (bytes, and whether to close the connection after it);
+    records (connection number, request head, body) per request."""
+
+    def __init__(self, answers: list[tuple[bytes, bool]]) -> None:
+        self.answers = list(answers)
+        self.requests: list[tuple[int, bytes, bytes]] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook?x=1"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        conn_no = 0
+        while self.answers:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                buf = b""
+                while self.answers:
+                    while b"\r\n\r\n" not in buf:
+                        chunk = conn.recv(65536)
+                        if not chunk:
+                            break
+                        buf += chunk
+                    if b"\r\n\r\n" not in buf:
+                        break  # the client closed this connection
+                    head, _, buf = buf.partition(b"\r\n\r\n")
+                    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                    while len(buf) < length:
+                        buf += conn.recv(65536)
+                    body, buf = buf[:length], buf[length:]
+                    self.requests.append((conn_no, head, body))
+                    answer, close = self.answers.pop(0)
+                    conn.sendall(answer)
+                    if close:
+                        break
+            conn_no += 1
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(5)
+
+
+def test_webhook_reads_every_http_answer_style_and_keeps_the_connection_only_when_allowed() -> None:
+    """Content-Length, 100 then chunked with a trailer, 204, an HTTP/1.0
+    close-delimited body and Connection: close are each read whole: the
+    connection is reused until the server ends it, never after."""
+    items = [*_deliveries()[:5], _deliveries()[0]]
+    server = _CannedServer(
+        [
+            (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", False),
+            (
+                b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n3;x=y\r\nabc\r\n0\r\nT: t\r\n\r\n",
+                False,
+            ),
+            (b"HTTP/1.1 204 No Content\r\n\r\n", False),
+            (b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the close", True),
+            (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", True),
+            (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", False),
+        ]
+    )
+    target = WebhookTarget(server.url)
+    try:
+        for d in items:
+            target.send(d)
+    finally:
+        target.close()
+        server.close()
+    assert [c for c, _, _ in server.requests] == [0, 0, 0, 0, 1, 2]
+    for (_, head, body), d in zip(server.requests, items, strict=True):
+        lines = head.decode().split("\r\n")
+        assert lines[0] == "POST /hook?x=1 HTTP/1.1"
+        assert f"Idempotency-Key: {d.idempotency_key}" in lines
+        assert "Content-Type: application/json" in lines
+        assert json.loads(body) == d.finding.to_dict()
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (b"SSH-2.0-OpenSSH\r\n\r\n", "status line"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\nabcdef", "Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-3\r\nabc\r\n", "chunk size"),
+    ],
+)
+def test_webhook_answer_that_is_not_http_is_a_retriable_failure(answer: bytes, reason: str) -> None:
+    """A server answering something that is not HTTP (a bad status line, a
+    negative length or chunk size) fails the delivery, retriably."""
+    server = _CannedServer([(answer, True)])
+    target = WebhookTarget(server.url)
+    try:
+        with pytest.raises(DeliveryFailed) as failed:
+            target.send(_deliveries()[0])
+    finally:
+        target.close()
+        server.close()
+    assert failed.value.retriable and reason in str(failed.value)
 
 
 def test_exec_gets_the_finding_on_stdin_and_key_fields_in_env(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -89,9 +88,7 @@ def test_run_validates_probes_prepares_and_starts_once(
     monkeypatch.setattr(faust, "Worker", _Worker)
     _Worker.starts = 0
     # The start's process-wide GC settings stay out of the test process.
-    monkeypatch.setattr(
-        faust_run, "gc", SimpleNamespace(freeze=lambda: None, set_threshold=lambda *a: None)
-    )
+    monkeypatch.setattr(faust_run, "tune_collector", lambda: None)
     for name in list(os.environ):
         if name.startswith("FENCEWATCH_"):
             monkeypatch.delenv(name)

@@ -114,23 +114,22 @@ class _HttpConnection:
             raise ConnectionResetError("connection closed by the server")
         self._buf += chunk
 
-    def _head(self) -> bytes:
-        while (end := self._buf.find(b"\r\n\r\n")) < 0:
+    def _until(self, end_mark: bytes, what: str) -> bytes:
+        """The buffered bytes up to ``end_mark`` (consumed with it), reading
+        more as needed; ``what`` names them when they grow past the bound."""
+        while (end := self._buf.find(end_mark)) < 0:
             if len(self._buf) > _MAX_HEAD:
-                raise _BadResponse("response head too long")
+                raise _BadResponse(f"{what} too long")
             self._fill()
-        head = bytes(self._buf[:end])
-        del self._buf[: end + 4]
-        return head
+        part = bytes(self._buf[:end])
+        del self._buf[: end + len(end_mark)]
+        return part
+
+    def _head(self) -> bytes:
+        return self._until(b"\r\n\r\n", "response head")
 
     def _line(self) -> bytes:
-        while (end := self._buf.find(b"\r\n")) < 0:
-            if len(self._buf) > _MAX_HEAD:
-                raise _BadResponse("chunk header too long")
-            self._fill()
-        line = bytes(self._buf[:end])
-        del self._buf[: end + 2]
-        return line
+        return self._until(b"\r\n", "chunk header")
 
     def _skip(self, n: int) -> None:
         while len(self._buf) < n:

@@ -738,15 +738,9 @@ class RdkafkaEngine:
         self._wait_changelog_stable(partitions)
         values = self.values
         pending: list[tuple[bytes, bytes | None]] = []
-
-        def apply(_p: int, key: bytes, value: bytes | None) -> None:
-            # In order, deletes included: the table's last word per key is
-            # the changelog's. RocksDB takes them in write batches.
-            pending.append((key, value))
-            if len(pending) >= _RESTORE_CHUNK:
-                values.write(pending)
-                pending.clear()
-
+        apply: Callable[[int, bytes, bytes | None], None]
+        # In order, deletes included: the table's last word per key is the
+        # changelog's.
         if isinstance(values, MemoryTable):  # the dict itself: the restore's hot path
 
             def apply(_p: int, key: bytes, value: bytes | None) -> None:
@@ -754,6 +748,14 @@ class RdkafkaEngine:
                     values.pop(key, None)
                 else:
                     values[key] = value
+
+        else:  # RocksDB takes them in write batches
+
+            def apply(_p: int, key: bytes, value: bytes | None) -> None:
+                pending.append((key, value))
+                if len(pending) >= _RESTORE_CHUNK:
+                    values.write(pending)
+                    pending.clear()
 
         began = time.monotonic()
         result = load_changelog(self._client, self.changelog, dict.fromkeys(partitions), apply)

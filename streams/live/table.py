@@ -40,7 +40,6 @@ class StateTable(Protocol):
     def write(self, items: Iterable[tuple[bytes, bytes | None]]) -> None:
         """Store each ``(key, value)`` in order; a ``None`` value deletes the key."""
 
-    def delete(self, key: bytes) -> None: ...
     def clear(self) -> None: ...
     def __len__(self) -> int: ...
     def close(self) -> None: ...
@@ -57,9 +56,6 @@ class MemoryTable(dict[bytes, bytes]):
                 self.pop(key, None)
             else:
                 self[key] = value
-
-    def delete(self, key: bytes) -> None:
-        self.pop(key, None)
 
     def close(self) -> None:
         self.clear()
@@ -159,9 +155,6 @@ class RocksTable:
             self._db.write(batch)
         except Exception as exc:  # e.g. "IO error: No space left on device"
             raise self._failed("writing", exc) from None
-
-    def delete(self, key: bytes) -> None:
-        self.write([(key, None)])
 
     def clear(self) -> None:
         # A fresh database rather than deletes: no assumption about the keys,

@@ -18,7 +18,7 @@ __all__ = ["register"]
 def register(subparsers: Any) -> None:
     p: argparse.ArgumentParser = subparsers.add_parser(
         "run",
-        help="run the live processor (faust worker)",
+        help="run the live processor (--engine faust or rdkafka)",
         description=(
             "Consume ownership events, keep per-workflow detector state in a changelog-backed "
             "table, and publish findings (exactly-once). Every flag has a FENCEWATCH_* "

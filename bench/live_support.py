@@ -382,8 +382,8 @@ def stale_progress(k: str) -> bytes:
 #: The load generator's producer: what an agent's reporter sends with
 #: (streams/sdk/reporter.py: idempotent, acks=all, ``linger.ms`` 5). With
 #: ``linger.ms`` 0 it sent one ProduceRequest per record, 2,000 a second on
-#: one connection, which the broker answers one at a time: that took 0.75-1.1
-#: of its CPU, and with a relay or a worker beside it the broker fell behind
+#: one connection, which the broker answers one at a time: that took 0.74-1.13
+#: of a core, and with a relay or a worker beside it the broker fell behind
 #: and acknowledged records seconds late, a backlog that was most of every
 #: p99 (docs/live.md, "Latency: the load generator's linger.ms").
 GENERATOR: dict[str, Any] = {"linger.ms": 5, "enable.idempotence": True, "acks": "all"}

@@ -31,8 +31,8 @@ broker's produce acknowledgement latency (ack), what the side adds after the
 ack, its transaction commit times (relay), how far the load generator fell
 behind its schedule, the load average, and whether latency grew over the
 window (a side that is not keeping up: its p99 is a backlog that grows with
-``--seconds``, not a latency). On a loaded machine the tail is the broker's
-ack; ``broker ack -> finding visible p99`` leaves it out.
+``--seconds``, not a latency). The ack was most of every p99 while the
+generator produced with ``linger.ms`` 0 (live_support.GENERATOR, docs/live.md).
 """
 # make-bench: --rate 2000 --seconds 20
 

@@ -235,7 +235,10 @@ class BareRelay:
         )
         self.c.assign([TopicPartition(src, q, 0) for q in range(partitions)])
         self.p = Producer(
-            {"bootstrap.servers": bs, "transactional.id": f"bare-{src}", "linger.ms": 0}
+            # linger.ms as the rdkafka engine's producer (5): with 0 the relay
+            # sent a ProduceRequest per record, the load the generator's 0 put
+            # on the broker, and the comparison would not be like for like.
+            {"bootstrap.servers": bs, "transactional.id": f"bare-{src}", "linger.ms": 5}
         )
         self.dst, self.interval = dst, interval
         self.relayed = 0
@@ -376,6 +379,16 @@ def stale_progress(k: str) -> bytes:
     return doc(k, "progress", 1, "old", 3)
 
 
+#: The load generator's producer: what an agent's reporter sends with
+#: (streams/sdk/reporter.py: idempotent, acks=all, ``linger.ms`` 5). With
+#: ``linger.ms`` 0 it sent one ProduceRequest per record, 2,000 a second on
+#: one connection, which the broker answers one at a time: that took 0.74-1.13
+#: of a core, and with a relay or a worker beside it the broker fell behind
+#: and acknowledged records seconds late, a backlog that was most of every
+#: p99 (docs/live.md, "Latency: the load generator's linger.ms").
+GENERATOR: dict[str, Any] = {"linger.ms": 5, "enable.idempotence": True, "acks": "all"}
+
+
 def _generate_main(
     bs: str,
     topic: str,
@@ -386,7 +399,7 @@ def _generate_main(
     go: Any,
     conn: Any,
 ) -> None:
-    p = producer(bs, **{"linger.ms": 0})
+    p = producer(bs, **GENERATOR)
     paced(p, topic, warm, rate, value)
     conn.send("warm")
     if not go.wait(300):

@@ -7,12 +7,13 @@ same one), with the same output topics, changelog topic and record format, so
 a deployment switches engine by restarting with the other ``--engine``.
 
 Loop (one thread): ``consume(MAX_BATCH, timeout)`` -> ``process_batch`` ->
-findings, dead letters and changelog records produced into the open
-transaction, state applied to the in-memory table -> every
-``commit_interval`` (or :data:`COMMIT_EVENTS` events) the deferred status
-records (latest per key), ``send_offsets_to_transaction(offsets,
-consumer_group_metadata())`` and one ``commit_transaction``: one EndTxn per
-commit whatever the number of partitions.
+findings and dead letters produced into the open transaction, state applied
+to the in-memory table -> every ``commit_interval`` (or :data:`COMMIT_EVENTS`
+events) the deferred changelog and status records (latest per key), then
+``send_offsets_to_transaction(offsets, consumer_group_metadata())`` and one
+``commit_transaction`` in a thread of their own (:class:`_Pending`): one
+EndTxn per commit whatever the number of partitions. The loop processes on
+meanwhile; what it produces waits for the next transaction.
 
 Fencing: the offsets go to the group coordinator with the consumer's
 generation and member id, so a worker that lost its partitions (a pause past

@@ -7,12 +7,13 @@ same one), with the same output topics, changelog topic and record format, so
 a deployment switches engine by restarting with the other ``--engine``.
 
 Loop (one thread): ``consume(MAX_BATCH, timeout)`` -> ``process_batch`` ->
-findings, dead letters and changelog records produced into the open
-transaction, state applied to the in-memory table -> every
-``commit_interval`` (or :data:`COMMIT_EVENTS` events) the deferred status
-records (latest per key), ``send_offsets_to_transaction(offsets,
-consumer_group_metadata())`` and one ``commit_transaction``: one EndTxn per
-commit whatever the number of partitions.
+findings and dead letters produced into the open transaction, state applied
+to the in-memory table -> every ``commit_interval`` (or :data:`COMMIT_EVENTS`
+events) the deferred changelog and status records (latest per key), then
+``send_offsets_to_transaction(offsets, consumer_group_metadata())`` and one
+``commit_transaction`` in a thread of their own (:class:`_Pending`): one
+EndTxn per commit whatever the number of partitions. The loop processes on
+meanwhile; what it produces waits for the next transaction.
 
 Fencing: the offsets go to the group coordinator with the consumer's
 generation and member id, so a worker that lost its partitions (a pause past
@@ -42,7 +43,7 @@ from streams.errors import BrokerError
 from streams.live.changelog import changelog_topic, load_changelog
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionChange, PartitionGuard, PartitionsChanged
-from streams.live.processor import OutRecord, processor_for, with_changelog
+from streams.live.processor import OutRecord, processor_for
 from streams.live.settings import LiveSettings
 from streams.live.table import MemoryTable, StateTable, open_table
 
@@ -62,10 +63,17 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Records taken from the consumer per batch at most.
-MAX_BATCH = 500
-#: A commit after this many events at the latest, whatever the interval.
-COMMIT_EVENTS = 5_000
+#: Records taken from the consumer per batch at most. The batch logic
+#: encodes each changed key's state and status once per batch, so a busy
+#: worker's larger batches cost less per event (bench/live_batch_cpu.py's
+#: events, status on: ~36 CPU µs/event in batches of 500, ~21 in batches of
+#: 5,000, a loaded machine, 2026-12-02). A quiet worker's batches are what
+#: one CONSUME_SLICE_S brings, whatever this bound.
+MAX_BATCH = 5_000
+#: A commit after this many events at the latest, whatever the interval (the
+#: bound of the outputs held while a commit is pending). 5,000 made a busy
+#: worker commit every 5,000 events instead of every interval as the relay.
+COMMIT_EVENTS = 50_000
 #: A consume() call waits this long at most for MAX_BATCH records: records
 #: are processed and produced into the open transaction as they come, so at
 #: the commit little is still on its way to the broker (waiting the whole
@@ -82,6 +90,12 @@ _CALL_TIMEOUT_S = 10.0
 #: Past its own bound, a transactional call is given this long before it is
 #: taken for hung (librdkafka issue 5456) and its producer abandoned.
 _HANG_GRACE_S = 5.0
+#: Bound of each transactional call of the last commit when stopping: the
+#: two commits (a pending one, then the open transaction's) end within
+#: 2 x this + 1 s, inside rdkafka_run.STOP_BOUND_S.
+_FINAL_CALL_S = 3.0
+#: The consume() slice while a commit that is due waits for the pending one.
+_PENDING_SLICE_S = 0.005
 #: Commit retries of a retriable failure (a broker timing out) before abort.
 _COMMIT_RETRIES = 3
 #: Changelog records written to a RocksDB table per write batch while restoring.
@@ -147,34 +161,90 @@ class _CallHung(Exception):
     """A librdkafka call that did not return within its bound."""
 
 
-def _bounded(call: Callable[[], Any], timeout: float, what: str) -> Any:
-    """``call()`` in a daemon thread; its result, or :class:`_CallHung` after
-    ``timeout`` seconds (the call is left to finish, or not, on its own).
+class _Pending:
+    """A transaction's commit (``send_offsets_to_transaction`` then
+    ``commit_transaction``) running in a daemon thread while the loop goes
+    on consuming and processing the next events (their outputs are held
+    until it ends: a transactional producer has one transaction at a time).
 
-    Why: ``send_offsets_to_transaction(..., timeout)`` ignores its timeout
-    when the group coordinator is gone at the wrong moment (librdkafka
-    issues 5456 and 5511, open in 2.16: the coordinator request is never
-    retried nor timed out). After a clean broker restart the engine's thread
-    waited in it for good: the worker stayed up and never committed again
-    (tests/faults/test_broker_restart_midstream.py)."""
-    done = threading.Event()
-    box: list[tuple[bool, Any]] = []
+    Why a thread: the commit is a round trip to the group coordinator and
+    one to the transaction coordinator, which waits for every record of the
+    transaction to be acknowledged: 10-40 ms per commit on this machine, a
+    tenth to a third of every 0.1 s commit interval in which, synchronous,
+    the loop consumed and processed nothing (the bare relay still does).
 
-    def run() -> None:
+    And a bound: ``send_offsets_to_transaction(..., timeout)`` ignores its
+    timeout when the group coordinator is gone at the wrong moment
+    (librdkafka issues 5456 and 5511, open in 2.16: the coordinator request
+    is never retried nor timed out). After a clean broker restart the
+    engine's thread waited in it for good: the worker stayed up and never
+    committed again (tests/faults/test_broker_restart_midstream.py). A call
+    still running ``bound`` seconds after it began is taken for hung
+    (:meth:`hung`); the thread is left to finish, or not, on its own."""
+
+    __slots__ = ("bound", "call", "call_began", "done", "error", "events", "producer", "status")
+
+    def __init__(
+        self,
+        producer: Any,
+        offsets: list[Any],
+        meta: Any,
+        timeout: float,
+        bound: float,
+        *,
+        events: int,
+        status: int,
+    ) -> None:
+        self.producer = producer
+        self.events = events
+        #: Status records in the transaction (counted once it commits).
+        self.status = status
+        self.bound = bound
+        self.call = "send-offsets" if offsets else "commit"
+        self.call_began = time.monotonic()
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        threading.Thread(
+            target=self._run, args=(offsets, meta, timeout), name="fencewatch-commit", daemon=True
+        ).start()
+
+    def _run(self, offsets: list[Any], meta: Any, timeout: float) -> None:
+        from confluent_kafka import KafkaException
+
+        producer = self.producer
         try:
-            box.append((True, call()))
-        except BaseException as exc:  # handed to the caller's thread
-            box.append((False, exc))
+            if offsets:
+                producer.send_offsets_to_transaction(offsets, meta, timeout)
+            self.call, self.call_began = "commit", time.monotonic()
+            for attempt in range(_COMMIT_RETRIES):
+                try:
+                    producer.commit_transaction(timeout / _COMMIT_RETRIES)
+                    break
+                except KafkaException as exc:
+                    err = exc.args[0] if exc.args else None
+                    retry = getattr(err, "retriable", lambda: False)()
+                    if not retry or attempt == _COMMIT_RETRIES - 1:
+                        raise
+        except BaseException as exc:  # handed to the loop's thread
+            self.error = exc
         finally:
-            done.set()
+            self.done.set()
 
-    threading.Thread(target=run, name=f"fencewatch-{what}", daemon=True).start()
-    if not done.wait(timeout):
-        raise _CallHung(f"{what} did not return within {timeout:.0f} s")
-    ok, value = box[0]
-    if not ok:
-        raise value
-    return value
+    def hung(self, now: float) -> _CallHung | None:
+        """The call still running past its bound, if it is."""
+        if self.done.is_set() or now < self.call_began + self.bound:
+            return None
+        return _CallHung(f"{self.call} did not return within {self.bound:.0f} s")
+
+    def wait(self, timeout: float) -> None:
+        """Until it ends, is hung, or ``timeout`` seconds have passed."""
+        end = time.monotonic() + timeout
+        while not self.done.is_set():
+            now = time.monotonic()
+            limit = min(end, self.call_began + self.bound)
+            if now >= limit:
+                return
+            self.done.wait(limit - now)
 
 
 def transactional_id(settings: LiveSettings) -> str:
@@ -259,7 +329,21 @@ class RdkafkaEngine:
         self._wait_began = 0.0
         self._txn_events = 0
         self._txn_offsets: dict[int, int] = {}
+        #: The transaction's status records, the latest per key.
         self._deferred: dict[bytes | None, OutRecord] = {}
+        #: The transaction's changelog: the latest state per (key, source
+        #: partition), produced at the commit. A key changed in several
+        #: batches of one transaction is written once (the bench's keys
+        #: recur every ~1,000 events: 5 writes of 6 saved at 0.1 s).
+        self._changes: dict[tuple[bytes, int], bytes] = {}
+        #: Findings and dead letters of events processed while the previous
+        #: transaction's commit is pending: produced once it has committed.
+        self._held: list[OutRecord] = []
+        #: The commit running in its thread, if any (_Pending).
+        self._pending: _Pending | None = None
+        #: The producer has a transaction begun and not yet ended (the
+        #: pending one's, or the open one's).
+        self._begun = False
         self._reset_needed = False
         #: Not before this monotonic time: after a stale generation or a
         #: fenced producer the consumer is first given the time to report
@@ -295,7 +379,7 @@ class RdkafkaEngine:
         self.consumer = Consumer(conf)
         self.producer: Any = self._new_producer()
         #: Producers given up while a call of theirs still runs in another
-        #: thread (_bounded): kept referenced, never destroyed under it.
+        #: thread (_Pending): kept referenced, never destroyed under it.
         self._abandoned: list[Any] = []
 
     # -- producer ---------------------------------------------------------------
@@ -339,6 +423,7 @@ class RdkafkaEngine:
         while True:
             try:
                 self.producer = self._new_producer()
+                self._begun = False
                 self._last_end = "left to the new producer's init_transactions (aborts it)"
                 return
             except KafkaException as exc:
@@ -353,8 +438,10 @@ class RdkafkaEngine:
 
     @property
     def uncommitted_events(self) -> int:
-        """Events processed since the last commit (in the open transaction)."""
-        return self._txn_events
+        """Events processed since the last commit (in the pending commit's
+        transaction and the open one)."""
+        pending = self._pending
+        return self._txn_events + (pending.events if pending is not None else 0)
 
     def run(self) -> bool:
         """Process until :meth:`stop`; then commit what can be committed and
@@ -367,10 +454,16 @@ class RdkafkaEngine:
         )
         interval = self.settings.commit_interval
         while not self.stopping:
+            if self._pending is not None:
+                self._settle()
             if self._reset_needed and time.monotonic() >= self._rewind_at:
                 self._rewind()
             if self._txn_open:
                 timeout = max(0.0, self._txn_began + interval - time.monotonic())
+                if self._pending is not None:
+                    # Its commit is due but waits for the pending one: go
+                    # on consuming meanwhile, without spinning.
+                    timeout = max(timeout, _PENDING_SLICE_S)
             else:
                 timeout = interval
             epoch = self._epoch
@@ -393,7 +486,13 @@ class RdkafkaEngine:
             if self._txn_open and (
                 time.monotonic() - self._txn_began >= interval or self._txn_events >= COMMIT_EVENTS
             ):
-                self._commit()
+                if not self.eos:
+                    self._commit()
+                elif self._pending is None:
+                    self._start_commit()
+                elif self._txn_events >= COMMIT_EVENTS:
+                    # Held outputs stay bounded: wait for the pending commit.
+                    self._settle(block=True)
             now = time.monotonic()
             if self.guard is not None and now >= self._next_count_check:
                 self._next_count_check = now + 2.0
@@ -448,44 +547,53 @@ class RdkafkaEngine:
 
     def _handle(self, msgs: list[Any]) -> None:
         recs: list[_Rec] = []
+        append = recs.append
         topic = self.events_topic
         held = set(self.assigned)
         expected = self.positions
-        guard = self.guard
-        if guard is not None:
-            # Before any record of the batch is processed: the open transaction
-            # stays uncommitted (aborted), so nothing comes from split state.
-            for m in msgs:
-                change = guard.check_record(m.partition()) if m.error() is None else None
-                if change is not None:
-                    raise PartitionsChanged(change)
+        top = -1
         for m in msgs:
-            err = m.error()
-            if err is not None:
+            if m.error() is not None:
+                err = m.error()
                 if err.fatal():
                     raise BrokerError(f"consumer failed: {err.str()}", code=err.name())
                 log.warning("consumer: %s", err.str())
                 continue
             p, offset = m.partition(), m.offset()
+            if p > top:
+                top = p
             # Only the partitions held now, and never an offset already
             # processed (a record fetched again after a rewind or rebalance).
             if p not in held or offset < expected.get(p, -1):
                 continue
             ts_type, ts = m.timestamp()
-            recs.append(_Rec(topic, p, offset, m.key(), m.value(), ts if ts_type else None))
+            append(_Rec(topic, p, offset, m.key(), m.value(), ts if ts_type else None))
+        guard = self.guard
+        if guard is not None and top >= 0:
+            # Before any record of the batch is processed: the open transaction
+            # stays uncommitted (aborted), so nothing comes from split state.
+            # The highest partition of the batch is the one to check.
+            change = guard.check_record(top)
+            if change is not None:
+                raise PartitionsChanged(change)
         if not recs or self._reset_needed:
             return  # refetched after the rewind
         from confluent_kafka import KafkaException
 
+        outcome = self.processor.process_batch(recs, self.values.get)
         try:
-            if self.eos and not self._txn_open:
-                self.producer.begin_transaction()
-                self._txn_open = True
-                self._txn_began = self._wait_began
-            outcome = self.processor.process_batch(recs, self.values.get)
-            for records in with_changelog(outcome, self.changelog).values():
-                for r in records:
-                    self._produce(r)
+            if self._pending is not None:
+                # One transaction at a time: this batch's outputs go into
+                # the next one, begun once the pending commit has ended.
+                for records in outcome.records.values():
+                    self._held.extend(records)
+            else:
+                if self.eos and not self._begun:
+                    self.producer.begin_transaction()
+                    self._begun = True
+                for records in outcome.records.values():
+                    for r in records:
+                        self._produce(r)
             if outcome.status:
                 for records in outcome.status.values():
                     for r in records:
@@ -497,6 +605,9 @@ class RdkafkaEngine:
         except KafkaException as exc:
             self._failed(exc, "sending")
             return
+        changes = self._changes
+        for key, partition, value in outcome.states:
+            changes[key, partition] = value  # once per key per transaction
         self.values.write([(key, value) for key, _partition, value in outcome.states])
         offsets, positions = self._txn_offsets, self.positions
         for rec in recs:
@@ -504,10 +615,10 @@ class RdkafkaEngine:
         self._txn_events += len(recs)
         self.processed += len(recs)
         self.metrics.record_batch(len(recs), outcome)
-        if not self.eos:
-            self._txn_open = True  # "open" = offsets not yet committed
-            if not self._txn_began:
-                self._txn_began = self._wait_began
+        if not self._txn_open:
+            # "Open" = processed events whose offsets are not committed yet.
+            self._txn_open = True
+            self._txn_began = self._wait_began
 
     def _produce(self, r: OutRecord) -> None:
         headers = list(r.headers) if r.headers else None
@@ -523,54 +634,140 @@ class RdkafkaEngine:
             except BufferError:
                 self.producer.poll(0.05)
 
-    def _commit(self, timeout: float = _CALL_TIMEOUT_S, *, final: bool = False) -> bool:
-        """Commit the open transaction with its offsets; on failure abort it
-        and arrange the rewind (``final``: only try to abort, within a
-        second: the process is stopping). Returns whether it committed."""
+    def _produce_changes(self) -> None:
+        """The transaction's changelog records (the latest state per key and
+        source partition: the changelog partition is the source partition)."""
+        produce, topic = self.producer.produce, self.changelog
+        for (key, partition), value in self._changes.items():
+            while True:
+                try:
+                    produce(topic, value, key, partition=partition)
+                    break
+                except BufferError:
+                    self.producer.poll(0.05)
+
+    def _start_commit(self, timeout: float = _CALL_TIMEOUT_S, *, final: bool = False) -> None:
+        """Put the open transaction's changelog and status records in it and
+        start its commit with its offsets (:class:`_Pending`); the loop goes
+        on while it runs and :meth:`_settle` takes its outcome."""
         from confluent_kafka import KafkaException, TopicPartition
 
         offsets = [TopicPartition(self.events_topic, p, o) for p, o in self._txn_offsets.items()]
         deferred = list(self._deferred.values())
         try:
-            if not self.eos:
+            if not self._begun:
+                self.producer.begin_transaction()
+                self._begun = True
+            self._produce_changes()
+            for r in deferred:
+                self._produce(r)
+            meta = self.consumer.consumer_group_metadata()
+        except KafkaException as exc:
+            if final:  # stopping: no new producer, no rewind
+                log.debug("final commit failed: %s", exc)
+                return
+            self._failed(exc, "committing")
+            return
+        self._pending = _Pending(
+            self.producer,
+            offsets,
+            meta,
+            timeout,
+            timeout + _HANG_GRACE_S,
+            events=self._txn_events,
+            status=len(deferred),
+        )
+        self._clear_txn()
+
+    def _settle(self, *, block: bool = False, final: float = 0.0) -> bool | None:
+        """The pending commit's outcome once it has one: ``True`` committed
+        (or none pending), ``False`` failed (aborted, the rewind arranged,
+        unless ``final``), ``None`` still running within its bound (never
+        when ``block``). ``final``: the process is stopping, and this is
+        the monotonic time by which the commit must have ended. After a
+        commit, the events processed meanwhile get their transaction, their
+        held outputs produced into it."""
+        pending = self._pending
+        if pending is None:
+            return True
+        if block:
+            pending.wait(final - time.monotonic() if final else 3_600.0)
+        done = pending.done.is_set()
+        error = pending.error if done else pending.hung(time.monotonic())
+        if not done and error is None and not final:
+            return None
+        self._pending = None
+        if done and error is None:
+            self._begun = False
+            self._last_end = "committed"
+            if pending.status:
+                self.metrics.status_records.inc(pending.status)
+            self._begin_held()
+            return True
+        if final:
+            log.debug("final commit failed: %s", error)
+            if done:
+                from confluent_kafka import KafkaException
+
+                with contextlib.suppress(KafkaException):
+                    self.producer.abort_transaction(1.0)
+            return False
+        assert error is not None
+        self._failed(error, "committing", events=pending.events + self._txn_events)
+        return False
+
+    def _begin_held(self) -> None:
+        """The transaction of the events processed while a commit was
+        pending: begun, their findings and dead letters produced into it."""
+        if not self._txn_open:
+            return
+        from confluent_kafka import KafkaException
+
+        held, self._held = self._held, []
+        try:
+            self.producer.begin_transaction()
+            self._begun = True
+            for r in held:
+                self._produce(r)
+        except KafkaException as exc:
+            self._failed(exc, "sending")
+
+    def _commit(self, timeout: float = _CALL_TIMEOUT_S, *, final: bool = False) -> bool:
+        """Commit what was processed, the pending commit first, and wait for
+        it; on failure abort and arrange the rewind (``final``: only try to
+        abort, within a second: the process is stopping). Returns whether
+        everything committed."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        if not self.eos:
+            offsets = [
+                TopicPartition(self.events_topic, p, o) for p, o in self._txn_offsets.items()
+            ]
+            try:
+                self._produce_changes()
                 if self.producer.flush(timeout) > 0:
                     raise BrokerError("outputs not delivered in time", code="TIMEOUT")
                 if offsets:
                     self.consumer.commit(offsets=offsets, asynchronous=False)
-            else:
-                for r in deferred:
-                    self._produce(r)
-                if offsets:
-                    producer, meta = self.producer, self.consumer.consumer_group_metadata()
-                    _bounded(
-                        lambda: producer.send_offsets_to_transaction(offsets, meta, timeout),
-                        # Stopping: within the stop bound (rdkafka_run.STOP_BOUND_S).
-                        timeout + (1.0 if final else _HANG_GRACE_S),
-                        "send-offsets",
-                    )
-                for attempt in range(_COMMIT_RETRIES):
-                    try:
-                        self.producer.commit_transaction(timeout / _COMMIT_RETRIES)
-                        break
-                    except KafkaException as exc:
-                        err = exc.args[0] if exc.args else None
-                        retry = getattr(err, "retriable", lambda: False)()
-                        if not retry or attempt == _COMMIT_RETRIES - 1:
-                            raise
-        except (KafkaException, BrokerError, _CallHung) as exc:
-            if final:
-                log.debug("final commit failed: %s", exc)
-                with contextlib.suppress(KafkaException):
-                    if self.eos:
-                        self.producer.abort_transaction(1.0)
+            except (KafkaException, BrokerError) as exc:
+                if final:
+                    log.debug("final commit failed: %s", exc)
+                    return False
+                self._failed(exc, "committing")
                 return False
-            self._failed(exc, "committing")
+            self._last_end = "committed"
+            self._clear_txn()
+            return True
+        # Stopping: both commits within one bound (rdkafka_run.STOP_BOUND_S).
+        by = time.monotonic() + 2 * timeout + 1.0 if final else 0.0
+        if self._settle(block=True, final=by) is not True:
             return False
-        if deferred:
-            self.metrics.status_records.inc(len(deferred))
-        self._last_end = "committed"
-        self._clear_txn()
-        return True
+        if not self._txn_open:
+            return True
+        self._start_commit(timeout, final=final)
+        if self._pending is None:
+            return False  # failed before it could start
+        return self._settle(block=True, final=by) is True
 
     def _clear_txn(self) -> None:
         self._txn_open = False
@@ -578,14 +775,19 @@ class RdkafkaEngine:
         self._txn_events = 0
         self._txn_offsets = {}
         self._deferred = {}
+        self._changes = {}
+        self._held = []
 
-    def _failed(self, exc: BaseException, during: str) -> None:
+    def _failed(self, exc: BaseException, during: str, *, events: int | None = None) -> None:
         """The open transaction cannot commit: abort it (or replace a fenced
-        producer), drop every partition's state and rewind. One log line."""
+        producer), drop every partition's state and rewind. One log line.
+        ``events``: the uncommitted events given up (default: the open
+        transaction's)."""
         err = exc.args[0] if exc.args else None
         fatal = bool(getattr(err, "fatal", lambda: False)())
         code = _code_name(exc)
-        events = self._txn_events
+        if events is None:
+            events = self._txn_events
         if isinstance(exc, _CallHung):
             # Its producer is stuck in that call: a new one fences it and
             # aborts its transaction at the broker (init_transactions).
@@ -634,8 +836,11 @@ class RdkafkaEngine:
         if not self.eos:
             self.producer.purge()
             return
+        if not self._begun:
+            return  # only held outputs: nothing at the broker yet
         try:
             self.producer.abort_transaction(_CALL_TIMEOUT_S)
+            self._begun = False
             self._last_end = "aborted"
         except KafkaException as exc:
             # Fatal (INVALID_TXN_STATE, _FENCED were seen in the cluster
@@ -806,9 +1011,10 @@ class RdkafkaEngine:
         consumer.assign(committed)
 
     def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        self._settle(block=True)  # a failure aborts and arranges the rewind
         if self._txn_open and not self._reset_needed:
             self._commit()  # before the partitions go (a failure aborts)
-        elif self._txn_open:
+        elif self._txn_open or self._begun:
             self._abort()
             self._clear_txn()
         # A failed commit, or a failure before: processed events were thrown
@@ -818,9 +1024,12 @@ class RdkafkaEngine:
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         lost = self.assigned
+        # A commit already sent lands or not as the group coordinator
+        # decides (it checks the generation); either way it has ended here.
+        self._settle(block=True)
         events = self._txn_events
         self._discarded = self._discarded or self._txn_open or self._reset_needed
-        if self._txn_open:
+        if self._txn_open or self._begun:
             self._abort()  # never publish from a generation that is over
             self._clear_txn()
         if not self._told_stale:
@@ -852,6 +1061,8 @@ class RdkafkaEngine:
             return
         from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
+        if self._settle(block=True) is False:
+            return  # failed: rewinds again, from what it left
         parts = list(self.assigned)
         self.recovering = True
         try:
@@ -876,10 +1087,10 @@ class RdkafkaEngine:
     # -- stop -------------------------------------------------------------------
 
     def _finish(self) -> bool:
-        events = self._txn_events
+        events = self.uncommitted_events
         ok = True
-        if self._txn_open:
-            ok = self._commit(timeout=3.0, final=True)
+        if self._txn_open or self._pending is not None:
+            ok = self._commit(timeout=_FINAL_CALL_S, final=True)
         if ok:
             log.info(
                 "stopping: every processed event committed (%d in the last transaction); "
@@ -892,7 +1103,10 @@ class RdkafkaEngine:
                 "a restart processes those events again, exactly once",
                 events,
             )
-        self._txn_open = False  # the revoke on close has nothing left to commit
+        # The revoke on close has nothing left to commit, nor to abort: what
+        # is still open is the broker's to abort (or a restart's).
+        self._txn_open = self._begun = False
+        self._pending = None
         self.consumer.close()
         self.values.close()
         return ok

@@ -27,6 +27,7 @@ import msgspec
 from streams.core import Detector, Finding
 from streams.core.batch import INTERNAL_ERROR, BatchCore, Consumed, DetectorLike, Rejection
 from streams.core.detector import DetectorConfig
+from streams.core.status import PendingStatus
 from streams.core.stored import StatusMeta, join_value, split_value
 
 if TYPE_CHECKING:
@@ -42,9 +43,11 @@ __all__ = [
     "BatchOutcome",
     "Consumed",
     "OutRecord",
+    "Outgoing",
     "Processor",
     "SourceRecord",
     "StatusMeta",
+    "StatusRecord",
     "join_value",
     "processor_for",
     "split_value",
@@ -94,6 +97,53 @@ class OutRecord(msgspec.Struct, frozen=True, gc=False):
     partition: int | None = None
 
 
+class StatusRecord:
+    """A status record (SPEC §8) whose value is encoded when it is first
+    read: the engines keep the latest one per key and read it at their
+    commit, so a key changed by several batches of a transaction is encoded
+    once (:class:`~streams.core.status.PendingStatus`; it must be read
+    before the key's next batch). Reads like an :class:`OutRecord`."""
+
+    __slots__ = ("_pending", "key", "topic")
+
+    headers: Headers = ()
+    #: The producer's partitioner (murmur2 of the key), like a finding's.
+    partition: int | None = None
+
+    def __init__(self, topic: str, key: bytes, pending: PendingStatus) -> None:
+        self.topic = topic
+        self.key: bytes | None = key
+        self._pending = pending
+
+    @property
+    def value(self) -> bytes:
+        return self._pending.to_json()
+
+    def record(self) -> OutRecord:
+        """The same record with its value encoded now."""
+        return OutRecord(self.topic, self.key, self.value)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (StatusRecord, OutRecord)):
+            return (other.topic, other.key, other.value, tuple(other.headers), other.partition) == (
+                self.topic,
+                self.key,
+                self.value,
+                (),
+                None,
+            )
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"StatusRecord(topic={self.topic!r}, key={self.key!r})"
+
+
+#: A record an engine produces: an output record or a status record.
+Outgoing = OutRecord | StatusRecord
+
+
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
     """What a batch of source records produced.
@@ -115,7 +165,7 @@ class BatchOutcome:
     #: Status records per source partition (at most one per key), kept
     #: apart from ``records``: the sender writes them once per key per
     #: transaction, at its commit (:mod:`streams.live.txn`).
-    status: dict[int, list[OutRecord]] | None = None
+    status: dict[int, list[StatusRecord]] | None = None
 
 
 class Processor:
@@ -187,11 +237,11 @@ class Processor:
                     r.offset,
                     exc_info=rej.error,
                 )
-        status_out: dict[int, list[OutRecord]] = {}
+        status_out: dict[int, list[StatusRecord]] = {}
         topic = self.status_topic
         if topic is not None:
             for partition, docs in res.status.items():
-                status_out[partition] = [OutRecord(topic, key, doc) for key, doc in docs]
+                status_out[partition] = [StatusRecord(topic, key, doc) for key, doc in docs]
         return BatchOutcome(
             out,
             tuple(res.states),

@@ -42,7 +42,7 @@ from streams.errors import BrokerError
 from streams.live.changelog import changelog_topic, load_changelog
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionChange, PartitionGuard, PartitionsChanged
-from streams.live.processor import OutRecord, processor_for, with_changelog
+from streams.live.processor import Outgoing, processor_for, with_changelog
 from streams.live.settings import LiveSettings
 from streams.live.table import MemoryTable, StateTable, open_table
 
@@ -259,7 +259,7 @@ class RdkafkaEngine:
         self._wait_began = 0.0
         self._txn_events = 0
         self._txn_offsets: dict[int, int] = {}
-        self._deferred: dict[bytes | None, OutRecord] = {}
+        self._deferred: dict[bytes | None, Outgoing] = {}
         self._reset_needed = False
         #: Not before this monotonic time: after a stale generation or a
         #: fenced producer the consumer is first given the time to report
@@ -487,12 +487,12 @@ class RdkafkaEngine:
                 for r in records:
                     self._produce(r)
             if outcome.status:
-                for records in outcome.status.values():
-                    for r in records:
+                for statuses in outcome.status.values():
+                    for sr in statuses:
                         if self.eos:
-                            self._deferred[r.key] = r  # once per key per transaction
+                            self._deferred[sr.key] = sr  # once per key per transaction
                         else:
-                            self._produce(r)
+                            self._produce(sr)
                             self.metrics.status_records.inc()
         except KafkaException as exc:
             self._failed(exc, "sending")
@@ -509,7 +509,7 @@ class RdkafkaEngine:
             if not self._txn_began:
                 self._txn_began = self._wait_began
 
-    def _produce(self, r: OutRecord) -> None:
+    def _produce(self, r: Outgoing) -> None:
         headers = list(r.headers) if r.headers else None
         while True:
             try:

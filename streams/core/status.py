@@ -54,6 +54,7 @@ __all__ = [
     "WorkflowStatus",
     "build_status",
     "findings_of",
+    "pending_json",
     "pending_status",
     "stale_effects",
     "status_from_replay",
@@ -395,19 +396,32 @@ class PendingStatus:
         """``build_status(...).to_json()`` of the key as of its batch."""
         doc = self._json
         if doc is None:
-            state = self.state
-            if state.n_events - state.n_redeliveries != self.accepted:
-                raise RuntimeError(
-                    f"the status of {self.workflow_key!r} was read after a later batch of the key"
-                )
-            doc = self._json = status_json(
-                self.workflow_key,
-                state,
-                findings_of(state, self.workflow_key),
-                seen_ms=self.seen,
-                updated_ms=self.updated_ms,
-            )[0]
+            doc = self._json = pending_json(
+                self.workflow_key, self.state, self.seen, self.updated_ms, self.accepted
+            )
         return doc
+
+
+def pending_json(
+    workflow_key: str,
+    state: KeyState,
+    seen: dict[int, int],
+    updated_ms: int | None,
+    accepted: int,
+) -> bytes:
+    """The JSON of a :class:`PendingStatus` with these fields (for a holder
+    that keeps them itself): raises if ``state`` accepted evidence since."""
+    if state.n_events - state.n_redeliveries != accepted:
+        raise RuntimeError(
+            f"the status of {workflow_key!r} was read after a later batch of the key"
+        )
+    return status_json(
+        workflow_key,
+        state,
+        findings_of(state, workflow_key),
+        seen_ms=seen,
+        updated_ms=updated_ms,
+    )[0]
 
 
 def pending_status(

@@ -26,8 +26,8 @@ import msgspec
 
 from streams.core import Detector, Finding
 from streams.core.batch import INTERNAL_ERROR, BatchCore, Consumed, DetectorLike, Rejection
-from streams.core.detector import DetectorConfig
-from streams.core.status import PendingStatus
+from streams.core.detector import DetectorConfig, KeyState
+from streams.core.status import pending_json
 from streams.core.stored import StatusMeta, join_value, split_value
 
 if TYPE_CHECKING:
@@ -97,27 +97,40 @@ class OutRecord(msgspec.Struct, frozen=True, gc=False):
     partition: int | None = None
 
 
-class StatusRecord:
+class StatusRecord(msgspec.Struct, gc=False, eq=False):
     """A status record (SPEC §8) whose value is encoded when it is first
     read: the engines keep the latest one per key and read it at their
     commit, so a key changed by several batches of a transaction is encoded
-    once (:class:`~streams.core.status.PendingStatus`; it must be read
-    before the key's next batch). Reads like an :class:`OutRecord`."""
+    once (the fields of a :class:`~streams.core.status.PendingStatus`; it
+    must be read before the key's next batch). Reads like an
+    :class:`OutRecord`.
 
-    __slots__ = ("_pending", "key", "topic")
+    A Struct not tracked by the collector, like :class:`OutRecord`: one
+    lives per changed key until the commit, and tracked objects that live
+    that long are promoted and bring the next full collection (of every
+    cached state) closer. No cycle runs through it: it refers to the key's
+    state, which never refers back."""
 
+    topic: str
+    key: bytes | None
+    workflow_key: str
+    state: KeyState
+    seen: dict[int, int]
+    updated_ms: int | None
+    accepted: int
     headers: Headers = ()
-    #: The producer's partitioner (murmur2 of the key), like a finding's.
+    #: ``None``: the producer's partitioner (murmur2 of the key), like a finding's.
     partition: int | None = None
-
-    def __init__(self, topic: str, key: bytes, pending: PendingStatus) -> None:
-        self.topic = topic
-        self.key: bytes | None = key
-        self._pending = pending
+    encoded: bytes | None = None
 
     @property
     def value(self) -> bytes:
-        return self._pending.to_json()
+        doc = self.encoded
+        if doc is None:
+            doc = self.encoded = pending_json(
+                self.workflow_key, self.state, self.seen, self.updated_ms, self.accepted
+            )
+        return doc
 
     def record(self) -> OutRecord:
         """The same record with its value encoded now."""
@@ -135,9 +148,6 @@ class StatusRecord:
         return NotImplemented
 
     __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"StatusRecord(topic={self.topic!r}, key={self.key!r})"
 
 
 #: A record an engine produces: an output record or a status record.
@@ -241,7 +251,12 @@ class Processor:
         topic = self.status_topic
         if topic is not None:
             for partition, docs in res.status.items():
-                status_out[partition] = [StatusRecord(topic, key, doc) for key, doc in docs]
+                status_out[partition] = [
+                    StatusRecord(
+                        topic, key, p.workflow_key, p.state, p.seen, p.updated_ms, p.accepted
+                    )
+                    for key, p in docs
+                ]
         return BatchOutcome(
             out,
             tuple(res.states),

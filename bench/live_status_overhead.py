@@ -1,18 +1,22 @@
 """The live worker's throughput with the status topic on, as a ratio to the
 same build with it off (``FENCEWATCH_STATUS=false``), in the same run over
-the same topic: worker runs alternate off, on, off, on, ... (a fresh consumer
-group each, so each reads the whole topic) and the medians are compared.
+the same topic, for each engine (``--engines``). Each run is a pair per
+engine, off and on back to back (a fresh consumer group each, so each reads
+the whole topic); the order within the pair alternates from run to run
+(off, on; then on, off; ...) so load that drifts over a pair is shared, and
+the engines alternate within a run.
 
-    .venv/bin/python bench/live_status_overhead.py [--keys 25000] [--repeat 2]
+    .venv/bin/python bench/live_status_overhead.py [--keys 25000] [--repeat 3]
+        [--engines faust,rdkafka]
 
-Target: status on >= 0.85 x status off (issue 10).
+Target: status on >= 0.85 x status off in each run (issue 24): the figure
+is the pair with the lowest ratio, the others are in its note.
 """
-# make-bench: --repeat 2
+# make-bench: --repeat 3
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,45 +33,70 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=25_000)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--partitions", type=int, default=4)
-    ap.add_argument("--repeat", type=int, default=2, help="worker runs per setting")
+    ap.add_argument("--repeat", type=int, default=3, help="off/on pairs per engine")
+    ap.add_argument("--engines", default="faust,rdkafka", help="comma-separated engines")
     add_json_arg(ap)
     args = ap.parse_args()
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if not engines:
+        ap.error("--engines: name at least one engine (faust, rdkafka)")
     bs = bootstrap()
     events, findings, dlq, app_id = names("bench-status")
     create_topics(bs, [events, findings, dlq], args.partitions)
     t0 = time.monotonic()
     total = produce_all(producer(bs), events, interleaved(args.keys, args.epochs))
     print(f"produced {total} events in {time.monotonic() - t0:.1f} s")
-    rates: dict[bool, list[float]] = {False: [], True: []}
+    # engine -> [(off, on)] per run
+    pairs: dict[str, list[tuple[float, float]]] = {e: [] for e in engines}
     for run in range(args.repeat):
-        for status in (False, True):
-            env = worker_env(
-                events,
-                findings,
-                dlq,
-                f"{app_id}-{run}-{'on' if status else 'off'}",
-                FENCEWATCH_STATUS="true" if status else "false",
+        order = (False, True) if run % 2 == 0 else (True, False)
+        for engine in engines:
+            rate: dict[bool, float] = {}
+            for status in order:
+                env = worker_env(
+                    events,
+                    findings,
+                    dlq,
+                    f"{app_id}-{engine}-{run}-{'on' if status else 'off'}",
+                    FENCEWATCH_ENGINE=engine,
+                    FENCEWATCH_STATUS="true" if status else "false",
+                )
+                rate[status] = worker_rate(bs, env, total)
+                print(
+                    f"run {run + 1}, {engine} engine, status {'on ' if status else 'off'}: "
+                    f"{rate[status]:,.0f} events/s",
+                    flush=True,
+                )
+            pairs[engine].append((rate[False], rate[True]))
+            print(
+                f"run {run + 1}, {engine} engine: on / off = {rate[True] / rate[False]:.3f}",
+                flush=True,
             )
-            rate = worker_rate(bs, env, total)
-            rates[status].append(rate)
-            print(f"status {'on ' if status else 'off'}: {rate:,.0f} events/s")
-    on, off = statistics.median(rates[True]), statistics.median(rates[False])
-    print(f"status on / off: {on:,.0f} / {off:,.0f} events/s = {on / off:.2f} (target >= 0.85)")
-    emit(
-        args.json,
-        [
+    figures = []
+    for engine in engines:
+        ratios = [on / off for off, on in pairs[engine]]
+        worst = min(range(len(ratios)), key=ratios.__getitem__)
+        off, on = pairs[engine][worst]
+        each = "; ".join(
+            f"{on_:,.0f} / {off_:,.0f} = {on_ / off_:.3f}" for off_, on_ in pairs[engine]
+        )
+        print(f"{engine} engine: status on / off per run: {each} (target >= 0.85 in each)")
+        # The faust engine keeps the figure name results.json has always had.
+        tag = "" if engine == "faust" else f", {engine} engine"
+        figures.append(
             Figure(
-                "live processor throughput with the status topic on",
+                f"live processor throughput with the status topic on{tag}",
                 on,
                 "events/s",
-                "the same worker with the status topic off",
+                "the same worker with the status topic off, same pair",
                 off,
                 "ratio >= 0.85",
-                f"median of {args.repeat} runs each, alternating; {total:,} events, "
-                f"{args.keys:,} keys, {args.partitions} partitions, exactly-once",
+                f"the lowest ratio of {len(ratios)} off/on pairs (on / off per pair: {each}); "
+                f"{total:,} events, {args.keys:,} keys, {args.partitions} partitions, "
+                "exactly-once",
             )
-        ],
-    )
+        )
+    emit(args.json, figures)
     return 0
 
 

@@ -153,6 +153,21 @@ def run_one(name: str, args: list[str]) -> dict[str, Any]:
         return entry
 
 
+def duplicate_names(results: dict[str, Any]) -> list[str]:
+    """Figure names that occur more than once in ``results``: the history and
+    the verdicts are kept by name, so two figures under one name (two engines
+    a bench forgot to tell apart) would count each other's runs."""
+    seen: set[str] = set()
+    dupes: list[str] = []
+    for entry in results["benches"]:
+        for fig in entry["figures"]:
+            name = fig["name"]
+            if name in seen and name not in dupes:
+                dupes.append(name)
+            seen.add(name)
+    return dupes
+
+
 def loadavg() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -422,6 +437,11 @@ def main() -> int:
             "loadavg_after": after,
             "history": (previous or {}).get("history", {}),
         }
+    dupes = duplicate_names(results)
+    if dupes:
+        # Nothing is written: a history merged under a shared name cannot be undone.
+        print(f"make bench: figure names used twice: {'; '.join(dupes)}", file=sys.stderr)
+        return 1
     record_history(results, entries, now, facts["commit"])
     write_results(results)
     render(results)

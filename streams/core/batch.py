@@ -19,8 +19,8 @@ from streams.core.detector import Detector, KeyState
 from streams.core.errors import InvalidEvent
 from streams.core.findings import Finding
 from streams.core.records import Event, Kind
-from streams.core.status import findings_of, stale_effects, status_json
-from streams.core.stored import NO_META, StatusMeta, join_value, split_value
+from streams.core.status import PendingStatus, pending_status, stale_effects
+from streams.core.stored import NO_META, SEP, StatusMeta, encode_meta, join_value, split_value
 from streams.core.validate import parse_event
 
 __all__ = [
@@ -92,9 +92,10 @@ class BatchResult:
     ``outputs``: per source partition, its findings and rejections in event
     order. ``states``: each changed key's stored value once, as ``(key,
     partition, value)`` (a key seen in two source partitions gets one entry
-    per partition run). ``status``: per source partition, ``(key, status
-    JSON)`` of each key whose status changed. ``stale_effects``: ``(outcome,
-    sink)`` -> distinct stale effects that reached that outcome in the batch."""
+    per partition run). ``status``: per source partition, ``(key, its
+    pending status)`` of each key whose status changed (encoded when read).
+    ``stale_effects``: ``(outcome, sink)`` -> distinct stale effects that
+    reached that outcome in the batch."""
 
     __slots__ = ("findings", "outputs", "rejections", "stale_effects", "states", "status")
 
@@ -105,7 +106,7 @@ class BatchResult:
         findings: list[Finding],
         rejections: list[Rejection],
         stale_effects: dict[tuple[str, str], int],
-        status: dict[int, list[tuple[bytes, bytes]]],
+        status: dict[int, list[tuple[bytes, PendingStatus]]],
     ) -> None:
         self.outputs = outputs
         self.states = states
@@ -119,7 +120,7 @@ class BatchResult:
 class _KeyWork:
     """One key's state while a batch is processed."""
 
-    __slots__ = ("applied", "effects", "meta", "partition", "state", "stored", "times")
+    __slots__ = ("applied", "effects", "meta", "partition", "rebuilt", "state", "stored", "times")
 
     def __init__(
         self,
@@ -142,6 +143,10 @@ class _KeyWork:
         self.times: dict[int, int] | None = {} if status else None
         #: Whether a stale-effect finding came out of this batch.
         self.effects = False
+        #: Whether the state was rebuilt after a detector failure: a pending
+        #: status of an earlier batch holds the object given up, so the
+        #: status is written again from the rebuilt one.
+        self.rebuilt = False
 
 
 #: A cached decoded state: (the stored value it stands for, the state, its meta).
@@ -239,6 +244,7 @@ class BatchCore:
                     found = detector.process(w.state, event, offset)
             except Exception as exc:  # a detector bug must not stop the partition
                 w.state = self._rebuild(w.stored, w.applied)
+                w.rebuilt = True
                 rej = Rejection(record, value, None, INTERNAL_ERROR, exc)
                 _out(outputs, partition).append(rej)
                 rejections.append(rej)
@@ -259,9 +265,11 @@ class BatchCore:
                             w.effects = True
                             break
         effects: dict[tuple[str, str], int] = {}
-        status_out: dict[int, list[tuple[bytes, bytes]]] = {}
+        status_out: dict[int, list[tuple[bytes, PendingStatus]]] = {}
         for key, w in work.items():
-            if not w.applied:
+            # A key whose only events failed: nothing changed, unless a
+            # pending status of an earlier batch holds the object given up.
+            if not w.applied and not (w.rebuilt and w.stored is not None and status):
                 continue
             blob = self._value(key, w, effects, status_out)
             if blob != w.stored:
@@ -274,7 +282,7 @@ class BatchCore:
         key: bytes,
         w: _KeyWork,
         effects: dict[tuple[str, str], int],
-        status_out: dict[int, list[tuple[bytes, bytes]]],
+        status_out: dict[int, list[tuple[bytes, PendingStatus]]],
     ) -> bytes:
         """The key's value to store; its status document into ``status_out``
         if the status changed; the stale effects new in this batch counted
@@ -296,28 +304,24 @@ class BatchCore:
             return blob
         prev = w.meta if w.meta is not None else NO_META
         accepted = state.n_events - state.n_redeliveries
-        if accepted == prev.accepted:
+        if accepted == prev.accepted and not w.rebuilt:
             return join_value(blob, w.meta)
-        wkey = key.decode("utf-8")
         times = w.times if w.times is not None else {}
         updated = max(times.values()) if times else prev.updated_ms
-        doc, stale_epochs = status_json(
-            wkey,
+        # Encoded when the engine writes it, once per key per transaction.
+        pending = pending_status(
+            key.decode("utf-8"),
             state,
-            findings_of(state, wkey),
+            accepted,
             seen_ms=prev.seen,
             event_ms=times,
             updated_ms=updated,
         )
-        seen = (
-            {se.epoch: se.last_seen_ms for se in stale_epochs if se.last_seen_ms is not None}
-            if stale_epochs
-            else prev.seen
-        )
-        meta = StatusMeta(seen, updated, accepted)
+        meta = StatusMeta(pending.seen, updated, accepted)
         w.meta = meta
-        _status(status_out, w.partition).append((key, doc))
-        return join_value(blob, meta)
+        _status(status_out, w.partition).append((key, pending))
+        # join_value's bytes, without an interpreted call per changed key.
+        return blob + SEP + encode_meta(meta)
 
     def _take(self, key: bytes, stored: bytes | None, partition: int, status: bool) -> _KeyWork:
         # The entry leaves the cache while the batch mutates it: if the batch
@@ -360,8 +364,8 @@ def _out(
 
 
 def _status(
-    status: dict[int, list[tuple[bytes, bytes]]], partition: int
-) -> list[tuple[bytes, bytes]]:
+    status: dict[int, list[tuple[bytes, PendingStatus]]], partition: int
+) -> list[tuple[bytes, PendingStatus]]:
     lst = status.get(partition)
     if lst is None:
         lst = status[partition] = []

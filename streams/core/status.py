@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, final
 
 import orjson
 
@@ -49,10 +49,13 @@ __all__ = [
     "REJECTED",
     "UNNAMED_SINK",
     "FindingRef",
+    "PendingStatus",
     "StaleEpoch",
     "WorkflowStatus",
     "build_status",
     "findings_of",
+    "pending_json",
+    "pending_status",
     "stale_effects",
     "status_from_replay",
     "status_json",
@@ -233,6 +236,29 @@ def _severity_order(ref: FindingRef) -> tuple[int, str]:
     return (-SEVERITY_RANK[ref.severity], ref.finding_id)  # type: ignore[index]
 
 
+def _stale(state: KeyState) -> dict[int, list[Any]]:
+    """Stale epoch -> [its latest stale event's worker, stale event count,
+    latest stale position], from the retained events."""
+    stale: dict[int, list[Any]] = {}
+    if len(state.acq) < 2:
+        return stale  # no epoch is displaced before a second acquisition
+    disp = state.displaced_at()
+    for ev in state.events:
+        if ev.code == _ACQ or ev.code == _VER:
+            continue
+        t = disp.get(ev.epoch)
+        if t is None or not ev.k > t:
+            continue
+        entry = stale.get(ev.epoch)
+        if entry is None:
+            stale[ev.epoch] = [ev.worker, 1, ev.position]
+        else:  # events are in position order: the last one seen is the latest
+            entry[0] = ev.worker
+            entry[1] += 1
+            entry[2] = ev.position
+    return stale
+
+
 def _status_fields(
     workflow_key: str,
     state: KeyState,
@@ -263,21 +289,7 @@ def _status_fields(
         and current_epoch is not None
         and last.epoch == current_epoch
     )
-    disp = state.displaced_at()
-    stale: dict[int, list[Any]] = {}  # epoch -> [worker, events, last position]
-    for ev in events:
-        if ev.code == _ACQ or ev.code == _VER:
-            continue
-        t = disp.get(ev.epoch)
-        if t is None or not ev.k > t:
-            continue
-        entry = stale.get(ev.epoch)
-        if entry is None:
-            stale[ev.epoch] = [ev.worker, 1, ev.position]
-        else:  # events are in position order: the last one seen is the latest
-            entry[0] = ev.worker
-            entry[1] += 1
-            entry[2] = ev.position
+    stale = _stale(state)
     opened: list[FindingRef] = []
     cleared: list[FindingRef] = []
     for f in findings:
@@ -346,6 +358,98 @@ def status_json(
     return orjson.dumps(_document(fields)), fields[7]
 
 
+@final
+class PendingStatus:
+    """A key's status record, encoded when it is first read (:meth:`to_json`)
+    rather than when its batch ran: the live processor makes one per key
+    whose status changed in a batch, but the engines write only the latest
+    one per key per transaction (SPEC §8), so a key seen in several batches
+    of a transaction was encoded several times for one record (the status
+    was a third of the worker's CPU with the status on, docs/performance.md).
+
+    It holds the key's live state object, so it stands for the status as of
+    its batch only until the key's next batch: the engines read it at their
+    commit, before any later batch, and a later batch that changes the
+    status makes a new one for the same key, which replaces this one. A read
+    after the state's accepted evidence moved on raises instead of writing a
+    later status under this one's timestamps."""
+
+    __slots__ = ("_json", "accepted", "seen", "state", "updated_ms", "workflow_key")
+
+    def __init__(
+        self,
+        workflow_key: str,
+        state: KeyState,
+        seen: dict[int, int],
+        updated_ms: int | None,
+        accepted: int,
+    ) -> None:
+        self.workflow_key = workflow_key
+        self.state = state
+        #: Stale epoch -> last_seen_ms as of the batch (the status meta's).
+        self.seen = seen
+        self.updated_ms = updated_ms
+        self.accepted = accepted
+        self._json: bytes | None = None
+
+    def to_json(self) -> bytes:
+        """``build_status(...).to_json()`` of the key as of its batch."""
+        doc = self._json
+        if doc is None:
+            doc = self._json = pending_json(
+                self.workflow_key, self.state, self.seen, self.updated_ms, self.accepted
+            )
+        return doc
+
+
+def pending_json(
+    workflow_key: str,
+    state: KeyState,
+    seen: dict[int, int],
+    updated_ms: int | None,
+    accepted: int,
+) -> bytes:
+    """The JSON of a :class:`PendingStatus` with these fields (for a holder
+    that keeps them itself): raises if ``state`` accepted evidence since."""
+    if state.n_events - state.n_redeliveries != accepted:
+        raise RuntimeError(
+            f"the status of {workflow_key!r} was read after a later batch of the key"
+        )
+    return status_json(
+        workflow_key,
+        state,
+        findings_of(state, workflow_key),
+        seen_ms=seen,
+        updated_ms=updated_ms,
+    )[0]
+
+
+def pending_status(
+    workflow_key: str,
+    state: KeyState,
+    accepted: int,
+    *,
+    seen_ms: dict[int, int],
+    event_ms: Mapping[int, int],
+    updated_ms: int | None,
+) -> PendingStatus:
+    """The status of ``workflow_key`` after a batch, to be encoded when it is
+    written; its ``seen`` is the status meta's (stale epoch -> the Kafka
+    timestamp of its latest stale event: ``event_ms`` of the batch's events
+    by position, else the one known before, ``seen_ms``). Encoding it later
+    with ``seen`` alone gives what :func:`status_json` gives now with both
+    (a stale epoch's ``last_seen_ms`` is exactly its entry in ``seen``)."""
+    stale = _stale(state)
+    seen = seen_ms
+    if stale:
+        seen = {}
+        for epoch, entry in stale.items():
+            ms = event_ms.get(entry[2], seen_ms.get(epoch))
+            if ms is not None:
+                seen[epoch] = ms
+    return PendingStatus(workflow_key, state, seen, updated_ms, accepted)
+
+
 def stale_effects(workflow_key: str, state: KeyState) -> set[tuple[str, str, int, str | None]]:
     """The key's distinct stale effects by outcome, as ``(outcome, sink,
     epoch, effect key)``: every effect a displaced epoch attempted, was
@@ -383,6 +487,5 @@ def status_from_replay(
     for f in latest:
         by_key.setdefault(f.workflow_key, []).append(f)
     return {
-        key: build_status(key, state, by_key.get(key, ()))
-        for key, state in sorted(states.items())
+        key: build_status(key, state, by_key.get(key, ())) for key, state in sorted(states.items())
     }

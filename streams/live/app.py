@@ -164,7 +164,7 @@ class LiveRuntime:
             status = outcome.status or {}
             if not self.sender.exactly_once:  # no transaction to defer to
                 for p, recs in status.items():
-                    out.setdefault(p, []).extend(recs)
+                    out.setdefault(p, []).extend(r.record() for r in recs)
                     self.metrics.status_records.inc(len(recs))
                 status = {}
 

@@ -307,9 +307,10 @@ def migrate_state(
                 state[key] = blob
             for recs in outcome.records.values():
                 outputs.extend(recs)
-            for recs in (outcome.status or {}).values():
-                for rec in recs:
-                    status[rec.key] = rec  # the latest status of a key is the one to write
+            for statuses in (outcome.status or {}).values():
+                for srec in statuses:
+                    # The latest status of a key is the one to write.
+                    status[srec.key] = srec.record()
             findings += len(outcome.findings)
     log(f"processed {tail_events} uncommitted events of the old partitions ({findings} findings)")
     backup_dir.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,8 @@ import msgspec
 
 from streams.core import Detector, Finding
 from streams.core.batch import INTERNAL_ERROR, BatchCore, Consumed, DetectorLike, Rejection
-from streams.core.detector import DetectorConfig
+from streams.core.detector import DetectorConfig, KeyState
+from streams.core.status import pending_json
 from streams.core.stored import StatusMeta, join_value, split_value
 
 if TYPE_CHECKING:
@@ -42,9 +43,11 @@ __all__ = [
     "BatchOutcome",
     "Consumed",
     "OutRecord",
+    "Outgoing",
     "Processor",
     "SourceRecord",
     "StatusMeta",
+    "StatusRecord",
     "join_value",
     "processor_for",
     "split_value",
@@ -94,6 +97,63 @@ class OutRecord(msgspec.Struct, frozen=True, gc=False):
     partition: int | None = None
 
 
+class StatusRecord(msgspec.Struct, gc=False, eq=False):
+    """A status record (SPEC §8) whose value is encoded when it is first
+    read: the engines keep the latest one per key and read it at their
+    commit, so a key changed by several batches of a transaction is encoded
+    once (the fields of a :class:`~streams.core.status.PendingStatus`; it
+    must be read before the key's next batch). Reads like an
+    :class:`OutRecord`.
+
+    A Struct not tracked by the collector, like :class:`OutRecord`: one
+    lives per changed key until the commit, and tracked objects that live
+    that long are promoted and bring the next full collection (of every
+    cached state) closer. No cycle runs through it: it refers to the key's
+    state, which never refers back."""
+
+    topic: str
+    key: bytes | None
+    workflow_key: str
+    state: KeyState
+    seen: dict[int, int]
+    updated_ms: int | None
+    accepted: int
+    headers: Headers = ()
+    #: ``None``: the producer's partitioner (murmur2 of the key), like a finding's.
+    partition: int | None = None
+    encoded: bytes | None = None
+
+    @property
+    def value(self) -> bytes:
+        doc = self.encoded
+        if doc is None:
+            doc = self.encoded = pending_json(
+                self.workflow_key, self.state, self.seen, self.updated_ms, self.accepted
+            )
+        return doc
+
+    def record(self) -> OutRecord:
+        """The same record with its value encoded now."""
+        return OutRecord(self.topic, self.key, self.value)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (StatusRecord, OutRecord)):
+            return (other.topic, other.key, other.value, tuple(other.headers), other.partition) == (
+                self.topic,
+                self.key,
+                self.value,
+                (),
+                None,
+            )
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+#: A record an engine produces: an output record or a status record.
+Outgoing = OutRecord | StatusRecord
+
+
 @dataclass(frozen=True, slots=True)
 class BatchOutcome:
     """What a batch of source records produced.
@@ -115,7 +175,7 @@ class BatchOutcome:
     #: Status records per source partition (at most one per key), kept
     #: apart from ``records``: the sender writes them once per key per
     #: transaction, at its commit (:mod:`streams.live.txn`).
-    status: dict[int, list[OutRecord]] | None = None
+    status: dict[int, list[StatusRecord]] | None = None
 
 
 class Processor:
@@ -187,11 +247,16 @@ class Processor:
                     r.offset,
                     exc_info=rej.error,
                 )
-        status_out: dict[int, list[OutRecord]] = {}
+        status_out: dict[int, list[StatusRecord]] = {}
         topic = self.status_topic
         if topic is not None:
             for partition, docs in res.status.items():
-                status_out[partition] = [OutRecord(topic, key, doc) for key, doc in docs]
+                status_out[partition] = [
+                    StatusRecord(
+                        topic, key, p.workflow_key, p.state, p.seen, p.updated_ms, p.accepted
+                    )
+                    for key, p in docs
+                ]
         return BatchOutcome(
             out,
             tuple(res.states),

@@ -43,7 +43,7 @@ from streams.errors import BrokerError
 from streams.live.changelog import changelog_topic, load_changelog
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionChange, PartitionGuard, PartitionsChanged
-from streams.live.processor import OutRecord, processor_for
+from streams.live.processor import OutRecord, Outgoing, processor_for
 from streams.live.settings import LiveSettings
 from streams.live.table import MemoryTable, StateTable, open_table
 
@@ -330,7 +330,7 @@ class RdkafkaEngine:
         self._txn_events = 0
         self._txn_offsets: dict[int, int] = {}
         #: The transaction's status records, the latest per key.
-        self._deferred: dict[bytes | None, OutRecord] = {}
+        self._deferred: dict[bytes | None, Outgoing] = {}
         #: The transaction's changelog: the latest state per (key, source
         #: partition), produced at the commit. A key changed in several
         #: batches of one transaction is written once (the bench's keys
@@ -595,12 +595,12 @@ class RdkafkaEngine:
                     for r in records:
                         self._produce(r)
             if outcome.status:
-                for records in outcome.status.values():
-                    for r in records:
+                for statuses in outcome.status.values():
+                    for sr in statuses:
                         if self.eos:
-                            self._deferred[r.key] = r  # once per key per transaction
+                            self._deferred[sr.key] = sr  # once per key per transaction
                         else:
-                            self._produce(r)
+                            self._produce(sr)
                             self.metrics.status_records.inc()
         except KafkaException as exc:
             self._failed(exc, "sending")
@@ -620,7 +620,7 @@ class RdkafkaEngine:
             self._txn_open = True
             self._txn_began = self._wait_began
 
-    def _produce(self, r: OutRecord) -> None:
+    def _produce(self, r: Outgoing) -> None:
         headers = list(r.headers) if r.headers else None
         while True:
             try:

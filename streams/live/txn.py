@@ -53,7 +53,7 @@ from typing import Any, Protocol
 
 from streams.live import faust_seam
 from streams.live.faust_seam import TransactionFenced, TransactionUnavailable
-from streams.live.processor import OutRecord
+from streams.live.processor import Outgoing, OutRecord
 
 __all__ = [
     "BatchMessage",
@@ -93,7 +93,7 @@ class TransactionalSender:
         self._topic: str | None = None
         #: Records written once per key per transaction, at the commit:
         #: transactional id -> key -> the latest record (the status topic).
-        self._deferred: dict[str, dict[bytes | None, OutRecord]] = {}
+        self._deferred: dict[str, dict[bytes | None, Outgoing]] = {}
         #: Called with the number of deferred records each commit wrote.
         self.on_flushed: Callable[[int], None] | None = None
         #: Set once a commit was refused as fenced: from then on this sender
@@ -141,7 +141,7 @@ class TransactionalSender:
         if self.on_fenced is not None:
             self.on_fenced(exc)
 
-    def defer(self, records: Mapping[int, Sequence[OutRecord]]) -> None:
+    def defer(self, records: Mapping[int, Sequence[Outgoing]]) -> None:
         """Write ``records`` (by source partition of the batch being sent) at
         the end of that partition's open transaction, at most one per key:
         a later record of the same key replaces an earlier one. Called under
@@ -259,7 +259,7 @@ class TransactionalSender:
             self.acked += len(kept)
             return kept
 
-    async def _send_all(self, txp: Any, records: Sequence[OutRecord]) -> None:
+    async def _send_all(self, txp: Any, records: Sequence[Outgoing]) -> None:
         # Appended to the producer's pending batches, no per-record wait
         # (faust_seam.append_records says why).
         await faust_seam.append_records(txp, records, _log_send_failure)

@@ -62,6 +62,16 @@ def test_results_digest_matches_their_content() -> None:
     assert run_all.digest(edited) != results["digest"]
 
 
+def test_figure_names_are_unique_per_engine() -> None:
+    """No two figures share a name (each engine's has its own), and a shared one is caught."""
+    run_all = _run_all()
+    results = json.loads((REPO / "bench" / "results.json").read_text())
+    assert run_all.duplicate_names(results) == []
+    fig = {"name": "live processor throughput, exactly-once", "value": 1.0}
+    twice = {"benches": [{"figures": [fig]}, {"figures": [dict(fig), {"name": "other"}]}]}
+    assert run_all.duplicate_names(twice) == ["live processor throughput, exactly-once"]
+
+
 def test_only_merges_into_the_previous_results() -> None:
     """A --only entry replaces its script's entry and keeps every other script's."""
     run_all = _run_all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from streams.core.status import (
     WorkflowStatus,
     build_status,
     findings_of,
+    pending_status,
     stale_effects,
     status_from_replay,
     status_json,
@@ -57,6 +59,39 @@ def test_status_json_is_the_records_json(data: st.DataObject) -> None:
         kw = {"seen_ms": {e: 7 for e in state.acq}, "event_ms": times, "updated_ms": 9}
         record = build_status(key, state, found, **kw)
         assert status_json(key, state, found, **kw) == (record.to_json(), record.stale_epochs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_a_pending_status_encodes_what_status_json_gives_at_its_batch(data: st.DataObject) -> None:
+    """pending_status(...).to_json() equals status_json with the batch's timestamps."""
+    events = data.draw(multi_workflow_events())
+    replay = Replay()
+    for i, e in enumerate(events):
+        replay.feed_event(e, i)
+    for key, state in replay.states.items():
+        times = {ev.position: 1_000 + i for i, ev in enumerate(state.events) if i % 2}
+        seen = {e: 7 for e in state.acq if e % 2}
+        accepted = state.n_events - state.n_redeliveries
+        pending = pending_status(key, state, accepted, seen_ms=seen, event_ms=times, updated_ms=9)
+        doc, stale = status_json(
+            key, state, findings_of(state, key), seen_ms=seen, event_ms=times, updated_ms=9
+        )
+        assert pending.to_json() == doc
+        assert pending.seen == (
+            {s.epoch: s.last_seen_ms for s in stale if s.last_seen_ms is not None}
+            if stale
+            else seen
+        )
+
+
+def test_a_pending_status_read_after_its_key_moved_on_raises() -> None:
+    """A pending status never writes a later state's status under its own timestamps."""
+    state, _replay = run([acq(1, "a", 1), prog(1, "a", 2)])
+    pending = pending_status("wf", state, 2, seen_ms={}, event_ms={}, updated_ms=5)
+    Detector().process(state, prog(1, "a", 3), 3)
+    with pytest.raises(RuntimeError):
+        pending.to_json()
 
 
 def test_a_handover_with_a_stale_commit_shows_owner_stale_epoch_and_open_findings() -> None:

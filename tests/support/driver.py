@@ -45,6 +45,7 @@ from streams.live.processor import (
     OutRecord,
     Processor,
     SourceRecord,
+    StatusRecord,
     headers_dict,
     split_value,
     with_changelog,
@@ -102,7 +103,7 @@ class BatchDriver:
         self.commits: list[Committed] = []
         self.restarts = 0
         self._open: list[OutRecord] = []
-        self._deferred: dict[int, dict[bytes | None, OutRecord]] = {}
+        self._deferred: dict[int, dict[bytes | None, StatusRecord]] = {}
         self._acked: dict[int, int] = {}
         self._next: dict[int, int] = {}  # partition -> next offset record() assigns
 
@@ -188,7 +189,8 @@ class BatchDriver:
     def commit(self) -> Committed:
         """Commit the open transaction: its outputs become visible with the offsets."""
         for p in sorted(self._deferred):
-            self._open.extend(self._deferred[p].values())
+            # Encoded now, as the engines produce them at their commit.
+            self._open.extend(r.record() for r in self._deferred[p].values())
             self.metrics.status_records.inc(len(self._deferred[p]))
         self._deferred = {}
         done = Committed(tuple(self._open), dict(self._acked))

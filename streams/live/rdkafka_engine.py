@@ -43,7 +43,7 @@ from streams.errors import BrokerError
 from streams.live.changelog import changelog_topic, load_changelog
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionChange, PartitionGuard, PartitionsChanged
-from streams.live.processor import OutRecord, Outgoing, processor_for
+from streams.live.processor import Outgoing, OutRecord, processor_for
 from streams.live.settings import LiveSettings
 from streams.live.table import MemoryTable, StateTable, open_table
 

@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from live_support import (
+    GENERATOR,
     FirstSeen,
     Worker,
     bootstrap,
@@ -80,7 +81,9 @@ def failover(args: argparse.Namespace, bs: str, engine: str) -> float | None:
             victim = set((a.health() or {}).get("partitions", []))
             out = FirstSeen(bs, findings, args.partitions, f"failover-{engine}")
             seen = out.seen
-            p = producer(bs, **{"linger.ms": 0})
+            # As an agent's reporter sends (live_support.GENERATOR): the
+            # latency bench found linger.ms 0 backing the broker up.
+            p = producer(bs, **GENERATOR)
             start = time.monotonic()
             killed_at = 0.0
             for i, k in enumerate(keys):

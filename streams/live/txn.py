@@ -252,7 +252,18 @@ class TransactionalSender:
                 for txp in txps.values():
                     faust_seam.poison(txp, exc)
                 raise
-            apply_state()
+            try:
+                apply_state()
+            except BaseException as exc:
+                # The batch's outputs are in the transactions but its state
+                # is not stored (a full disk): those transactions must never
+                # commit either, and their deferred status records, which
+                # may hold state this batch changed, are never read (a read
+                # raised and hid the disk error, tests/faults/test_full_disk.py).
+                for p, txp in txps.items():
+                    faust_seam.poison(txp, exc)
+                    self._deferred.pop(tids[p], None)
+                raise
             consumer = self.app.consumer
             for m in kept:
                 consumer.ack(m)

@@ -30,7 +30,9 @@ from live_support import (
     GENERATOR,
     FirstSeen,
     Worker,
+    add_engines_arg,
     bootstrap,
+    chosen_engines,
     create_topics,
     doc,
     handovers,
@@ -147,12 +149,10 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--session-timeout", default="10")
     ap.add_argument("--heartbeat-interval", default="3")
-    ap.add_argument("--engines", default="faust,rdkafka", help="comma-separated engines")
+    add_engines_arg(ap)
     add_json_arg(ap)
     args = ap.parse_args()
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    if not engines:
-        ap.error("--engines: name at least one engine (faust, rdkafka)")
+    engines = chosen_engines(ap, args)
     bs = bootstrap()
     figures = []
     failed = []

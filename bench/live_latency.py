@@ -57,7 +57,9 @@ from live_support import (
     LoadGenerator,
     RelayProcess,
     Worker,
+    add_engines_arg,
     bootstrap,
+    chosen_engines,
     create_topics,
     handovers,
     key_value,
@@ -253,12 +255,10 @@ def main() -> int:
         help="seconds of relay traffic before the first run, not counted (0: none)",
     )
     ap.add_argument("--no-limit", action="store_true", help="skip the bare relay")
-    ap.add_argument("--engines", default="faust,rdkafka", help="comma-separated engines")
+    add_engines_arg(ap)
     add_json_arg(ap)
     args = ap.parse_args()
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    if not engines:
-        ap.error("--engines: name at least one engine (faust, rdkafka)")
+    engines = chosen_engines(ap, args)
     bs = bootstrap()
     n = args.rate * args.seconds
 

@@ -25,7 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from live_support import (
     Worker,
+    add_engines_arg,
     bootstrap,
+    chosen_engines,
     create_topics,
     key_events,
     names,
@@ -150,10 +152,10 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3, help="worker starts per engine")
-    ap.add_argument("--engines", default="faust,rdkafka", help="comma-separated engines")
+    add_engines_arg(ap)
     add_json_arg(ap)
     args = ap.parse_args()
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    engines = chosen_engines(ap, args)
     bs = bootstrap()
     events, findings, dlq, app_id = names("bench-restore")
     changelog = f"{app_id}-owner-state-changelog"

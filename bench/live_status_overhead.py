@@ -23,7 +23,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_support import bootstrap, create_topics, names, produce_all, producer, worker_env
+from live_support import (
+    add_engines_arg,
+    bootstrap,
+    chosen_engines,
+    create_topics,
+    names,
+    produce_all,
+    producer,
+    worker_env,
+)
 from live_throughput import interleaved, worker_rate
 from results import Figure, add_json_arg, emit
 
@@ -34,12 +43,10 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3, help="off/on pairs per engine")
-    ap.add_argument("--engines", default="faust,rdkafka", help="comma-separated engines")
+    add_engines_arg(ap)
     add_json_arg(ap)
     args = ap.parse_args()
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
-    if not engines:
-        ap.error("--engines: name at least one engine (faust, rdkafka)")
+    engines = chosen_engines(ap, args)
     bs = bootstrap()
     events, findings, dlq, app_id = names("bench-status")
     create_topics(bs, [events, findings, dlq], args.partitions)

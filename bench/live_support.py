@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import multiprocessing
@@ -23,6 +24,23 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.support.worker import WorkerProcess  # noqa: E402 - needs REPO on sys.path
+
+#: The live engines a bench can measure (``--engines``).
+ENGINES = ("faust", "rdkafka")
+
+
+def add_engines_arg(ap: argparse.ArgumentParser) -> None:
+    """``--engines``: which engines the bench measures (default both)."""
+    ap.add_argument("--engines", default=",".join(ENGINES), help="comma-separated engines")
+
+
+def chosen_engines(ap: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The engines ``--engines`` names; an empty or unknown one is a usage error."""
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    unknown = [e for e in engines if e not in ENGINES]
+    if not engines or unknown:
+        ap.error(f"--engines: name one or more of {', '.join(ENGINES)} (got {args.engines!r})")
+    return engines
 
 
 def bootstrap() -> str:

@@ -33,7 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from live_support import (
     BareRelay,
     Worker,
+    add_engines_arg,
     bootstrap,
+    chosen_engines,
     create_topics,
     key_events,
     names,
@@ -161,7 +163,7 @@ def main() -> int:
     ap.add_argument("--at-least-once", action="store_true")
     ap.add_argument("--repeat", type=int, default=1, help="measure the worker N times")
     ap.add_argument("--store", default="memory://", help="memory:// or rocksdb://")
-    ap.add_argument("--engines", default="faust,rdkafka", help="comma-separated engines")
+    add_engines_arg(ap)
     add_json_arg(ap)
     args = ap.parse_args()
     bs = bootstrap()
@@ -178,7 +180,7 @@ def main() -> int:
         f"bare confluent-kafka exactly-once relay (commit interval {args.commit_interval} s): "
         f"{relay:,.0f} events/s"
     )
-    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    engines = chosen_engines(ap, args)
     floor = (
         faust_floor(bs, events, findings, dlq, total, not args.at_least_once)
         if "faust" in engines

@@ -181,3 +181,50 @@ def test_event_schema_accepts_what_the_code_accepts(doc: dict[str, Any]) -> None
     valid by the event schema."""
     parse_event(orjson.dumps(doc))
     _EVENT.validate(doc)
+
+
+_FINDING_FIELDS = [
+    "finding_id",
+    "revision",
+    "kind",
+    "severity",
+    "workflow_key",
+    "stale_epoch",
+    "stale_worker",
+    "current_epoch",
+    "current_worker",
+    "transition_seq",
+    "transition_implied",
+    "epochs",
+    "event_type",
+    "event_seq",
+    "event_offset",
+    "effect_key",
+    "sink",
+    "sink_outcome",
+    "same_owner",
+    "ordering",
+    "evidence",
+    "action",
+    "confidence",
+]
+
+
+def test_finding_to_dict_is_plain_json_in_field_order() -> None:
+    """Finding.to_dict gives the SPEC fields in their order as plain builtins (str, not
+    enums; lists, not tuples; evidence as dicts) and from_dict reads it back equal."""
+    emitted = run(
+        [acq(1, "a"), acq(2, "b"), com(1, "a", None, "X"), com(2, "b", None, "X")]
+    ).emitted
+    conflicting = [f for f in emitted if f.kind.value == "conflicting_commit"]
+    assert conflicting and conflicting[-1].epochs == (1, 2)
+    for f in emitted:
+        doc = f.to_dict()
+        assert list(doc) == _FINDING_FIELDS
+        for name in ("kind", "severity", "confidence"):
+            assert type(doc[name]) is str
+        assert type(doc["evidence"]) is list and all(type(e) is dict for e in doc["evidence"])
+        assert list(doc["evidence"][0]) == ["position", "epoch", "worker_id", "type", "effect_key"]
+        assert doc["epochs"] is None or type(doc["epochs"]) is list
+        assert type(f.from_dict(doc)) is type(f) and f.from_dict(doc) == f
+    assert conflicting[-1].to_dict()["epochs"] == [1, 2]

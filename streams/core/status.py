@@ -267,8 +267,11 @@ def _status_fields(
     seen_ms: Mapping[int, int] | None = None,
     event_ms: Mapping[int, int] | None = None,
     updated_ms: int | None = None,
+    stale: dict[int, list[Any]] | None = None,
 ) -> _Fields:
-    """:func:`build_status`'s fields."""
+    """:func:`build_status`'s fields. ``stale``: :func:`_stale` of ``state``
+    when the caller has it already (the live processor scanned the events
+    for it at the batch's end, and the state has not changed since)."""
     seen = seen_ms or {}
     times = event_ms or {}
     events = state.events
@@ -289,14 +292,17 @@ def _status_fields(
         and current_epoch is not None
         and last.epoch == current_epoch
     )
-    stale = _stale(state)
+    if stale is None:
+        stale = _stale(state)
     opened: list[FindingRef] = []
     cleared: list[FindingRef] = []
     for f in findings:
         ref = FindingRef(f.finding_id, f.kind.value, f.severity.value, f.revision)
         (cleared if assess(f, state).status == CLEARED else opened).append(ref)
-    opened.sort(key=_severity_order)
-    cleared.sort(key=_severity_order)
+    if len(opened) > 1:
+        opened.sort(key=_severity_order)
+    if len(cleared) > 1:
+        cleared.sort(key=_severity_order)
     return (
         workflow_key,
         current_epoch,
@@ -305,9 +311,13 @@ def _status_fields(
         implied,
         released,
         None if last is None else last.position,
-        tuple(
-            StaleEpoch(epoch, w, n, pos, times.get(pos, seen.get(epoch)))
-            for epoch, (w, n, pos) in sorted(stale.items())
+        (
+            tuple(
+                StaleEpoch(epoch, w, n, pos, times.get(pos, seen.get(epoch)))
+                for epoch, (w, n, pos) in sorted(stale.items())
+            )
+            if stale
+            else ()
         ),
         tuple(opened),
         tuple(cleared),
@@ -346,6 +356,7 @@ def status_json(
     seen_ms: Mapping[int, int] | None = None,
     event_ms: Mapping[int, int] | None = None,
     updated_ms: int | None = None,
+    stale: dict[int, list[Any]] | None = None,
 ) -> tuple[bytes, tuple[StaleEpoch, ...]]:
     """``build_status(...).to_json()`` and the status's stale epochs, without
     building the :class:`WorkflowStatus`: the live processor writes one per
@@ -353,7 +364,13 @@ def status_json(
     interpreted (``object.__setattr__`` per field), which was a quarter of
     the status path's instructions (docs/performance.md)."""
     fields = _status_fields(
-        workflow_key, state, findings, seen_ms=seen_ms, event_ms=event_ms, updated_ms=updated_ms
+        workflow_key,
+        state,
+        findings,
+        seen_ms=seen_ms,
+        event_ms=event_ms,
+        updated_ms=updated_ms,
+        stale=stale,
     )
     return orjson.dumps(_document(fields)), fields[7]
 
@@ -374,7 +391,7 @@ class PendingStatus:
     after the state's accepted evidence moved on raises instead of writing a
     later status under this one's timestamps."""
 
-    __slots__ = ("_json", "accepted", "seen", "state", "updated_ms", "workflow_key")
+    __slots__ = ("_json", "accepted", "seen", "stale", "state", "updated_ms", "workflow_key")
 
     def __init__(
         self,
@@ -383,6 +400,7 @@ class PendingStatus:
         seen: dict[int, int],
         updated_ms: int | None,
         accepted: int,
+        stale: dict[int, list[Any]] | None = None,
     ) -> None:
         self.workflow_key = workflow_key
         self.state = state
@@ -390,6 +408,9 @@ class PendingStatus:
         self.seen = seen
         self.updated_ms = updated_ms
         self.accepted = accepted
+        #: The stale-epoch scan of ``state`` as of the batch (see _stale),
+        #: reused when the JSON is built: the state is the same then.
+        self.stale = stale
         self._json: bytes | None = None
 
     def to_json(self) -> bytes:
@@ -397,7 +418,12 @@ class PendingStatus:
         doc = self._json
         if doc is None:
             doc = self._json = pending_json(
-                self.workflow_key, self.state, self.seen, self.updated_ms, self.accepted
+                self.workflow_key,
+                self.state,
+                self.seen,
+                self.updated_ms,
+                self.accepted,
+                self.stale,
             )
         return doc
 
@@ -408,9 +434,11 @@ def pending_json(
     seen: dict[int, int],
     updated_ms: int | None,
     accepted: int,
+    stale: dict[int, list[Any]] | None = None,
 ) -> bytes:
     """The JSON of a :class:`PendingStatus` with these fields (for a holder
-    that keeps them itself): raises if ``state`` accepted evidence since."""
+    that keeps them itself): raises if ``state`` accepted evidence since.
+    ``stale``: the pending status's scan of the state, reused."""
     if state.n_events - state.n_redeliveries != accepted:
         raise RuntimeError(
             f"the status of {workflow_key!r} was read after a later batch of the key"
@@ -421,6 +449,7 @@ def pending_json(
         findings_of(state, workflow_key),
         seen_ms=seen,
         updated_ms=updated_ms,
+        stale=stale,
     )[0]
 
 
@@ -447,7 +476,7 @@ def pending_status(
             ms = event_ms.get(entry[2], seen_ms.get(epoch))
             if ms is not None:
                 seen[epoch] = ms
-    return PendingStatus(workflow_key, state, seen, updated_ms, accepted)
+    return PendingStatus(workflow_key, state, seen, updated_ms, accepted, stale)
 
 
 def stale_effects(workflow_key: str, state: KeyState) -> set[tuple[str, str, int, str | None]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -122,13 +122,20 @@ class StatusRecord(msgspec.Struct, gc=False, eq=False):
     #: ``None``: the producer's partitioner (murmur2 of the key), like a finding's.
     partition: int | None = None
     encoded: bytes | None = None
+    #: The pending status's stale-epoch scan of ``state``, reused for the JSON.
+    stale: dict[int, list[Any]] | None = None
 
     @property
     def value(self) -> bytes:
         doc = self.encoded
         if doc is None:
             doc = self.encoded = pending_json(
-                self.workflow_key, self.state, self.seen, self.updated_ms, self.accepted
+                self.workflow_key,
+                self.state,
+                self.seen,
+                self.updated_ms,
+                self.accepted,
+                self.stale,
             )
         return doc
 
@@ -253,7 +260,14 @@ class Processor:
             for partition, docs in res.status.items():
                 status_out[partition] = [
                     StatusRecord(
-                        topic, key, p.workflow_key, p.state, p.seen, p.updated_ms, p.accepted
+                        topic,
+                        key,
+                        p.workflow_key,
+                        p.state,
+                        p.seen,
+                        p.updated_ms,
+                        p.accepted,
+                        stale=p.stale,
                     )
                     for key, p in docs
                 ]

@@ -243,11 +243,16 @@ def _show(consumer: Any, fmt: str) -> None:
         )
 
 
-def _emit(d: Any, fmt: str) -> None:
+def _emit(batch: list[Any], fmt: str) -> None:
+    """One line per delivery, written and flushed once per batch (a flush
+    per finding was a write system call per finding)."""
     if fmt == "jsonl":
-        sys.stdout.write(d.finding.to_json().decode() + "\n")
+        text = "".join([d.finding.to_json().decode() + "\n" for d in batch])
     else:
-        sys.stdout.write(render_finding_line(d.finding, d.previous_revision) + "\n")
+        text = "".join(
+            [render_finding_line(d.finding, d.previous_revision) + "\n" for d in batch]
+        )
+    sys.stdout.write(text)
     sys.stdout.flush()
 
 
@@ -263,9 +268,18 @@ def _commit_state(group: str | None, reason: str | None) -> None:
         _err(f"the position of group {group} is stored again")
 
 
+#: Records read per batch by a follower (a memory bound: one batch is held
+#: while it is printed or waits for room in the hook lanes).
+FOLLOW_BATCH = 500
+
+
 def _follow(consumer: Any, fmt: str) -> None:
-    for d in consumer:
-        _emit(d, fmt)
+    while not consumer.stopping:
+        batch = consumer.poll_batch(FOLLOW_BATCH, 0.5)
+        if batch:
+            _emit(batch, fmt)
+            # Acknowledged once shown: a broken pipe leaves the batch uncommitted.
+            consumer.ack_all(batch)
 
 
 #: Exit status of a hooked read in which no delivery succeeded (every
@@ -295,11 +309,13 @@ def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop) -> int:
     stop.sender = sender
     try:
         while not consumer.stopping and not consumer.finished:
-            d = consumer.poll(0.5)
-            if d is None:
+            # A batch, at most what the lanes may hold: the reader then holds
+            # at most one batch beyond --max-in-flight while it waits for room.
+            batch = consumer.poll_batch(min(FOLLOW_BATCH, args.max_in_flight), 0.5)
+            if not batch:
                 continue
-            _emit(d, args.format)
-            if not sender.submit(d, stopping=lambda: consumer.stopping):
+            _emit(batch, args.format)
+            if not sender.submit_batch(batch, stopping=lambda: consumer.stopping):
                 break
     finally:
         pending = sender.pending

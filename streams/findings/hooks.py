@@ -25,7 +25,6 @@ Command: ``/bin/sh -c CMD`` with the finding JSON on stdin and
 from __future__ import annotations
 
 import os
-import queue
 import socket
 import ssl
 import subprocess
@@ -33,8 +32,8 @@ import threading
 import time
 import urllib.parse
 import zlib
+from collections import deque
 from collections.abc import Callable, Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -157,6 +156,11 @@ class _HttpConnection:
         """Send ``request``; read the answer. Returns (status, whether the
         server closes the connection after it)."""
         self.sock.sendall(request)
+        return self.answer()
+
+    def answer(self) -> tuple[int, bool]:
+        """Read the next answer: (status, whether the server closes the
+        connection after it)."""
         while True:
             lines = self._head().split(b"\r\n")
             status = lines[0].split(None, 2)
@@ -239,7 +243,7 @@ class WebhookTarget:
             self._conn.close()
             self._conn = None
 
-    def send(self, delivery: Delivery) -> None:
+    def _request(self, delivery: Delivery) -> bytes:
         key = delivery.idempotency_key
         if not key.isascii() or "\r" in key or "\n" in key:
             raise DeliveryFailed(
@@ -247,13 +251,20 @@ class WebhookTarget:
                 retriable=False,
             )
         body = _body(delivery)
-        request = b"".join(
+        return b"".join(
             (
                 self._prefix,
                 f"Idempotency-Key: {key}\r\nContent-Length: {len(body)}\r\n\r\n".encode(),
                 body,
             )
         )
+
+    def _failed(self, code: int) -> DeliveryFailed:
+        retriable = code >= 500 or code in (408, 429)
+        return DeliveryFailed(f"{self.url} answered {code}", retriable=retriable)
+
+    def send(self, delivery: Delivery) -> None:
+        request = self._request(delivery)
         while True:
             conn, reused = self._connection_or_fail()
             try:
@@ -268,8 +279,7 @@ class WebhookTarget:
                 self.close()
             if 200 <= code < 300:
                 return
-            retriable = code >= 500 or code in (408, 429)
-            raise DeliveryFailed(f"{self.url} answered {code}", retriable=retriable)
+            raise self._failed(code)
 
     def _connection_or_fail(self) -> tuple[_HttpConnection, bool]:
         try:
@@ -382,7 +392,14 @@ class HookSender:
     (``targets``: one, or several of the same kind, e.g. one
     :class:`WebhookTarget` per connection). ``done`` is called (on a sender
     thread, so it must be thread-safe, as :meth:`FindingsConsumer.ack` is)
-    for each delivery once it was delivered or dead-lettered."""
+    for each delivery once it was delivered or dead-lettered.
+
+    The bound: each lane holds at most its share of ``max_in_flight``
+    deliveries (queued or being tried); :meth:`submit_batch` blocks while a
+    lane it has deliveries for is full, so a slow target holds up the reader,
+    never grows memory. A batch is handed to a lane in one step (one lock and
+    one wake-up, not one per finding), and a lane takes everything queued
+    when it wakes."""
 
     def __init__(
         self,
@@ -417,30 +434,39 @@ class HookSender:
     @property
     def pending(self) -> int:
         """Deliveries queued or being tried (not yet delivered or dead-lettered)."""
-        return sum(lane.queue.qsize() + lane.busy for lane in self._lanes)
+        return sum(lane.count for lane in self._lanes)
 
     def submit(self, delivery: Delivery, *, stopping: Callable[[], bool] | None = None) -> bool:
-        """Queue ``delivery`` on its finding's lane; blocks while that lane's
-        share of ``max_in_flight`` is queued, unless ``stopping()`` turns true
-        (then returns False: not queued, so not acknowledged). Raises a
-        sender's fatal error (a dead-letter file that cannot be written), if
-        any."""
+        """:meth:`submit_batch` of one delivery."""
+        return self.submit_batch([delivery], stopping=stopping)
+
+    def submit_batch(
+        self, deliveries: Sequence[Delivery], *, stopping: Callable[[], bool] | None = None
+    ) -> bool:
+        """Queue each delivery on its finding's lane, in order; blocks while
+        a lane's share of ``max_in_flight`` is taken, unless ``stopping()``
+        turns true (then returns False: the deliveries not queued yet are not
+        acknowledged, so a restart sends them). Raises a sender's fatal error
+        (a dead-letter file that cannot be written), if any."""
+        self._raise_failure()
         lanes = self._lanes
-        lane = lanes[zlib.crc32(delivery.finding.finding_id.encode()) % len(lanes)]
-        while True:
-            self._raise_failure()
-            try:
-                lane.queue.put(delivery, timeout=0.2)
-                return True
-            except queue.Full:
-                if stopping is not None and stopping():
-                    return False
+        n = len(lanes)
+        if n == 1:
+            per_lane = [list(deliveries)]
+        else:
+            per_lane = [[] for _ in range(n)]
+            for d in deliveries:
+                per_lane[zlib.crc32(d.finding.finding_id.encode()) % n].append(d)
+        for lane, items in zip(lanes, per_lane, strict=True):
+            if items and not lane.put(items, stopping):
+                return False
+        return True
 
     def stop_now(self) -> None:
         """Give up the queued deliveries (they stay unacknowledged): a lane
         stops after its current attempt, and :meth:`close` returns at once
         without waiting for a lane still in an attempt. Safe from a signal
-        handler."""
+        handler (it takes no lock: a lane sees the flag within its idle wait)."""
         self._stop_now.set()
         self._abort.set()
 
@@ -453,18 +479,9 @@ class HookSender:
         stop and close the targets that have a ``close()`` (the webhook's
         connections); what is left is not acknowledged. Raises the fatal
         error, if any."""
-        # Waits in short slices, so that stop_now() (a second Ctrl-C) ends it.
         deadline = time.monotonic() + drain_timeout_s
         for lane in self._lanes:
-            while not self._stop_now.is_set():
-                try:
-                    lane.queue.put(None, timeout=0.1)
-                    break
-                except queue.Full:
-                    if time.monotonic() >= deadline:
-                        self._abort.set()
-                        with suppress(queue.Empty):  # room for the end marker
-                            lane.queue.get_nowait()
+            lane.finish()
         self._join(deadline)
         if not self._stop_now.is_set() and any(lane.thread.is_alive() for lane in self._lanes):
             self._abort.set()
@@ -483,6 +500,7 @@ class HookSender:
         self._raise_failure()
 
     def _join(self, deadline: float) -> None:
+        # Waits in short slices, so that stop_now() (a second Ctrl-C) ends it.
         for lane in self._lanes:
             while lane.thread.is_alive() and not self._stop_now.is_set():
                 remaining = deadline - time.monotonic()
@@ -491,36 +509,98 @@ class HookSender:
                 lane.thread.join(min(0.1, remaining))
 
 
+#: How long an idle lane waits before looking at the stop flags again
+#: (stop_now() sets them from a signal handler, which must not take a lock).
+_IDLE_CHECK_S = 0.2
+
+
 class _Lane:
-    """One sender thread, its target and its queue."""
+    """One sender thread, its target and its bounded queue."""
 
     def __init__(self, sender: HookSender, target: HookTarget, size: int, index: int) -> None:
         self.sender = sender
         self.target = target
         self.stats = HookStats()
-        #: 1 while a delivery is being tried (for ``HookSender.pending``).
-        self.busy = 0
-        self.queue: queue.Queue[Delivery | None] = queue.Queue(maxsize=size)
+        self.capacity = size
+        #: Deliveries queued or being tried (at most ``capacity``).
+        self.count = 0
+        self._queue: deque[Delivery] = deque()
+        self._finishing = False
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._room = threading.Condition(self._lock)
+        #: A submitter waits for room (the lane wakes it as deliveries finish).
+        self._waiting = False
         self.thread = threading.Thread(
             target=self._loop, name=f"fencewatch-hook-{index}", daemon=True
         )
         self.thread.start()
 
+    def put(self, items: list[Delivery], stopping: Callable[[], bool] | None) -> bool:
+        """Queue ``items`` in order, as many at a time as there is room for;
+        False if ``stopping()`` turned true first (the rest not queued)."""
+        sender = self.sender
+        i, n = 0, len(items)
+        with self._lock:
+            while i < n:
+                room = self.capacity - self.count
+                if room > 0:
+                    take = items[i : i + room]
+                    self._queue.extend(take)
+                    self.count += len(take)
+                    i += len(take)
+                    self._work.notify()
+                    continue
+                if stopping is not None and stopping():
+                    return False
+                if sender._failure is not None:
+                    break
+                self._waiting = True
+                self._room.wait(0.2)
+                self._waiting = False
+        sender._raise_failure()
+        return True
+
+    def finish(self) -> None:
+        """End the thread once the queue is empty."""
+        with self._lock:
+            self._finishing = True
+            self._work.notify()
+
+    def _take(self) -> list[Delivery] | None:
+        """Everything queued (waiting for some), or None when the lane ends."""
+        sender = self.sender
+        with self._lock:
+            while not self._queue:
+                if self._finishing or sender._abort.is_set():
+                    return None
+                self._work.wait(_IDLE_CHECK_S)
+            batch = list(self._queue)
+            self._queue.clear()
+            return batch
+
     def _loop(self) -> None:
         sender = self.sender
         try:
-            while True:
-                item = self.queue.get()
-                if item is None or sender._abort.is_set():
-                    return
-                self.busy = 1
-                try:
-                    if self._deliver(item):
-                        sender._done(item)
-                finally:
-                    self.busy = 0
+            while (batch := self._take()) is not None:
+                if not all(self._one(item) for item in batch):
+                    return  # aborted: the rest stays unacknowledged (a restart sends it)
         except BaseException as exc:  # reported to the polling thread by submit()/close()
             sender._failure = exc
+
+    def _one(self, delivery: Delivery) -> bool:
+        if self.sender._abort.is_set() or not self._deliver(delivery):
+            return False
+        self._finished(delivery)
+        return True
+
+    def _finished(self, delivery: Delivery) -> None:
+        """Delivered or dead-lettered: acknowledged, and its room freed."""
+        self.sender._done(delivery)
+        with self._lock:
+            self.count -= 1
+            if self._waiting:
+                self._room.notify()
 
     def _deliver(self, delivery: Delivery) -> bool:
         """True once delivered or dead-lettered; False when aborted (left

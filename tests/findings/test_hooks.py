@@ -445,3 +445,69 @@ def test_sigterm_drains_and_commits_so_a_restart_repeats_nothing(
         counts = rx.counts()
     assert len(counts) == len(findings)
     assert max(counts.values()) == 1, "a graceful stop must not cause repeats"
+
+
+def test_a_batch_with_a_refused_finding_in_the_middle_delivers_the_rest(tmp_path: Path) -> None:
+    """submit_batch of five, the third answered 400: the other four are posted once
+    each, the third is dead-lettered after one attempt, and all five are done."""
+    items = _deliveries()
+    done: list[int] = []
+    finished = threading.Event()
+
+    def on_done(d: Delivery) -> None:
+        done.append(d.offset)
+        if len(done) == len(items):
+            finished.set()
+
+    dead = tmp_path / "dead.jsonl"
+    with webhook_receiver() as rx:
+        rx.fail_first[items[2].idempotency_key] = [400]
+        sender = HookSender(
+            [WebhookTarget(rx.url) for _ in range(2)],
+            on_done,
+            policy=FAST,
+            dead_letters=DeadLetterFile(dead),
+        )
+        assert sender.submit_batch(items)
+        assert finished.wait(20)
+        sender.close()
+        assert sorted(rx.keys()) == sorted(items[i].idempotency_key for i in (0, 1, 3, 4))
+    assert sorted(done) == [0, 1, 2, 3, 4]
+    letters = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert [(x["idempotency_key"], x["attempts"]) for x in letters] == [
+        (items[2].idempotency_key, 1)
+    ]
+
+
+class _Gate:
+    """A hook target that holds every send until released."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.sent: list[int] = []
+
+    def send(self, delivery: Delivery) -> None:
+        self.open.wait(20)
+        self.sent.append(delivery.offset)
+
+
+def test_submit_batch_holds_at_most_max_in_flight_and_gives_up_the_rest_when_stopping(
+    tmp_path: Path,
+) -> None:
+    """A target that does not answer: of a batch of ten, max_in_flight (4) are
+    taken; submit_batch returns False once stopping() is true, and only those four
+    are delivered (and reported done) after the target answers again."""
+    gate = _Gate()
+    done: list[int] = []
+    sender = HookSender(
+        gate, lambda d: done.append(d.offset), policy=FAST,
+        dead_letters=DeadLetterFile(tmp_path / "dead.jsonl"), max_in_flight=4,
+    )  # fmt: skip
+    items = [Delivery(f, 0, i, -1, None) for i, f in enumerate(synthetic_findings(10))]
+    stop_at = time.monotonic() + 0.5
+    assert not sender.submit_batch(items, stopping=lambda: time.monotonic() > stop_at)
+    assert sender.pending == 4
+    gate.open.set()
+    sender.close()
+    assert gate.sent == done == [0, 1, 2, 3]
+    assert sender.pending == 0

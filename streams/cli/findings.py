@@ -81,6 +81,15 @@ def register(sub: Any) -> None:
         help="deliveries in parallel, each finding always on the same lane "
         "(webhook: N connections, default 4; exec: default 1)",
     )
+    h.add_argument(
+        "--hook-pipeline",
+        type=int,
+        default=None,
+        metavar="N",
+        help="webhook: requests a lane sends before reading their answers (HTTP/1.1 "
+        "pipelining, turned off by itself for a server that does not take it); default 16 "
+        "with several lanes, 1 (off: total order) with one",
+    )
     h.add_argument("--hook-timeout", type=float, default=10.0, help="seconds per attempt (10)")
     add_kafka_config_arg(p)
     p.set_defaults(handler=_main)
@@ -293,8 +302,13 @@ def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop) -> int:
     lanes = args.hook_lanes if args.hook_lanes is not None else (4 if args.webhook else 1)
     if lanes < 1:
         raise ValueError("--hook-lanes must be at least 1")
+    # One lane is the total-order choice: a pipelined failure is retried
+    # after the requests sent behind it, so one lane pipelines only when told.
+    pipeline = args.hook_pipeline if args.hook_pipeline is not None else (16 if lanes > 1 else 1)
+    if pipeline < 1:
+        raise ValueError("--hook-pipeline must be at least 1")
     targets: list[Any] = [
-        WebhookTarget(args.webhook, timeout_s=args.hook_timeout)
+        WebhookTarget(args.webhook, timeout_s=args.hook_timeout, pipeline=pipeline)
         if args.webhook is not None
         else ExecTarget(args.exec_cmd, timeout_s=args.hook_timeout)
         for _ in range(lanes)

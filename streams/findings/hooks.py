@@ -13,7 +13,12 @@ so a killed follower resends at most what was in flight or uncommitted.
 
 Webhook: ``POST`` of the finding JSON with ``Content-Type: application/json``
 and ``Idempotency-Key: <finding_id>/<revision>``; 2xx is success; 5xx, 408,
-429 and connection errors/timeouts are retried.
+429 and connection errors/timeouts are retried. With ``pipeline`` > 1 a lane
+sends the first attempts of what it has queued as pipelined HTTP/1.1
+requests (at most one revision of a finding per pipeline, so a retried
+failure is never overtaken by its finding's next revision; findings of one
+lane may then arrive out of order), and stops pipelining to a server that
+closes or stops answering part-way.
 
 Command: ``/bin/sh -c CMD`` with the finding JSON on stdin and
 ``FENCEWATCH_FINDING_ID``, ``_REVISION``, ``_KIND``, ``_SEVERITY``,
@@ -37,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 import orjson
 
@@ -84,6 +89,10 @@ def _body(delivery: Delivery) -> bytes:
 
 #: A response head (status line and headers) longer than this is refused.
 _MAX_HEAD = 64 * 1024
+#: Pipelined requests stop at about this many bytes per write: what is sent
+#: before any answer is read must fit in the socket buffers, or a server that
+#: stops reading while its answers are not read would stall both sides.
+_PIPELINE_BYTES = 64 * 1024
 
 
 class _BadResponse(Exception):
@@ -199,7 +208,9 @@ class WebhookTarget:
     a fresh one: the server may have closed an idle connection (a repeat the
     receiver drops by the idempotency key)."""
 
-    def __init__(self, url: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, *, timeout_s: float = 10.0, pipeline: int = 1) -> None:
+        if pipeline < 1:
+            raise ValueError("pipeline must be >= 1")
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"webhook URL must be http:// or https://HOST..., got {url!r}")
@@ -222,6 +233,11 @@ class WebhookTarget:
             "User-Agent: fencewatch-findings\r\n"
         ).encode()
         self._conn: _HttpConnection | None = None
+        #: Requests :meth:`send_many` sends before reading the answers (1:
+        #: one at a time, the default: a retried failure is then never
+        #: overtaken by a later finding); set to 1 once the server showed it
+        #: does not take pipelined requests.
+        self.pipeline = pipeline
 
     def _connection(self) -> tuple[_HttpConnection, bool]:
         if self._conn is not None:
@@ -262,6 +278,69 @@ class WebhookTarget:
     def _failed(self, code: int) -> DeliveryFailed:
         retriable = code >= 500 or code in (408, 429)
         return DeliveryFailed(f"{self.url} answered {code}", retriable=retriable)
+
+    def send_many(self, deliveries: Sequence[Delivery]) -> list[DeliveryFailed | None]:
+        """The first attempt of several deliveries as pipelined HTTP/1.1
+        requests: up to ``pipeline`` requests (and about 64 KiB) in one write,
+        then their answers in order (one round trip and a few system calls
+        for all, where one request at a time costs a round trip and two
+        system calls each, on both sides). Returns the outcome of a prefix of
+        ``deliveries`` (None: delivered; else the failed attempt); the rest
+        were not answered and are for :meth:`send` (possibly on the server,
+        so a receiver may see them twice: the idempotency key tells).
+
+        A server that closes the connection part-way or stops answering
+        (one that does not take pipelined requests) turns pipelining off for
+        this target: every later delivery goes through :meth:`send`."""
+        if self.pipeline <= 1 or len(deliveries) <= 1:
+            return []
+        outcomes: list[DeliveryFailed | None] = []
+        requests: list[bytes] = []
+        size = 0
+        for d in deliveries[: self.pipeline]:
+            try:
+                request = self._request(d)
+            except DeliveryFailed as exc:
+                if requests:
+                    break  # send what is built; this one through send()
+                return [exc]
+            requests.append(request)
+            size += len(request)
+            if size >= _PIPELINE_BYTES:
+                break
+        if len(requests) == 1:
+            return []
+        payload = b"".join(requests)
+        for _ in range(2):  # once more on a fresh connection if a reused one died at once
+            try:
+                conn, reused = self._connection_or_fail()
+            except DeliveryFailed as exc:
+                return [exc]
+            try:
+                conn.sock.sendall(payload)
+                while len(outcomes) < len(requests):
+                    code, close = conn.answer()
+                    outcomes.append(None if 200 <= code < 300 else self._failed(code))
+                    if close:
+                        self.close()
+                        if len(outcomes) < len(requests):
+                            self.pipeline = 1  # it answers one request per connection
+                        return outcomes
+                return outcomes
+            except (OSError, ValueError, _BadResponse) as exc:  # reset, timeout, garbage
+                self.close()
+                if reused and not outcomes:
+                    continue  # the server may have closed an idle connection
+                # Sent, then answered part-way or not at all: perhaps a server
+                # that does not take pipelined requests (one that closes
+                # with requests unread resets the connection, which can lose
+                # the answer it sent). Not pipelined to again.
+                self.pipeline = 1
+                if outcomes:
+                    return outcomes
+                reason = getattr(exc, "reason", None) or exc or type(exc).__name__
+                return [DeliveryFailed(f"{self.url}: {reason}", retriable=True)]
+        return outcomes
 
     def send(self, delivery: Delivery) -> None:
         request = self._request(delivery)
@@ -582,11 +661,54 @@ class _Lane:
     def _loop(self) -> None:
         sender = self.sender
         try:
+            send_many = getattr(self.target, "send_many", None)
             while (batch := self._take()) is not None:
-                if not all(self._one(item) for item in batch):
+                if callable(send_many):
+                    done = self._pipelined(batch, send_many)
+                else:
+                    done = all(self._one(item) for item in batch)
+                if not done:
                     return  # aborted: the rest stays unacknowledged (a restart sends it)
         except BaseException as exc:  # reported to the polling thread by submit()/close()
             sender._failure = exc
+
+    def _pipelined(
+        self, batch: list[Delivery], send_many: Callable[[list[Delivery]], list[Any]]
+    ) -> bool:
+        """Deliver ``batch`` with first attempts pipelined (send_many) in
+        groups that hold one revision of a finding at most: a failed one is
+        retried after the group, so a later revision of it must not be in
+        the group (the receiver would see the revisions out of order)."""
+        abort = self.sender._abort
+        i, n = 0, len(batch)
+        while i < n:
+            if abort.is_set():
+                return False
+            ids: set[str] = set()
+            j = i
+            while j < n and batch[j].finding.finding_id not in ids:
+                ids.add(batch[j].finding.finding_id)
+                j += 1
+            group = batch[i:j]
+            outcomes = send_many(group)
+            if not outcomes:  # not pipelined: the first one on its own
+                if not self._one(group[0]):
+                    return False
+                i += 1
+                continue
+            failed: list[tuple[Delivery, DeliveryFailed]] = []
+            for d, outcome in zip(group, outcomes, strict=False):
+                if outcome is None:
+                    self.stats.delivered += 1
+                    self._finished(d)
+                else:
+                    failed.append((d, outcome))
+            for d, exc in failed:
+                if not self._deliver(d, exc):
+                    return False
+                self._finished(d)
+            i += len(outcomes)
+        return True
 
     def _one(self, delivery: Delivery) -> bool:
         if self.sender._abort.is_set() or not self._deliver(delivery):
@@ -602,15 +724,19 @@ class _Lane:
             if self._waiting:
                 self._room.notify()
 
-    def _deliver(self, delivery: Delivery) -> bool:
+    def _deliver(self, delivery: Delivery, failed: DeliveryFailed | None = None) -> bool:
         """True once delivered or dead-lettered; False when aborted (left
-        unacknowledged, so it is sent again after a restart)."""
+        unacknowledged, so it is sent again after a restart). ``failed``:
+        the first attempt was made already (pipelined) and failed so."""
         sender = self.sender
         policy = sender.policy
         attempt = 0
         while True:
             attempt += 1
             try:
+                if failed is not None:
+                    exc, failed = failed, None
+                    raise exc
                 self.target.send(delivery)
                 self.stats.delivered += 1
                 return True

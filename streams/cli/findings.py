@@ -256,7 +256,9 @@ def _emit(batch: list[Any], fmt: str) -> None:
     """One line per delivery, written and flushed once per batch (a flush
     per finding was a write system call per finding)."""
     if fmt == "jsonl":
-        text = "".join([d.finding.to_json().decode() + "\n" for d in batch])
+        from streams.findings.select import encode_finding
+
+        text = "".join([encode_finding(d.finding).decode() + "\n" for d in batch])
     else:
         text = "".join(
             [render_finding_line(d.finding, d.previous_revision) + "\n" for d in batch]

@@ -48,6 +48,7 @@ import orjson
 
 from streams.errors import DeliveryFailed, FencewatchError
 from streams.findings.consumer import Delivery
+from streams.findings.select import encode_finding
 
 __all__ = [
     "DeadLetterFile",
@@ -84,7 +85,7 @@ class RetryPolicy:
 
 
 def _body(delivery: Delivery) -> bytes:
-    return delivery.finding.to_json()
+    return encode_finding(delivery.finding)
 
 
 #: A response head (status line and headers) longer than this is refused.

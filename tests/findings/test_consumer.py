@@ -416,3 +416,43 @@ def test_poll_hands_out_a_read_batch_one_at_a_time_and_keeps_the_rest_after_a_br
     assert [d.offset for d in c.poll_batch(2, 0.1)] == [1, 2]
     assert [d.offset for d in c.poll_batch(500, 0.1)] == [3]
     c.close()
+
+
+def _general_path(raw: bytes) -> Finding:
+    """What decode_finding answered before its fast path: orjson + from_dict."""
+    return Finding.from_dict(json.loads(raw))
+
+
+def test_encode_finding_is_to_json_byte_for_byte() -> None:
+    """The follower's encoder writes what Finding.to_json writes: keys, order,
+    escapes and non-ASCII text alike."""
+    import msgspec
+
+    from streams.findings.select import encode_finding
+
+    odd = 'q"b\\s\n\t\x00\x1f\x7f é ☃ \u2028 😀 </x>'
+    fs = [*fixture_findings(), msgspec.structs.replace(fixture_findings()[-1], workflow_key=odd)]
+    for f in fs:
+        assert encode_finding(f) == f.to_json()
+
+
+def test_decode_finding_answers_as_orjson_and_from_dict_did() -> None:
+    """The msgspec fast path gives the same Finding as the general path for
+    records as written; a record without confidence, with a loose type, or with
+    an unknown key in an evidence entry gets the general path's answer."""
+    from streams.errors import NotAFinding
+    from streams.findings.select import decode_finding
+
+    for f in fixture_findings():
+        got = decode_finding(f.to_json())
+        assert got == f and type(got) is Finding
+        assert all(type(e) is type(f.evidence[0]) for e in got.evidence)
+    doc = fixture_findings()[-1].to_dict()
+    legacy = {k: v for k, v in doc.items() if k != "confidence"}
+    loose = {**doc, "revision": str(doc["revision"])}
+    for variant in (legacy, loose):
+        raw = json.dumps(variant).encode()
+        assert decode_finding(raw) == _general_path(raw)
+    extra = {**doc, "evidence": [{**doc["evidence"][0], "later": 1}]}
+    with pytest.raises(NotAFinding, match="later"):
+        decode_finding(json.dumps(extra).encode())

@@ -698,12 +698,14 @@ class _Lane:
                 i += 1
                 continue
             failed: list[tuple[Delivery, DeliveryFailed]] = []
+            delivered: list[Delivery] = []
             for d, outcome in zip(group, outcomes, strict=False):
                 if outcome is None:
-                    self.stats.delivered += 1
-                    self._finished(d)
+                    delivered.append(d)
                 else:
                     failed.append((d, outcome))
+            self.stats.delivered += len(delivered)
+            self._finished(*delivered)
             for d, exc in failed:
                 if not self._deliver(d, exc):
                     return False
@@ -717,13 +719,17 @@ class _Lane:
         self._finished(delivery)
         return True
 
-    def _finished(self, delivery: Delivery) -> None:
-        """Delivered or dead-lettered: acknowledged, and its room freed."""
-        self.sender._done(delivery)
-        with self._lock:
-            self.count -= 1
-            if self._waiting:
-                self._room.notify()
+    def _finished(self, *deliveries: Delivery) -> None:
+        """Delivered or dead-lettered: acknowledged, and their room freed
+        (one lock and at most one wake-up for a pipeline's worth)."""
+        done = self.sender._done
+        for d in deliveries:
+            done(d)
+        if deliveries:
+            with self._lock:
+                self.count -= len(deliveries)
+                if self._waiting:
+                    self._room.notify()
 
     def _deliver(self, delivery: Delivery, failed: DeliveryFailed | None = None) -> bool:
         """True once delivered or dead-lettered; False when aborted (left

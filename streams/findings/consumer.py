@@ -23,8 +23,9 @@ Guarantees (docs/operate.md):
 * ``read_committed``: findings of an aborted processor transaction are never seen.
 * Bounded memory: the revisions seen are kept for ``max_tracked`` finding ids
   (see :class:`~streams.findings.select.RevisionTracker` for what happens at
-  the bound); acknowledgements pending are bounded by what the caller keeps
-  in flight.
+  the bound); a read holds at most one batch (``DEFAULT_BATCH`` records, or
+  what :meth:`FindingsConsumer.poll_batch` asks for) not handed out yet;
+  acknowledgements pending are bounded by what the caller keeps in flight.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from __future__ import annotations
 import queue
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -64,6 +65,8 @@ __all__ = [
 
 #: Findings a bounded read (:meth:`FindingsConsumer.latest`) holds at most.
 DEFAULT_MAX_FINDINGS = 1_000_000
+#: Records one :meth:`FindingsConsumer.poll_batch` reads at most (by default).
+DEFAULT_BATCH = 500
 _MAX_KEPT_ERRORS = 5
 
 
@@ -74,6 +77,8 @@ class TopicReader(Protocol):
     def finished(self) -> bool: ...
 
     def poll(self, timeout: float) -> TopicRecord | None: ...
+
+    def consume(self, max_records: int, timeout: float) -> list[TopicRecord]: ...
 
     def commit(self, positions: Mapping[int, int], *, asynchronous: bool) -> None: ...
 
@@ -177,7 +182,10 @@ class _Positions:
 
     @property
     def in_flight(self) -> int:
-        return sum(len(d) for d in self._open.values())
+        # Acknowledged behind one that is not: still open, but not in flight.
+        return sum(len(d) for d in self._open.values()) - sum(
+            len(s) for s in self._acked.values()
+        )
 
 
 class FindingsConsumer:
@@ -203,7 +211,10 @@ class FindingsConsumer:
         #: Bounded reads: finding id -> a newer revision the filter refused.
         self._superseded: dict[str, int] = {}
         self._positions = _Positions()
-        self._acks: queue.SimpleQueue[tuple[int, int]] = queue.SimpleQueue()
+        #: Deliveries read (a batch) and not handed out yet by poll().
+        self._ready: deque[Delivery] = deque()
+        #: Acknowledged (partition, offset) pairs, a sequence per put (ack_all).
+        self._acks: queue.SimpleQueue[Sequence[tuple[int, int]]] = queue.SimpleQueue()
         #: Positions sent to the broker, and those it confirmed stored.
         self._committed: dict[int, int] = {}
         self._stored: dict[int, int] = {}
@@ -222,8 +233,9 @@ class FindingsConsumer:
 
     @property
     def finished(self) -> bool:
-        """A bounded read (``follow=False``) has reached its end snapshot."""
-        return self._tail.finished
+        """A bounded read (``follow=False``) has reached its end snapshot and
+        handed out every delivery read."""
+        return self._tail.finished and not self._ready
 
     @property
     def stopping(self) -> bool:
@@ -238,21 +250,50 @@ class FindingsConsumer:
         """The next finding revision to deliver, or None if none came within
         ``timeout``. Records not delivered (filtered, not newer, not a
         finding) are acknowledged here; a delivery must be :meth:`ack`-ed."""
+        # Read a batch at a time (one call into the client per batch, not
+        # per record) and hand it out one by one; what is not handed out yet
+        # waits in _ready, begun but not acknowledged (so not committed).
+        ready = self._ready
+        if not ready:
+            ready.extend(self._read_batch(DEFAULT_BATCH, timeout))
+            if not ready:
+                return None
+        return ready.popleft()
+
+    def poll_batch(
+        self, max_records: int = DEFAULT_BATCH, timeout: float = 1.0
+    ) -> list[Delivery]:
+        """The finding revisions to deliver among the next (at most)
+        ``max_records`` records, in read order; empty if none came within
+        ``timeout``. As :meth:`poll`, one batch at a time: one read from the
+        client, not one per record. Each delivery must be acknowledged
+        (:meth:`ack` or :meth:`ack_all`)."""
+        ready = self._ready
+        if ready:  # left by poll(): handed out first, in order
+            n = min(max_records, len(ready))
+            return [ready.popleft() for _ in range(n)]
+        return self._read_batch(max_records, timeout)
+
+    def _read_batch(self, max_records: int, timeout: float) -> list[Delivery]:
         deadline = time.monotonic() + timeout
+        positions = self._positions
         while True:
             self._drain_acks()
             self.maybe_commit()
             left = deadline - time.monotonic()
-            rec = self._tail.poll(max(left, 0.0))
-            if rec is None:
-                return None
-            self._positions.begin(rec.partition, rec.offset)
-            delivery = self._admit(rec)
-            if delivery is not None:
-                return delivery
-            self._positions.ack(rec.partition, rec.offset)
-            if left <= 0:
-                return None
+            recs = self._tail.consume(max_records, max(left, 0.0))
+            if not recs:
+                return []
+            out: list[Delivery] = []
+            for rec in recs:
+                positions.begin(rec.partition, rec.offset)
+                delivery = self._admit(rec)
+                if delivery is None:
+                    positions.ack(rec.partition, rec.offset)
+                else:
+                    out.append(delivery)
+            if out or left <= 0:
+                return out
 
     def _admit(self, rec: TopicRecord) -> Delivery | None:
         st = self.stats
@@ -291,21 +332,28 @@ class FindingsConsumer:
     def ack(self, delivery: Delivery) -> None:
         """The handler is done with ``delivery``: its position may be
         committed. Thread-safe."""
-        self._acks.put((delivery.partition, delivery.offset))
+        self._acks.put(((delivery.partition, delivery.offset),))
+
+    def ack_all(self, deliveries: Sequence[Delivery]) -> None:
+        """:meth:`ack` for each of ``deliveries``, in one hand-off. Thread-safe."""
+        if deliveries:
+            self._acks.put([(d.partition, d.offset) for d in deliveries])
 
     def _drain_acks(self) -> None:
+        ack = self._positions.ack
         while True:
             try:
-                p, o = self._acks.get_nowait()
+                done = self._acks.get_nowait()
             except queue.Empty:
                 return
-            self._positions.ack(p, o)
+            for p, o in done:
+                ack(p, o)
 
     @property
     def in_flight(self) -> int:
         """Records handed out and not acknowledged yet."""
         self._drain_acks()
-        return self._positions.in_flight
+        return self._positions.in_flight - len(self._ready)
 
     # -- positions ------------------------------------------------------------
 

@@ -13,7 +13,12 @@ so a killed follower resends at most what was in flight or uncommitted.
 
 Webhook: ``POST`` of the finding JSON with ``Content-Type: application/json``
 and ``Idempotency-Key: <finding_id>/<revision>``; 2xx is success; 5xx, 408,
-429 and connection errors/timeouts are retried.
+429 and connection errors/timeouts are retried. With ``pipeline`` > 1 a lane
+sends the first attempts of what it has queued as pipelined HTTP/1.1
+requests (at most one revision of a finding per pipeline, so a retried
+failure is never overtaken by its finding's next revision; findings of one
+lane may then arrive out of order), and stops pipelining to a server that
+closes or stops answering part-way.
 
 Command: ``/bin/sh -c CMD`` with the finding JSON on stdin and
 ``FENCEWATCH_FINDING_ID``, ``_REVISION``, ``_KIND``, ``_SEVERITY``,
@@ -25,7 +30,6 @@ Command: ``/bin/sh -c CMD`` with the finding JSON on stdin and
 from __future__ import annotations
 
 import os
-import queue
 import socket
 import ssl
 import subprocess
@@ -33,17 +37,18 @@ import threading
 import time
 import urllib.parse
 import zlib
+from collections import deque
 from collections.abc import Callable, Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 import orjson
 
 from streams.errors import DeliveryFailed, FencewatchError
 from streams.findings.consumer import Delivery
+from streams.findings.select import encode_finding
 
 __all__ = [
     "DeadLetterFile",
@@ -80,11 +85,15 @@ class RetryPolicy:
 
 
 def _body(delivery: Delivery) -> bytes:
-    return delivery.finding.to_json()
+    return encode_finding(delivery.finding)
 
 
 #: A response head (status line and headers) longer than this is refused.
 _MAX_HEAD = 64 * 1024
+#: Pipelined requests stop at about this many bytes per write: what is sent
+#: before any answer is read must fit in the socket buffers, or a server that
+#: stops reading while its answers are not read would stall both sides.
+_PIPELINE_BYTES = 64 * 1024
 
 
 class _BadResponse(Exception):
@@ -157,6 +166,11 @@ class _HttpConnection:
         """Send ``request``; read the answer. Returns (status, whether the
         server closes the connection after it)."""
         self.sock.sendall(request)
+        return self.answer()
+
+    def answer(self) -> tuple[int, bool]:
+        """Read the next answer: (status, whether the server closes the
+        connection after it)."""
         while True:
             lines = self._head().split(b"\r\n")
             status = lines[0].split(None, 2)
@@ -195,7 +209,9 @@ class WebhookTarget:
     a fresh one: the server may have closed an idle connection (a repeat the
     receiver drops by the idempotency key)."""
 
-    def __init__(self, url: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, *, timeout_s: float = 10.0, pipeline: int = 1) -> None:
+        if pipeline < 1:
+            raise ValueError("pipeline must be >= 1")
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"webhook URL must be http:// or https://HOST..., got {url!r}")
@@ -218,6 +234,11 @@ class WebhookTarget:
             "User-Agent: fencewatch-findings\r\n"
         ).encode()
         self._conn: _HttpConnection | None = None
+        #: Requests :meth:`send_many` sends before reading the answers (1:
+        #: one at a time, the default: a retried failure is then never
+        #: overtaken by a later finding); set to 1 once the server showed it
+        #: does not take pipelined requests.
+        self.pipeline = pipeline
 
     def _connection(self) -> tuple[_HttpConnection, bool]:
         if self._conn is not None:
@@ -239,7 +260,7 @@ class WebhookTarget:
             self._conn.close()
             self._conn = None
 
-    def send(self, delivery: Delivery) -> None:
+    def _request(self, delivery: Delivery) -> bytes:
         key = delivery.idempotency_key
         if not key.isascii() or "\r" in key or "\n" in key:
             raise DeliveryFailed(
@@ -247,13 +268,83 @@ class WebhookTarget:
                 retriable=False,
             )
         body = _body(delivery)
-        request = b"".join(
+        return b"".join(
             (
                 self._prefix,
                 f"Idempotency-Key: {key}\r\nContent-Length: {len(body)}\r\n\r\n".encode(),
                 body,
             )
         )
+
+    def _failed(self, code: int) -> DeliveryFailed:
+        retriable = code >= 500 or code in (408, 429)
+        return DeliveryFailed(f"{self.url} answered {code}", retriable=retriable)
+
+    def send_many(self, deliveries: Sequence[Delivery]) -> list[DeliveryFailed | None]:
+        """The first attempt of several deliveries as pipelined HTTP/1.1
+        requests: up to ``pipeline`` requests (and about 64 KiB) in one write,
+        then their answers in order (one round trip and a few system calls
+        for all, where one request at a time costs a round trip and two
+        system calls each, on both sides). Returns the outcome of a prefix of
+        ``deliveries`` (None: delivered; else the failed attempt); the rest
+        were not answered and are for :meth:`send` (possibly on the server,
+        so a receiver may see them twice: the idempotency key tells).
+
+        A server that closes the connection part-way or stops answering
+        (one that does not take pipelined requests) turns pipelining off for
+        this target: every later delivery goes through :meth:`send`."""
+        if self.pipeline <= 1 or len(deliveries) <= 1:
+            return []
+        outcomes: list[DeliveryFailed | None] = []
+        requests: list[bytes] = []
+        size = 0
+        for d in deliveries[: self.pipeline]:
+            try:
+                request = self._request(d)
+            except DeliveryFailed as exc:
+                if requests:
+                    break  # send what is built; this one through send()
+                return [exc]
+            requests.append(request)
+            size += len(request)
+            if size >= _PIPELINE_BYTES:
+                break
+        if len(requests) == 1:
+            return []
+        payload = b"".join(requests)
+        for _ in range(2):  # once more on a fresh connection if a reused one died at once
+            try:
+                conn, reused = self._connection_or_fail()
+            except DeliveryFailed as exc:
+                return [exc]
+            try:
+                conn.sock.sendall(payload)
+                while len(outcomes) < len(requests):
+                    code, close = conn.answer()
+                    outcomes.append(None if 200 <= code < 300 else self._failed(code))
+                    if close:
+                        self.close()
+                        if len(outcomes) < len(requests):
+                            self.pipeline = 1  # it answers one request per connection
+                        return outcomes
+                return outcomes
+            except (OSError, ValueError, _BadResponse) as exc:  # reset, timeout, garbage
+                self.close()
+                if reused and not outcomes:
+                    continue  # the server may have closed an idle connection
+                # Sent, then answered part-way or not at all: perhaps a server
+                # that does not take pipelined requests (one that closes
+                # with requests unread resets the connection, which can lose
+                # the answer it sent). Not pipelined to again.
+                self.pipeline = 1
+                if outcomes:
+                    return outcomes
+                reason = getattr(exc, "reason", None) or exc or type(exc).__name__
+                return [DeliveryFailed(f"{self.url}: {reason}", retriable=True)]
+        return outcomes
+
+    def send(self, delivery: Delivery) -> None:
+        request = self._request(delivery)
         while True:
             conn, reused = self._connection_or_fail()
             try:
@@ -268,8 +359,7 @@ class WebhookTarget:
                 self.close()
             if 200 <= code < 300:
                 return
-            retriable = code >= 500 or code in (408, 429)
-            raise DeliveryFailed(f"{self.url} answered {code}", retriable=retriable)
+            raise self._failed(code)
 
     def _connection_or_fail(self) -> tuple[_HttpConnection, bool]:
         try:
@@ -382,7 +472,14 @@ class HookSender:
     (``targets``: one, or several of the same kind, e.g. one
     :class:`WebhookTarget` per connection). ``done`` is called (on a sender
     thread, so it must be thread-safe, as :meth:`FindingsConsumer.ack` is)
-    for each delivery once it was delivered or dead-lettered."""
+    for each delivery once it was delivered or dead-lettered.
+
+    The bound: each lane holds at most its share of ``max_in_flight``
+    deliveries (queued or being tried); :meth:`submit_batch` blocks while a
+    lane it has deliveries for is full, so a slow target holds up the reader,
+    never grows memory. A batch is handed to a lane in one step (one lock and
+    one wake-up, not one per finding), and a lane takes everything queued
+    when it wakes."""
 
     def __init__(
         self,
@@ -417,30 +514,39 @@ class HookSender:
     @property
     def pending(self) -> int:
         """Deliveries queued or being tried (not yet delivered or dead-lettered)."""
-        return sum(lane.queue.qsize() + lane.busy for lane in self._lanes)
+        return sum(lane.count for lane in self._lanes)
 
     def submit(self, delivery: Delivery, *, stopping: Callable[[], bool] | None = None) -> bool:
-        """Queue ``delivery`` on its finding's lane; blocks while that lane's
-        share of ``max_in_flight`` is queued, unless ``stopping()`` turns true
-        (then returns False: not queued, so not acknowledged). Raises a
-        sender's fatal error (a dead-letter file that cannot be written), if
-        any."""
+        """:meth:`submit_batch` of one delivery."""
+        return self.submit_batch([delivery], stopping=stopping)
+
+    def submit_batch(
+        self, deliveries: Sequence[Delivery], *, stopping: Callable[[], bool] | None = None
+    ) -> bool:
+        """Queue each delivery on its finding's lane, in order; blocks while
+        a lane's share of ``max_in_flight`` is taken, unless ``stopping()``
+        turns true (then returns False: the deliveries not queued yet are not
+        acknowledged, so a restart sends them). Raises a sender's fatal error
+        (a dead-letter file that cannot be written), if any."""
+        self._raise_failure()
         lanes = self._lanes
-        lane = lanes[zlib.crc32(delivery.finding.finding_id.encode()) % len(lanes)]
-        while True:
-            self._raise_failure()
-            try:
-                lane.queue.put(delivery, timeout=0.2)
-                return True
-            except queue.Full:
-                if stopping is not None and stopping():
-                    return False
+        n = len(lanes)
+        if n == 1:
+            per_lane = [list(deliveries)]
+        else:
+            per_lane = [[] for _ in range(n)]
+            for d in deliveries:
+                per_lane[zlib.crc32(d.finding.finding_id.encode()) % n].append(d)
+        for lane, items in zip(lanes, per_lane, strict=True):
+            if items and not lane.put(items, stopping):
+                return False
+        return True
 
     def stop_now(self) -> None:
         """Give up the queued deliveries (they stay unacknowledged): a lane
         stops after its current attempt, and :meth:`close` returns at once
         without waiting for a lane still in an attempt. Safe from a signal
-        handler."""
+        handler (it takes no lock: a lane sees the flag within its idle wait)."""
         self._stop_now.set()
         self._abort.set()
 
@@ -453,18 +559,9 @@ class HookSender:
         stop and close the targets that have a ``close()`` (the webhook's
         connections); what is left is not acknowledged. Raises the fatal
         error, if any."""
-        # Waits in short slices, so that stop_now() (a second Ctrl-C) ends it.
         deadline = time.monotonic() + drain_timeout_s
         for lane in self._lanes:
-            while not self._stop_now.is_set():
-                try:
-                    lane.queue.put(None, timeout=0.1)
-                    break
-                except queue.Full:
-                    if time.monotonic() >= deadline:
-                        self._abort.set()
-                        with suppress(queue.Empty):  # room for the end marker
-                            lane.queue.get_nowait()
+            lane.finish()
         self._join(deadline)
         if not self._stop_now.is_set() and any(lane.thread.is_alive() for lane in self._lanes):
             self._abort.set()
@@ -483,6 +580,7 @@ class HookSender:
         self._raise_failure()
 
     def _join(self, deadline: float) -> None:
+        # Waits in short slices, so that stop_now() (a second Ctrl-C) ends it.
         for lane in self._lanes:
             while lane.thread.is_alive() and not self._stop_now.is_set():
                 remaining = deadline - time.monotonic()
@@ -491,46 +589,161 @@ class HookSender:
                 lane.thread.join(min(0.1, remaining))
 
 
+#: How long an idle lane waits before looking at the stop flags again
+#: (stop_now() sets them from a signal handler, which must not take a lock).
+_IDLE_CHECK_S = 0.2
+
+
 class _Lane:
-    """One sender thread, its target and its queue."""
+    """One sender thread, its target and its bounded queue."""
 
     def __init__(self, sender: HookSender, target: HookTarget, size: int, index: int) -> None:
         self.sender = sender
         self.target = target
         self.stats = HookStats()
-        #: 1 while a delivery is being tried (for ``HookSender.pending``).
-        self.busy = 0
-        self.queue: queue.Queue[Delivery | None] = queue.Queue(maxsize=size)
+        self.capacity = size
+        #: Deliveries queued or being tried (at most ``capacity``).
+        self.count = 0
+        self._queue: deque[Delivery] = deque()
+        self._finishing = False
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._room = threading.Condition(self._lock)
+        #: A submitter waits for room (the lane wakes it as deliveries finish).
+        self._waiting = False
         self.thread = threading.Thread(
             target=self._loop, name=f"fencewatch-hook-{index}", daemon=True
         )
         self.thread.start()
 
+    def put(self, items: list[Delivery], stopping: Callable[[], bool] | None) -> bool:
+        """Queue ``items`` in order, as many at a time as there is room for;
+        False if ``stopping()`` turned true first (the rest not queued)."""
+        sender = self.sender
+        i, n = 0, len(items)
+        with self._lock:
+            while i < n:
+                room = self.capacity - self.count
+                if room > 0:
+                    take = items[i : i + room]
+                    self._queue.extend(take)
+                    self.count += len(take)
+                    i += len(take)
+                    self._work.notify()
+                    continue
+                if stopping is not None and stopping():
+                    return False
+                if sender._failure is not None:
+                    break
+                self._waiting = True
+                self._room.wait(0.2)
+                self._waiting = False
+        sender._raise_failure()
+        return True
+
+    def finish(self) -> None:
+        """End the thread once the queue is empty."""
+        with self._lock:
+            self._finishing = True
+            self._work.notify()
+
+    def _take(self) -> list[Delivery] | None:
+        """Everything queued (waiting for some), or None when the lane ends."""
+        sender = self.sender
+        with self._lock:
+            while not self._queue:
+                if self._finishing or sender._abort.is_set():
+                    return None
+                self._work.wait(_IDLE_CHECK_S)
+            batch = list(self._queue)
+            self._queue.clear()
+            return batch
+
     def _loop(self) -> None:
         sender = self.sender
         try:
-            while True:
-                item = self.queue.get()
-                if item is None or sender._abort.is_set():
-                    return
-                self.busy = 1
-                try:
-                    if self._deliver(item):
-                        sender._done(item)
-                finally:
-                    self.busy = 0
+            send_many = getattr(self.target, "send_many", None)
+            while (batch := self._take()) is not None:
+                if callable(send_many):
+                    done = self._pipelined(batch, send_many)
+                else:
+                    done = all(self._one(item) for item in batch)
+                if not done:
+                    return  # aborted: the rest stays unacknowledged (a restart sends it)
         except BaseException as exc:  # reported to the polling thread by submit()/close()
             sender._failure = exc
 
-    def _deliver(self, delivery: Delivery) -> bool:
+    def _pipelined(
+        self, batch: list[Delivery], send_many: Callable[[list[Delivery]], list[Any]]
+    ) -> bool:
+        """Deliver ``batch`` with first attempts pipelined (send_many) in
+        groups that hold one revision of a finding at most: a failed one is
+        retried after the group, so a later revision of it must not be in
+        the group (the receiver would see the revisions out of order)."""
+        abort = self.sender._abort
+        i, n = 0, len(batch)
+        while i < n:
+            if abort.is_set():
+                return False
+            ids: set[str] = set()
+            j = i
+            while j < n and batch[j].finding.finding_id not in ids:
+                ids.add(batch[j].finding.finding_id)
+                j += 1
+            group = batch[i:j]
+            outcomes = send_many(group)
+            if not outcomes:  # not pipelined: the first one on its own
+                if not self._one(group[0]):
+                    return False
+                i += 1
+                continue
+            failed: list[tuple[Delivery, DeliveryFailed]] = []
+            delivered: list[Delivery] = []
+            for d, outcome in zip(group, outcomes, strict=False):
+                if outcome is None:
+                    delivered.append(d)
+                else:
+                    failed.append((d, outcome))
+            self.stats.delivered += len(delivered)
+            self._finished(*delivered)
+            for d, exc in failed:
+                if not self._deliver(d, exc):
+                    return False
+                self._finished(d)
+            i += len(outcomes)
+        return True
+
+    def _one(self, delivery: Delivery) -> bool:
+        if self.sender._abort.is_set() or not self._deliver(delivery):
+            return False
+        self._finished(delivery)
+        return True
+
+    def _finished(self, *deliveries: Delivery) -> None:
+        """Delivered or dead-lettered: acknowledged, and their room freed
+        (one lock and at most one wake-up for a pipeline's worth)."""
+        done = self.sender._done
+        for d in deliveries:
+            done(d)
+        if deliveries:
+            with self._lock:
+                self.count -= len(deliveries)
+                if self._waiting:
+                    self._room.notify()
+
+    def _deliver(self, delivery: Delivery, failed: DeliveryFailed | None = None) -> bool:
         """True once delivered or dead-lettered; False when aborted (left
-        unacknowledged, so it is sent again after a restart)."""
+        unacknowledged, so it is sent again after a restart). ``failed``:
+        the first attempt was made already (pipelined) and failed so."""
         sender = self.sender
         policy = sender.policy
         attempt = 0
         while True:
             attempt += 1
             try:
+                if failed is not None:
+                    exc, failed = failed, None
+                    raise exc
                 self.target.send(delivery)
                 self.stats.delivered += 1
                 return True

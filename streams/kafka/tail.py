@@ -40,7 +40,8 @@ __all__ = ["TopicTail"]
 
 class TopicTail:
     """Reads ``topic`` from its start positions; :meth:`poll` returns one
-    record at a time. Not thread-safe: one thread polls and commits."""
+    record at a time, :meth:`consume` a batch. Not thread-safe: one thread
+    polls and commits."""
 
     def __init__(
         self,
@@ -162,6 +163,60 @@ class TopicTail:
                 self._done(p, TopicPartition, OFFSET_END)
             return rec
         return None
+
+    def consume(self, max_records: int, timeout: float) -> list[TopicRecord]:
+        """Up to ``max_records`` records, waiting at most ``timeout`` for the
+        first: what the client has fetched, in one or two calls (``poll`` per
+        record costs a hand-off between librdkafka and Python each; at 2,000
+        findings/s that was a visible share of the follower's CPU). Empty when
+        none came (or the bounded read is finished)."""
+        from confluent_kafka import OFFSET_END, KafkaError, TopicPartition
+
+        out: list[TopicRecord] = []
+        deadline = time.monotonic() + timeout
+        c = self._consumer
+        while not out and not self.finished:
+            with self._reading:
+                # What is there now; else wait for one record and take what
+                # came with it. Not consume(n, timeout): it waits until n
+                # records came or the timeout passed, a latency of up to the
+                # timeout on a topic that is not busy.
+                msgs = c.consume(max_records, 0)
+                if not msgs:
+                    first = c.poll(max(deadline - time.monotonic(), 0.0))
+                    if first is None:
+                        return out
+                    msgs = [first]
+                    if max_records > 1:
+                        msgs += c.consume(max_records - 1, 0)
+            pending, ends = self._pending, self.end_positions
+            for msg in msgs:
+                err = msg.error()
+                p = msg.partition()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        self._done(p, TopicPartition, OFFSET_END)
+                        continue
+                    if err.retriable():
+                        continue
+                    # Records before it in this batch are dropped, never
+                    # acknowledged: a restart reads them again.
+                    raise from_kafka_error(err, f"reading {self.topic}")
+                offset = msg.offset()
+                if p is None or offset is None or p not in pending:
+                    continue
+                if ends is not None and offset >= ends[p]:
+                    self._done(p, TopicPartition, OFFSET_END)
+                    continue
+                ts_type, ts = msg.timestamp()
+                out.append(TopicRecord(msg.key(), msg.value(), p, offset, ts if ts_type else -1))
+                if ends is not None and offset + 1 >= ends[p]:
+                    self._done(p, TopicPartition, OFFSET_END)
+            # A batch of only end markers or retriable errors: wait again for
+            # records, within what is left of the timeout.
+            if time.monotonic() >= deadline:
+                break
+        return out
 
     def _done(self, p: int | None, tp: Any, end: int) -> None:
         if p in self._pending:

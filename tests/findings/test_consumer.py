@@ -109,7 +109,10 @@ def test_follow_delivers_new_revisions_as_updates_and_never_twice(
     with FindingsConsumer(settings) as c:
         produce_findings(kafka_bootstrap, topic, [one, one, two, one, two])
         deadline = time.monotonic() + 20
-        while c.stats.records < 5:
+        d: Delivery | None = None
+        # Until all five were read and nothing more is handed out (records
+        # are read in batches: the last delivery may follow the last read).
+        while c.stats.records < 5 or d is not None:
             assert time.monotonic() < deadline, f"read {c.stats.records} of 5 records in 20 s"
             d = c.poll(0.2)
             if d is not None:
@@ -205,7 +208,8 @@ def test_follow_under_a_kind_filter_follows_a_shown_finding_through_its_escalati
     with FindingsConsumer(settings) as c:
         produce_findings(kafka_bootstrap, topic, findings)
         deadline = time.monotonic() + 20
-        while c.stats.records < len(findings):
+        d: Delivery | None = None
+        while c.stats.records < len(findings) or d is not None:  # as above: all read and handed out
             assert time.monotonic() < deadline, f"read {c.stats.records} records in 20 s"
             d = c.poll(0.2)
             if d is not None:
@@ -268,6 +272,10 @@ class _AnsweredLate:
     def poll(self, timeout: float) -> object:
         return self._records.pop() if self._records else None
 
+    def consume(self, max_records: int, timeout: float) -> list[object]:
+        out, self._records = self._records[:max_records], self._records[max_records:]
+        return out
+
     def commit(self, positions: dict[int, int], *, asynchronous: bool) -> None:
         self._sent.append((dict(positions), asynchronous))
 
@@ -310,3 +318,141 @@ def test_close_waits_for_the_answer_to_a_commit_in_flight_and_does_not_commit_ag
     c.maybe_commit(force=False)
     c.close()
     assert readers[0]._sent == [({0: 8}, True)]
+
+
+class _ListTail:
+    """A reader port over a list of records, read in batches; records every
+    commit it is asked for."""
+
+    def __init__(self, records: list[object]) -> None:
+        self._records = list(records)
+        self.sent: list[dict[int, int]] = []
+        self.finished = False
+
+    def poll(self, timeout: float) -> object:
+        return self._records.pop(0) if self._records else None
+
+    def consume(self, max_records: int, timeout: float) -> list[object]:
+        out, self._records = self._records[:max_records], self._records[max_records:]
+        return out
+
+    def commit(self, positions: dict[int, int], *, asynchronous: bool) -> None:
+        self.sent.append(dict(positions))
+
+    def commit_results(self) -> list[tuple[int, int, str | None]]:
+        return []
+
+    def settle_commits(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _consumer_over(records: list[object]) -> tuple[FindingsConsumer, _ListTail]:
+    tails: list[_ListTail] = []
+
+    def factory(*_: object, **__: object) -> _ListTail:
+        tails.append(_ListTail(records))
+        return tails[-1]
+
+    c = FindingsConsumer(
+        FindingsSettings(
+            KafkaConnection("127.0.0.1:9"), "t", group="g", follow=True, commit_interval_s=0.0
+        ),
+        tail=factory,  # type: ignore[arg-type]
+    )
+    return c, tails[0]
+
+
+def _at(offset: int, f: Finding | None) -> object:
+    from streams.kafka.reader import TopicRecord
+
+    value = b"not json" if f is None else f.to_json()
+    return TopicRecord(key=b"k", value=value, partition=0, offset=offset, timestamp_ms=-1)
+
+
+def test_a_batch_with_a_bad_record_in_the_middle_delivers_the_rest() -> None:
+    """One read of three records, the middle one not a finding: the other two are
+    delivered in order, the bad one counted, and once both are acknowledged the
+    committed position is past all three."""
+    a, b = synthetic_findings(2, revisions=1)
+    c, tail = _consumer_over([_at(10, a), _at(11, None), _at(12, b)])
+    batch = c.poll_batch(500, 0.1)
+    got = [(d.offset, d.finding.finding_id) for d in batch]
+    assert got == [(10, a.finding_id), (12, b.finding_id)]
+    assert c.stats.not_findings == 1 and c.stats.records == 3
+    assert c.in_flight == 2
+    c.ack_all(batch)
+    c.maybe_commit(force=True)
+    assert tail.sent[-1] == {0: 13}
+    c.close()
+
+
+def test_a_position_is_not_committed_past_a_delivery_of_the_batch_not_acknowledged() -> None:
+    """Of a batch of three, the first and last acknowledged: the position stops
+    before the middle one, so a restart delivers it (and what follows) again."""
+    fs = synthetic_findings(3, revisions=1)
+    c, tail = _consumer_over([_at(20 + i, f) for i, f in enumerate(fs)])
+    batch = c.poll_batch(500, 0.1)
+    c.ack_all([batch[0], batch[2]])
+    c.maybe_commit(force=True)
+    assert tail.sent[-1] == {0: 21}
+    c.ack(batch[1])
+    c.maybe_commit(force=True)
+    assert tail.sent[-1] == {0: 23}
+    c.close()
+
+
+def test_poll_hands_out_a_read_batch_one_at_a_time_and_keeps_the_rest_after_a_break() -> None:
+    """Iteration reads a batch but hands it out one by one: leaving the loop after
+    the first keeps the others, which the next poll_batch returns in order."""
+    fs = synthetic_findings(4, revisions=1)
+    c, _ = _consumer_over([_at(i, f) for i, f in enumerate(fs)])
+    for d in c:
+        assert d.offset == 0
+        break
+    assert c.in_flight == 1  # the first, handed out (acknowledged only when the next is asked for)
+    assert [d.offset for d in c.poll_batch(2, 0.1)] == [1, 2]
+    assert [d.offset for d in c.poll_batch(500, 0.1)] == [3]
+    c.close()
+
+
+def _general_path(raw: bytes) -> Finding:
+    """What decode_finding answered before its fast path: orjson + from_dict."""
+    return Finding.from_dict(json.loads(raw))
+
+
+def test_encode_finding_is_to_json_byte_for_byte() -> None:
+    """The follower's encoder writes what Finding.to_json writes: keys, order,
+    escapes and non-ASCII text alike."""
+    import msgspec
+
+    from streams.findings.select import encode_finding
+
+    odd = 'q"b\\s\n\t\x00\x1f\x7f é ☃ \u2028 😀 </x>'
+    fs = [*fixture_findings(), msgspec.structs.replace(fixture_findings()[-1], workflow_key=odd)]
+    for f in fs:
+        assert encode_finding(f) == f.to_json()
+
+
+def test_decode_finding_answers_as_orjson_and_from_dict_did() -> None:
+    """The msgspec fast path gives the same Finding as the general path for
+    records as written; a record without confidence, with a loose type, or with
+    an unknown key in an evidence entry gets the general path's answer."""
+    from streams.errors import NotAFinding
+    from streams.findings.select import decode_finding
+
+    for f in fixture_findings():
+        got = decode_finding(f.to_json())
+        assert got == f and type(got) is Finding
+        assert all(type(e) is type(f.evidence[0]) for e in got.evidence)
+    doc = fixture_findings()[-1].to_dict()
+    legacy = {k: v for k, v in doc.items() if k != "confidence"}
+    loose = {**doc, "revision": str(doc["revision"])}
+    for variant in (legacy, loose):
+        raw = json.dumps(variant).encode()
+        assert decode_finding(raw) == _general_path(raw)
+    extra = {**doc, "evidence": [{**doc["evidence"][0], "later": 1}]}
+    with pytest.raises(NotAFinding, match="later"):
+        decode_finding(json.dumps(extra).encode())

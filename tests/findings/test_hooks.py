@@ -445,3 +445,173 @@ def test_sigterm_drains_and_commits_so_a_restart_repeats_nothing(
         counts = rx.counts()
     assert len(counts) == len(findings)
     assert max(counts.values()) == 1, "a graceful stop must not cause repeats"
+
+
+def test_a_batch_with_a_refused_finding_in_the_middle_delivers_the_rest(tmp_path: Path) -> None:
+    """submit_batch of five, the third answered 400: the other four are posted once
+    each, the third is dead-lettered after one attempt, and all five are done."""
+    items = _deliveries()
+    done: list[int] = []
+    finished = threading.Event()
+
+    def on_done(d: Delivery) -> None:
+        done.append(d.offset)
+        if len(done) == len(items):
+            finished.set()
+
+    dead = tmp_path / "dead.jsonl"
+    with webhook_receiver() as rx:
+        rx.fail_first[items[2].idempotency_key] = [400]
+        sender = HookSender(
+            [WebhookTarget(rx.url) for _ in range(2)],
+            on_done,
+            policy=FAST,
+            dead_letters=DeadLetterFile(dead),
+        )
+        assert sender.submit_batch(items)
+        assert finished.wait(20)
+        sender.close()
+        assert sorted(rx.keys()) == sorted(items[i].idempotency_key for i in (0, 1, 3, 4))
+    assert sorted(done) == [0, 1, 2, 3, 4]
+    letters = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert [(x["idempotency_key"], x["attempts"]) for x in letters] == [
+        (items[2].idempotency_key, 1)
+    ]
+
+
+class _Gate:
+    """A hook target that holds every send until released."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.sent: list[int] = []
+
+    def send(self, delivery: Delivery) -> None:
+        self.open.wait(20)
+        self.sent.append(delivery.offset)
+
+
+def test_submit_batch_holds_at_most_max_in_flight_and_gives_up_the_rest_when_stopping(
+    tmp_path: Path,
+) -> None:
+    """A target that does not answer: of a batch of ten, max_in_flight (4) are
+    taken; submit_batch returns False once stopping() is true, and only those four
+    are delivered (and reported done) after the target answers again."""
+    gate = _Gate()
+    done: list[int] = []
+    sender = HookSender(
+        gate, lambda d: done.append(d.offset), policy=FAST,
+        dead_letters=DeadLetterFile(tmp_path / "dead.jsonl"), max_in_flight=4,
+    )  # fmt: skip
+    items = [Delivery(f, 0, i, -1, None) for i, f in enumerate(synthetic_findings(10))]
+    stop_at = time.monotonic() + 0.5
+    assert not sender.submit_batch(items, stopping=lambda: time.monotonic() > stop_at)
+    assert sender.pending == 4
+    gate.open.set()
+    sender.close()
+    assert gate.sent == done == [0, 1, 2, 3]
+    assert sender.pending == 0
+
+
+_OK = (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", False)
+
+
+def test_pipelined_requests_go_on_one_connection_and_each_answer_is_an_outcome() -> None:
+    """send_many of three: all three requests on one connection, their answers
+    read in order; a 503 in the middle is that one's (retriable) failure."""
+    server = _CannedServer([_OK, (b"HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n", False), _OK])
+    target = WebhookTarget(server.url, pipeline=16)
+    items = _deliveries()[:3]
+    try:
+        outcomes = target.send_many(items)
+    finally:
+        target.close()
+        server.close()
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], DeliveryFailed) and outcomes[1].retriable
+    assert [c for c, _, _ in server.requests] == [0, 0, 0]
+    heads = [h.decode() for _, h, _ in server.requests]
+    for head, d in zip(heads, items, strict=True):
+        assert f"Idempotency-Key: {d.idempotency_key}" in head
+
+
+def test_a_server_that_closes_after_one_answer_turns_pipelining_off() -> None:
+    """Connection: close on the first answer of a pipeline: only that one has an
+    outcome (the rest are left to send()), and the target stops pipelining."""
+    close = (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", True)
+    server = _CannedServer([close, _OK])
+    target = WebhookTarget(server.url, pipeline=16)
+    items = _deliveries()[:3]
+    try:
+        assert target.send_many(items) == [None]
+        assert target.pipeline == 1
+        assert target.send_many(items[1:]) == []  # not pipelined any more
+    finally:
+        target.close()
+        server.close()
+
+
+class _OneAnswerPerRead:
+    """A keep-alive server that answers one request per read and drops the rest
+    of what it read: one that does not take pipelined requests. Counts the
+    requests it answered per idempotency key."""
+
+    def __init__(self) -> None:
+        self.answered: list[str] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: socket.socket) -> None:
+        with conn:
+            while chunk := conn.recv(1 << 20):
+                key = chunk.split(b"Idempotency-Key: ")[1].split(b"\r\n")[0]
+                self.answered.append(key.decode())
+                conn.sendall(_OK[0])
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_server_that_ignores_pipelined_requests_gets_every_finding_once_after_a_timeout(
+    tmp_path: Path,
+) -> None:
+    """Against a server that answers only the first of pipelined requests, the
+    lane waits for the second answer (the hook timeout), stops pipelining, and
+    sends the rest one at a time: every finding delivered, each answered once,
+    nothing dead-lettered."""
+    server = _OneAnswerPerRead()
+    items = [Delivery(f, 0, i, -1, None) for i, f in enumerate(synthetic_findings(6, 1))]
+    try:
+        target = WebhookTarget(server.url, timeout_s=0.5, pipeline=16)
+        done, dead = _send_all(target, tmp_path, items)
+    finally:
+        server.close()
+    assert sorted(done) == list(range(6)) and not dead.exists()
+    assert sorted(server.answered) == sorted(d.idempotency_key for d in items)
+
+
+def test_a_pipelined_revision_that_fails_is_retried_before_the_next_revision_is_sent(
+    tmp_path: Path,
+) -> None:
+    """One lane, revision 1 of ten findings then revision 2 of each, f-00003/1
+    answered 503 twice: everything is delivered once, and each finding's
+    revisions arrive in increasing order (a retry never lets a later revision
+    of the same finding overtake it)."""
+    findings = synthetic_findings(10, revisions=2)
+    items = [Delivery(f, 0, i, -1, None) for i, f in enumerate(findings)]
+    with webhook_receiver() as rx:
+        rx.fail_first["f-00003/1"] = [503, 503]
+        done, dead = _send_all(WebhookTarget(rx.url, pipeline=16), tmp_path, items)
+        keys = rx.keys()
+    assert sorted(keys) == sorted(d.idempotency_key for d in items)
+    assert keys.index("f-00003/1") < keys.index("f-00003/2")
+    assert sorted(done) == list(range(len(items))) and not dead.exists()

@@ -38,6 +38,7 @@ from streams.core.detector import (
     Detector,
     KeyState,
     _build,
+    _Ev,
     _finding,
 )
 from streams.core.findings import Finding
@@ -237,6 +238,17 @@ def _severity_order(ref: FindingRef) -> tuple[int, str]:
     return (-SEVERITY_RANK[ref.severity], ref.finding_id)  # type: ignore[index]
 
 
+def _after(ev: _Ev, t: tuple[Any, ...]) -> bool:
+    """``ev.k > t`` (``t`` a sort key from ``displaced_at``), building
+    ``ev.k`` only when the positions tie: the property makes a 6-tuple per
+    call, and :func:`_stale` runs over every retained event of each changed
+    key per batch."""
+    major: int = t[0]
+    if ev.major != major:
+        return ev.major > major
+    return bool(ev.k > t)
+
+
 def _stale(state: KeyState) -> dict[int, list[Any]]:
     """Stale epoch -> [its latest stale event's worker, stale event count,
     latest stale position], from the retained events."""
@@ -248,7 +260,7 @@ def _stale(state: KeyState) -> dict[int, list[Any]]:
         if ev.code == _ACQ or ev.code == _VER:
             continue
         t = disp.get(ev.epoch)
-        if t is None or not ev.k > t:
+        if t is None or not _after(ev, t):
             continue
         entry = stale.get(ev.epoch)
         if entry is None:

@@ -61,6 +61,22 @@ def test_status_json_is_the_records_json(data: st.DataObject) -> None:
         assert status_json(key, state, found, **kw) == (record.to_json(), record.stale_epochs)
 
 
+@pytest.mark.parametrize(
+    "worker", ['w"\\/', "w\u00e9\u2028\U0001f600", "w\x00\x1f\x7f", "w" * 300]
+)
+def test_status_json_keeps_orjsons_bytes_for_escaped_and_unicode_names(worker: str) -> None:
+    """status_json's bytes equal orjson's encoding of the record for names that need escaping."""
+    detector = Detector()
+    state = detector.new_state()
+    events = [acq(1, worker, 1), att(1, worker, 2), acq(2, "w2", 3), att(1, worker, 4)]
+    for i, e in enumerate(events):
+        detector.process(state, e, i)
+    found = findings_of(state, "wf")
+    kw = {"seen_ms": {1: 5}, "event_ms": {4: 2**62}, "updated_ms": 2**62}
+    expected = build_status("wf", state, found, **kw).to_json()
+    assert status_json("wf", state, found, **kw)[0] == expected
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_a_pending_status_encodes_what_status_json_gives_at_its_batch(data: st.DataObject) -> None:

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMIT_EVENTS",
     "CONSUME_SLICE_S",
+    "COUNT_CHECK_S",
     "MAX_BATCH",
     "TRANSACTION_TIMEOUT_MS",
     "FailureAction",
@@ -81,6 +82,10 @@ COMMIT_EVENTS = 50_000
 #: for those sends: commits took ~40 ms against the bare relay's ~11 ms at
 #: 500 events/s). The relay consumes in 5 ms slices.
 CONSUME_SLICE_S = 0.02
+#: The events topic's partition count is re-read this often, in a thread of
+#: its own: a metadata round trip to the broker (seconds when it is away) that
+#: the loop's thread made every 2 s, holding up the records consumed meanwhile.
+COUNT_CHECK_S = 2.0
 #: The broker aborts a transaction left open this long (a killed or paused
 #: worker's): the read_committed outputs of its partitions wait at most this
 #: long for it. Kafka Streams uses the same 10 s under exactly-once v2.
@@ -291,8 +296,11 @@ class RdkafkaEngine:
         self.guard = (
             PartitionGuard(settings.events_topic, partitions) if partitions is not None else None
         )
-        self._next_count_check = 0.0
         self._counter: TopicAdmin | None = None
+        #: A change of the partition count seen by the count watch (its thread).
+        self._count_change: PartitionChange | None = None
+        #: Set by stop(): the count watch's wait ends at once.
+        self._stopped = threading.Event()
         self.metrics = metrics or LiveMetrics()
         self.events_topic = settings.events_topic
         self.changelog = changelog_topic(settings.app_id)
@@ -435,6 +443,7 @@ class RdkafkaEngine:
 
     def stop(self) -> None:
         self.stopping = True
+        self._stopped.set()
 
     @property
     def uncommitted_events(self) -> int:
@@ -453,6 +462,11 @@ class RdkafkaEngine:
             on_lost=self._on_lost,
         )
         interval = self.settings.commit_interval
+        if self.guard is not None:
+            threading.Thread(
+                target=self._watch_count, args=(self.guard,), name="fencewatch-partitions",
+                daemon=True,
+            ).start()
         while not self.stopping:
             if self._pending is not None:
                 self._settle()
@@ -493,12 +507,9 @@ class RdkafkaEngine:
                 elif self._txn_events >= COMMIT_EVENTS:
                     # Held outputs stay bounded: wait for the pending commit.
                     self._settle(block=True)
+            if self._count_change is not None:
+                raise PartitionsChanged(self._count_change)
             now = time.monotonic()
-            if self.guard is not None and now >= self._next_count_check:
-                self._next_count_check = now + 2.0
-                change = self._count_check(self.guard)
-                if change is not None:
-                    raise PartitionsChanged(change)
             if now >= self._next_tick:
                 self._next_tick = now + 1.0
                 self._read_highwaters()
@@ -529,6 +540,16 @@ class RdkafkaEngine:
         self._reset_needed = True
         self._rewind_at = 0.0
 
+    def _watch_count(self, guard: PartitionGuard) -> None:
+        """The count check every :data:`COUNT_CHECK_S` until a change (handed
+        to the loop, which raises it before its next batch) or the stop."""
+        while not self._stopped.is_set():
+            change = self._count_check(guard)
+            if change is not None:
+                self._count_change = change
+                return
+            self._stopped.wait(COUNT_CHECK_S)
+
     def _count_check(self, guard: PartitionGuard) -> PartitionChange | None:
         """The events topic's partition count re-read; a broker that does not
         answer is no change (the next check retries), as in the faust
@@ -551,23 +572,30 @@ class RdkafkaEngine:
         topic = self.events_topic
         held = set(self.assigned)
         expected = self.positions
+        #: The last offset taken per partition (a partition's records come in
+        #: order): the offsets to commit, without a second pass over the batch.
+        last: dict[int, int] = {}
         top = -1
         for m in msgs:
-            if m.error() is not None:
-                err = m.error()
+            err = m.error()
+            if err is not None:
                 if err.fatal():
                     raise BrokerError(f"consumer failed: {err.str()}", code=err.name())
                 log.warning("consumer: %s", err.str())
                 continue
-            p, offset = m.partition(), m.offset()
-            if p > top:
-                top = p
+            p = m.partition()
+            offset = m.offset()
             # Only the partitions held now, and never an offset already
             # processed (a record fetched again after a rewind or rebalance).
             if p not in held or offset < expected.get(p, -1):
+                if p > top:
+                    top = p
                 continue
+            last[p] = offset
             ts_type, ts = m.timestamp()
             append(_Rec(topic, p, offset, m.key(), m.value(), ts if ts_type else None))
+        if last:
+            top = max(top, max(last))
         guard = self.guard
         if guard is not None and top >= 0:
             # Before any record of the batch is processed: the open transaction
@@ -610,8 +638,8 @@ class RdkafkaEngine:
             changes[key, partition] = value  # once per key per transaction
         self.values.write([(key, value) for key, _partition, value in outcome.states])
         offsets, positions = self._txn_offsets, self.positions
-        for rec in recs:
-            offsets[rec.partition] = positions[rec.partition] = rec.offset + 1
+        for p, offset in last.items():
+            offsets[p] = positions[p] = offset + 1
         self._txn_events += len(recs)
         self.processed += len(recs)
         self.metrics.record_batch(len(recs), outcome)

@@ -81,11 +81,12 @@ COMMIT_EVENTS = 50_000
 #: the commit little is still on its way to the broker (waiting the whole
 #: interval produced everything just before the commit, which then waited
 #: for those sends: commits took ~40 ms against the bare relay's ~11 ms at
-#: 500 events/s). The relay consumes in 5 ms slices, and so does the loop
-#: now: a quiet worker's consume() returns only at the slice's end (a busy
-#: one's at MAX_BATCH records), so each event waited up to the slice in it
-#: before being processed (20 ms before, 2026-12-03).
-CONSUME_SLICE_S = 0.005
+#: 500 events/s). The relay consumes in 5 ms slices; 5 ms here (tried
+#: 2026-12-03) made a worker that catches up with its fetcher take smaller
+#: batches (more CPU per event): quiet, back to back, 74,863 / 87,935
+#: events/s against 103,172 / 92,858 with 20 ms, and no better p99 at
+#: 2,000 events/s (docs/performance.md).
+CONSUME_SLICE_S = 0.02
 #: The events topic's partition count is re-read this often, in a thread of
 #: its own: a metadata round trip to the broker (seconds when it is away) that
 #: the loop's thread made every 2 s, holding up the records consumed meanwhile.

@@ -288,8 +288,10 @@ class Processor:
         headers: Headers = (
             (HEADER_FINDING_ID, finding.finding_id.encode()),
             (HEADER_REVISION, str(finding.revision).encode()),
-            (HEADER_SEVERITY, finding.severity.value.encode()),
-            (HEADER_KIND, finding.kind.value.encode()),
+            # StrEnums: their own str.encode, not the ``value`` property (an
+            # interpreted descriptor, ~1 % of a 2,000 events/s worker, py-spy).
+            (HEADER_SEVERITY, finding.severity.encode()),
+            (HEADER_KIND, finding.kind.encode()),
         )
         return OutRecord(
             self.findings_topic, finding.workflow_key.encode("utf-8"), finding.to_json(), headers

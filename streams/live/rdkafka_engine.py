@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import queue
 import socket
 import threading
 import time
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMIT_EVENTS",
     "CONSUME_SLICE_S",
+    "COUNT_CHECK_S",
     "MAX_BATCH",
     "TRANSACTION_TIMEOUT_MS",
     "FailureAction",
@@ -79,8 +81,16 @@ COMMIT_EVENTS = 50_000
 #: the commit little is still on its way to the broker (waiting the whole
 #: interval produced everything just before the commit, which then waited
 #: for those sends: commits took ~40 ms against the bare relay's ~11 ms at
-#: 500 events/s). The relay consumes in 5 ms slices.
+#: 500 events/s). The relay consumes in 5 ms slices; 5 ms here (tried
+#: 2026-12-03) made a worker that catches up with its fetcher take smaller
+#: batches (more CPU per event): quiet, back to back, 74,863 / 87,935
+#: events/s against 103,172 / 92,858 with 20 ms, and no better p99 at
+#: 2,000 events/s (docs/performance.md).
 CONSUME_SLICE_S = 0.02
+#: The events topic's partition count is re-read this often, in a thread of
+#: its own: a metadata round trip to the broker (seconds when it is away) that
+#: the loop's thread made every 2 s, holding up the records consumed meanwhile.
+COUNT_CHECK_S = 2.0
 #: The broker aborts a transaction left open this long (a killed or paused
 #: worker's): the read_committed outputs of its partitions wait at most this
 #: long for it. Kafka Streams uses the same 10 s under exactly-once v2.
@@ -163,7 +173,7 @@ class _CallHung(Exception):
 
 class _Pending:
     """A transaction's commit (``send_offsets_to_transaction`` then
-    ``commit_transaction``) running in a daemon thread while the loop goes
+    ``commit_transaction``) running in the :class:`_Committer`'s thread while the loop goes
     on consuming and processing the next events (their outputs are held
     until it ends: a transactional producer has one transaction at a time).
 
@@ -182,7 +192,10 @@ class _Pending:
     still running ``bound`` seconds after it began is taken for hung
     (:meth:`hung`); the thread is left to finish, or not, on its own."""
 
-    __slots__ = ("bound", "call", "call_began", "done", "error", "events", "producer", "status")
+    __slots__ = (
+        "bound", "call", "call_began", "done", "error", "events", "meta", "offsets", "producer",
+        "status", "timeout",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -204,14 +217,14 @@ class _Pending:
         self.call_began = time.monotonic()
         self.error: BaseException | None = None
         self.done = threading.Event()
-        threading.Thread(
-            target=self._run, args=(offsets, meta, timeout), name="fencewatch-commit", daemon=True
-        ).start()
+        self.offsets, self.meta, self.timeout = offsets, meta, timeout
 
-    def _run(self, offsets: list[Any], meta: Any, timeout: float) -> None:
+    def run(self) -> None:
+        """The commit's calls (in the :class:`_Committer`'s thread)."""
         from confluent_kafka import KafkaException
 
-        producer = self.producer
+        producer, offsets, meta, timeout = self.producer, self.offsets, self.meta, self.timeout
+        self.call_began = time.monotonic()
         try:
             if offsets:
                 producer.send_offsets_to_transaction(offsets, meta, timeout)
@@ -245,6 +258,29 @@ class _Pending:
             if now >= limit:
                 return
             self.done.wait(limit - now)
+
+
+class _Committer:
+    """The thread that runs the commits (:meth:`_Pending.run`), one at a
+    time, started once. A thread started per commit held the loop up to
+    several ms per commit on a loaded machine (``Thread.start`` waits until
+    the new thread has run): 2.8 % of the loop's wall time at 2,000 events/s
+    (py-spy, load average 14-17, 2026-12-03). A commit found hung keeps its
+    thread: the engine starts a new committer and leaves that one to finish,
+    or not (as it left a hung commit's own thread before)."""
+
+    __slots__ = ("_jobs",)
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="fencewatch-commit", daemon=True).start()
+
+    def submit(self, pending: _Pending) -> None:
+        self._jobs.put(pending)
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get().run()
 
 
 def transactional_id(settings: LiveSettings) -> str:
@@ -291,8 +327,11 @@ class RdkafkaEngine:
         self.guard = (
             PartitionGuard(settings.events_topic, partitions) if partitions is not None else None
         )
-        self._next_count_check = 0.0
         self._counter: TopicAdmin | None = None
+        #: A change of the partition count seen by the count watch (its thread).
+        self._count_change: PartitionChange | None = None
+        #: Set by stop(): the count watch's wait ends at once.
+        self._stopped = threading.Event()
         self.metrics = metrics or LiveMetrics()
         self.events_topic = settings.events_topic
         self.changelog = changelog_topic(settings.app_id)
@@ -341,6 +380,9 @@ class RdkafkaEngine:
         self._held: list[OutRecord] = []
         #: The commit running in its thread, if any (_Pending).
         self._pending: _Pending | None = None
+        #: The commits' thread (started with the first commit; a new one
+        #: after a commit hung in it).
+        self._committer: _Committer | None = None
         #: The producer has a transaction begun and not yet ended (the
         #: pending one's, or the open one's).
         self._begun = False
@@ -435,6 +477,7 @@ class RdkafkaEngine:
 
     def stop(self) -> None:
         self.stopping = True
+        self._stopped.set()
 
     @property
     def uncommitted_events(self) -> int:
@@ -453,6 +496,11 @@ class RdkafkaEngine:
             on_lost=self._on_lost,
         )
         interval = self.settings.commit_interval
+        if self.guard is not None:
+            threading.Thread(
+                target=self._watch_count, args=(self.guard,), name="fencewatch-partitions",
+                daemon=True,
+            ).start()
         while not self.stopping:
             if self._pending is not None:
                 self._settle()
@@ -493,12 +541,9 @@ class RdkafkaEngine:
                 elif self._txn_events >= COMMIT_EVENTS:
                     # Held outputs stay bounded: wait for the pending commit.
                     self._settle(block=True)
+            if self._count_change is not None:
+                raise PartitionsChanged(self._count_change)
             now = time.monotonic()
-            if self.guard is not None and now >= self._next_count_check:
-                self._next_count_check = now + 2.0
-                change = self._count_check(self.guard)
-                if change is not None:
-                    raise PartitionsChanged(change)
             if now >= self._next_tick:
                 self._next_tick = now + 1.0
                 self._read_highwaters()
@@ -529,6 +574,16 @@ class RdkafkaEngine:
         self._reset_needed = True
         self._rewind_at = 0.0
 
+    def _watch_count(self, guard: PartitionGuard) -> None:
+        """The count check every :data:`COUNT_CHECK_S` until a change (handed
+        to the loop, which raises it before its next batch) or the stop."""
+        while not self._stopped.is_set():
+            change = self._count_check(guard)
+            if change is not None:
+                self._count_change = change
+                return
+            self._stopped.wait(COUNT_CHECK_S)
+
     def _count_check(self, guard: PartitionGuard) -> PartitionChange | None:
         """The events topic's partition count re-read; a broker that does not
         answer is no change (the next check retries), as in the faust
@@ -551,23 +606,30 @@ class RdkafkaEngine:
         topic = self.events_topic
         held = set(self.assigned)
         expected = self.positions
+        #: The last offset taken per partition (a partition's records come in
+        #: order): the offsets to commit, without a second pass over the batch.
+        last: dict[int, int] = {}
         top = -1
         for m in msgs:
-            if m.error() is not None:
-                err = m.error()
+            err = m.error()
+            if err is not None:
                 if err.fatal():
                     raise BrokerError(f"consumer failed: {err.str()}", code=err.name())
                 log.warning("consumer: %s", err.str())
                 continue
-            p, offset = m.partition(), m.offset()
-            if p > top:
-                top = p
+            p = m.partition()
+            offset = m.offset()
             # Only the partitions held now, and never an offset already
             # processed (a record fetched again after a rewind or rebalance).
             if p not in held or offset < expected.get(p, -1):
+                if p > top:
+                    top = p
                 continue
+            last[p] = offset
             ts_type, ts = m.timestamp()
             append(_Rec(topic, p, offset, m.key(), m.value(), ts if ts_type else None))
+        if last:
+            top = max(top, max(last))
         guard = self.guard
         if guard is not None and top >= 0:
             # Before any record of the batch is processed: the open transaction
@@ -610,8 +672,8 @@ class RdkafkaEngine:
             changes[key, partition] = value  # once per key per transaction
         self.values.write([(key, value) for key, _partition, value in outcome.states])
         offsets, positions = self._txn_offsets, self.positions
-        for rec in recs:
-            offsets[rec.partition] = positions[rec.partition] = rec.offset + 1
+        for p, offset in last.items():
+            offsets[p] = positions[p] = offset + 1
         self._txn_events += len(recs)
         self.processed += len(recs)
         self.metrics.record_batch(len(recs), outcome)
@@ -646,6 +708,23 @@ class RdkafkaEngine:
                 except BufferError:
                     self.producer.poll(0.05)
 
+    def _produce_status(self, records: list[Outgoing]) -> None:
+        """The transaction's status records (the latest per key), in one loop
+        without a call per record: a status record has no headers and goes
+        where the producer's partitioner puts its key."""
+        produce, poll = self.producer.produce, self.producer.poll
+        for r in records:
+            if r.headers or r.partition is not None:
+                self._produce(r)
+                continue
+            topic, value, key = r.topic, r.value, r.key
+            while True:
+                try:
+                    produce(topic, value, key)
+                    break
+                except BufferError:
+                    poll(0.05)
+
     def _start_commit(self, timeout: float = _CALL_TIMEOUT_S, *, final: bool = False) -> None:
         """Put the open transaction's changelog and status records in it and
         start its commit with its offsets (:class:`_Pending`); the loop goes
@@ -659,8 +738,7 @@ class RdkafkaEngine:
                 self.producer.begin_transaction()
                 self._begun = True
             self._produce_changes()
-            for r in deferred:
-                self._produce(r)
+            self._produce_status(deferred)
             meta = self.consumer.consumer_group_metadata()
         except KafkaException as exc:
             if final:  # stopping: no new producer, no rewind
@@ -677,6 +755,9 @@ class RdkafkaEngine:
             events=self._txn_events,
             status=len(deferred),
         )
+        if self._committer is None:
+            self._committer = _Committer()
+        self._committer.submit(self._pending)
         self._clear_txn()
 
     def _settle(self, *, block: bool = False, final: float = 0.0) -> bool | None:
@@ -792,6 +873,7 @@ class RdkafkaEngine:
             # Its producer is stuck in that call: a new one fences it and
             # aborts its transaction at the broker (init_transactions).
             what, code, stale = "transactional call hung", "HUNG", False
+            self._committer = None  # its thread is the one stuck in the call
             self._replace_producer(abandon=True)
         else:
             action = failure_action(code, fatal=fatal)

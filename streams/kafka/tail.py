@@ -134,34 +134,14 @@ class TopicTail:
     def poll(self, timeout: float) -> TopicRecord | None:
         """The next record, or None when none came within ``timeout`` (or the
         bounded read is finished)."""
-        from confluent_kafka import OFFSET_END, KafkaError, TopicPartition
-
         while not self.finished:
             with self._reading:
                 msg = self._consumer.poll(timeout)
             if msg is None:
                 return None
-            err = msg.error()
-            p = msg.partition()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    self._done(p, TopicPartition, OFFSET_END)
-                    continue
-                if err.retriable():
-                    continue
-                raise from_kafka_error(err, f"reading {self.topic}")
-            offset = msg.offset()
-            if p is None or offset is None or p not in self._pending:
-                continue
-            ends = self.end_positions
-            if ends is not None and offset >= ends[p]:
-                self._done(p, TopicPartition, OFFSET_END)
-                continue
-            ts_type, ts = msg.timestamp()
-            rec = TopicRecord(msg.key(), msg.value(), p, offset, ts if ts_type else -1)
-            if ends is not None and offset + 1 >= ends[p]:
-                self._done(p, TopicPartition, OFFSET_END)
-            return rec
+            rec = self._record(msg)
+            if rec is not None:
+                return rec
         return None
 
     def consume(self, max_records: int, timeout: float) -> list[TopicRecord]:
@@ -170,8 +150,6 @@ class TopicTail:
         record costs a hand-off between librdkafka and Python each; at 2,000
         findings/s that was a visible share of the follower's CPU). Empty when
         none came (or the bounded read is finished)."""
-        from confluent_kafka import OFFSET_END, KafkaError, TopicPartition
-
         out: list[TopicRecord] = []
         deadline = time.monotonic() + timeout
         c = self._consumer
@@ -189,39 +167,53 @@ class TopicTail:
                     msgs = [first]
                     if max_records > 1:
                         msgs += c.consume(max_records - 1, 0)
-            pending, ends = self._pending, self.end_positions
             for msg in msgs:
-                err = msg.error()
-                p = msg.partition()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        self._done(p, TopicPartition, OFFSET_END)
-                        continue
-                    if err.retriable():
-                        continue
-                    # Records before it in this batch are dropped, never
-                    # acknowledged: a restart reads them again.
-                    raise from_kafka_error(err, f"reading {self.topic}")
-                offset = msg.offset()
-                if p is None or offset is None or p not in pending:
-                    continue
-                if ends is not None and offset >= ends[p]:
-                    self._done(p, TopicPartition, OFFSET_END)
-                    continue
-                ts_type, ts = msg.timestamp()
-                out.append(TopicRecord(msg.key(), msg.value(), p, offset, ts if ts_type else -1))
-                if ends is not None and offset + 1 >= ends[p]:
-                    self._done(p, TopicPartition, OFFSET_END)
+                # An error raised here drops the records before it in this
+                # batch, never acknowledged: a restart reads them again.
+                rec = self._record(msg)
+                if rec is not None:
+                    out.append(rec)
             # A batch of only end markers or retriable errors: wait again for
             # records, within what is left of the timeout.
             if time.monotonic() >= deadline:
                 break
         return out
 
-    def _done(self, p: int | None, tp: Any, end: int) -> None:
+    def _record(self, msg: Any) -> TopicRecord | None:
+        """``msg`` as a record, or None: an end-of-partition marker (the
+        partition is done), a retriable error, or a record outside the read
+        (an unassigned partition, past the end positions). Raises on any
+        other client error."""
+        err = msg.error()
+        p = msg.partition()
+        if err is not None:
+            from confluent_kafka import KafkaError
+
+            if err.code() == KafkaError._PARTITION_EOF:
+                self._done(p)
+                return None
+            if err.retriable():
+                return None
+            raise from_kafka_error(err, f"reading {self.topic}")
+        offset = msg.offset()
+        if p is None or offset is None or p not in self._pending:
+            return None
+        ends = self.end_positions
+        if ends is not None and offset >= ends[p]:
+            self._done(p)
+            return None
+        ts_type, ts = msg.timestamp()
+        rec = TopicRecord(msg.key(), msg.value(), p, offset, ts if ts_type else -1)
+        if ends is not None and offset + 1 >= ends[p]:
+            self._done(p)
+        return rec
+
+    def _done(self, p: int | None) -> None:
         if p in self._pending:
+            from confluent_kafka import OFFSET_END, TopicPartition
+
             self._pending.discard(p)
-            self._consumer.incremental_unassign([tp(self.topic, p, end)])
+            self._consumer.incremental_unassign([TopicPartition(self.topic, p, OFFSET_END)])
 
     def commit(self, positions: Mapping[int, int], *, asynchronous: bool) -> None:
         """Store ``positions`` (partition -> next offset to read) as the

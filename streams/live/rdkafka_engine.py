@@ -683,15 +683,25 @@ class RdkafkaEngine:
             self._txn_began = self._wait_began
 
     def _produce(self, r: Outgoing) -> None:
-        headers = list(r.headers) if r.headers else None
+        self._send(r.topic, r.value, r.key, r.partition, list(r.headers) if r.headers else None)
+
+    def _send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        partition: int | None = None,
+        headers: list[Any] | None = None,
+    ) -> None:
+        """One record produced, waiting while the producer's queue is full
+        (``BufferError``); ``partition`` None: the producer's partitioner."""
+        produce = self.producer.produce
         while True:
             try:
-                if r.partition is None:
-                    self.producer.produce(r.topic, r.value, r.key, headers=headers)
+                if partition is None:
+                    produce(topic, value, key, headers=headers)
                 else:
-                    self.producer.produce(
-                        r.topic, r.value, r.key, partition=r.partition, headers=headers
-                    )
+                    produce(topic, value, key, partition=partition, headers=headers)
                 return
             except BufferError:
                 self.producer.poll(0.05)
@@ -699,31 +709,9 @@ class RdkafkaEngine:
     def _produce_changes(self) -> None:
         """The transaction's changelog records (the latest state per key and
         source partition: the changelog partition is the source partition)."""
-        produce, topic = self.producer.produce, self.changelog
+        topic = self.changelog
         for (key, partition), value in self._changes.items():
-            while True:
-                try:
-                    produce(topic, value, key, partition=partition)
-                    break
-                except BufferError:
-                    self.producer.poll(0.05)
-
-    def _produce_status(self, records: list[Outgoing]) -> None:
-        """The transaction's status records (the latest per key), in one loop
-        without a call per record: a status record has no headers and goes
-        where the producer's partitioner puts its key."""
-        produce, poll = self.producer.produce, self.producer.poll
-        for r in records:
-            if r.headers or r.partition is not None:
-                self._produce(r)
-                continue
-            topic, value, key = r.topic, r.value, r.key
-            while True:
-                try:
-                    produce(topic, value, key)
-                    break
-                except BufferError:
-                    poll(0.05)
+            self._send(topic, value, key, partition)
 
     def _start_commit(self, timeout: float = _CALL_TIMEOUT_S, *, final: bool = False) -> None:
         """Put the open transaction's changelog and status records in it and
@@ -738,7 +726,8 @@ class RdkafkaEngine:
                 self.producer.begin_transaction()
                 self._begun = True
             self._produce_changes()
-            self._produce_status(deferred)
+            for r in deferred:
+                self._produce(r)
             meta = self.consumer.consumer_group_metadata()
         except KafkaException as exc:
             if final:  # stopping: no new producer, no rewind

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -115,15 +116,35 @@ def render_finding_line(f: Finding, previous_revision: int | None = None) -> str
     )
 
 
+#: How long a graceful stop (the first SIGTERM/SIGINT) lets the hook
+#: deliveries already read finish before giving up the rest.
+STOP_DRAIN_S = 30.0
+
+
 class _Stop:
-    """SIGTERM/SIGINT: the first stops the reader (queued deliveries drain,
-    positions are committed); a second one stops the hook deliveries at once
-    (what was not delivered stays uncommitted, so a restart sends it)."""
+    """SIGTERM/SIGINT: the first stops the reader (the batch read and the
+    queued deliveries drain, within STOP_DRAIN_S, and positions are
+    committed); a second one stops the hook deliveries at once (what was not
+    delivered stays uncommitted, so a restart sends it)."""
 
     def __init__(self, consumer: Any) -> None:
         self.consumer = consumer
         self.sender: Any = None
         self.signals: list[int] = []
+        #: time.monotonic() by which a graceful stop gives up (None: running).
+        self.deadline: float | None = None
+
+    def giving_up(self) -> bool:
+        """A second signal came, or the graceful stop's drain time is over."""
+        if len(self.signals) > 1:
+            return True
+        return self.deadline is not None and time.monotonic() > self.deadline
+
+    def drain_left(self) -> float:
+        """Seconds the deliveries in progress may still take to finish."""
+        if self.deadline is None:
+            return STOP_DRAIN_S
+        return max(0.0, self.deadline - time.monotonic())
 
     @property
     def interrupted(self) -> bool:
@@ -133,6 +154,7 @@ class _Stop:
     def handle(self, sig: int, _frame: FrameType | None) -> None:
         self.signals.append(sig)
         if len(self.signals) == 1:
+            self.deadline = time.monotonic() + STOP_DRAIN_S
             self.consumer.stop()
         elif self.sender is not None:
             self.sender.stop_now()
@@ -331,16 +353,21 @@ def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop) -> int:
             if not batch:
                 continue
             _emit(batch, args.format)
-            if not sender.submit_batch(batch, stopping=lambda: consumer.stopping):
+            # The whole batch, even once a stop was asked for: its deliveries
+            # go to several lanes, and one left out would hold back the
+            # position past those delivered after it (a restart would repeat
+            # them). Only a second signal or the stop's time gives up on it.
+            if not sender.submit_batch(batch, stopping=stop.giving_up):
                 break
     finally:
         pending = sender.pending
+        left = stop.drain_left()
         if stop.signals and pending:
             _err(
-                f"stopping: waiting up to 30 s for {pending} finding delivery(ies) in progress "
-                "(Ctrl-C again to stop now; what is not delivered is not committed)"
+                f"stopping: waiting up to {left:.0f} s for {pending} finding delivery(ies) in "
+                "progress (Ctrl-C again to stop now; what is not delivered is not committed)"
             )
-        sender.close()
+        sender.close(drain_timeout_s=left)
         st = sender.stats
         if st.dead_lettered:
             _err(f"{st.dead_lettered} finding(s) written to the dead letters {args.dead_letter}")

@@ -165,9 +165,21 @@ class _Positions:
         self._open: dict[int, deque[int]] = {}
         self._acked: dict[int, set[int]] = {}
         self.next: dict[int, int] = {}
+        #: Per partition, the offset after the last one begun.
+        self._read: dict[int, int] = {}
 
-    def begin(self, partition: int, offset: int) -> None:
+    def begin(self, partition: int, offset: int) -> bool:
+        """Hand out ``offset``; False if it was handed out before in this run
+        (the client read it again: a fetch position reset after a broker
+        restart). Such a record is not begun again: its first reading's
+        acknowledgement moves the position, and a second entry for the same
+        offset would never be matched (one acknowledgement per offset), so
+        the position would stop there for good."""
+        if offset < self._read.get(partition, 0):
+            return False
+        self._read[partition] = offset + 1
         self._open.setdefault(partition, deque()).append(offset)
+        return True
 
     def ack(self, partition: int, offset: int) -> None:
         pending = self._open.get(partition)
@@ -286,7 +298,10 @@ class FindingsConsumer:
                 return []
             out: list[Delivery] = []
             for rec in recs:
-                positions.begin(rec.partition, rec.offset)
+                if not positions.begin(rec.partition, rec.offset):
+                    self.stats.records += 1
+                    self.stats.repeated += 1
+                    continue
                 delivery = self._admit(rec)
                 if delivery is None:
                     positions.ack(rec.partition, rec.offset)
@@ -367,7 +382,14 @@ class FindingsConsumer:
         self._drain_acks()
         for p, o, reason in self._tail.commit_results():
             if reason is None:
-                self._stored[p] = max(o, self._stored.get(p, o))
+                if o < self._stored.get(p, o):
+                    # An older commit answered after a newer one was stored:
+                    # the client retried it (the coordinator moved in a broker
+                    # restart), so it landed last and the broker now holds the
+                    # older position. Commit the newer one again (else a
+                    # restart would repeat what came between them).
+                    self._committed.pop(p, None)
+                self._stored[p] = o
             else:
                 # Not stored (a broker outage): commit that position again.
                 self._committed.pop(p, None)

@@ -631,7 +631,7 @@ class _Lane:
                     i += len(take)
                     self._work.notify()
                     continue
-                if stopping is not None and stopping():
+                if (stopping is not None and stopping()) or sender._abort.is_set():
                     return False
                 if sender._failure is not None:
                     break

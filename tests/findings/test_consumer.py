@@ -327,6 +327,8 @@ class _ListTail:
     def __init__(self, records: list[object]) -> None:
         self._records = list(records)
         self.sent: list[dict[int, int]] = []
+        #: What the next commit_results() answers (asynchronous commits answered).
+        self.results: list[tuple[int, int, str | None]] = []
         self.finished = False
 
     def poll(self, timeout: float) -> object:
@@ -340,7 +342,8 @@ class _ListTail:
         self.sent.append(dict(positions))
 
     def commit_results(self) -> list[tuple[int, int, str | None]]:
-        return []
+        done, self.results = self.results, []
+        return done
 
     def settle_commits(self) -> None:
         pass
@@ -415,6 +418,45 @@ def test_poll_hands_out_a_read_batch_one_at_a_time_and_keeps_the_rest_after_a_br
     assert c.in_flight == 1  # the first, handed out (acknowledged only when the next is asked for)
     assert [d.offset for d in c.poll_batch(2, 0.1)] == [1, 2]
     assert [d.offset for d in c.poll_batch(500, 0.1)] == [3]
+    c.close()
+
+
+def test_records_read_again_after_a_position_reset_are_not_handed_out_nor_committed() -> None:
+    """The client reads offsets 20-22 again (a fetch position reset after a broker
+    restart) while 20 is still in flight: the repeats are skipped, and the
+    position stays before 20 until its delivery is acknowledged (the repeats'
+    acknowledgements took it past 20, so a crash would have lost 20)."""
+    fs = synthetic_findings(3, revisions=1)
+    records = [_at(20 + i, f) for i, f in enumerate(fs)]
+    c, tail = _consumer_over(records + records)
+    first = c.poll_batch(3, 0.1)
+    assert [d.offset for d in first] == [20, 21, 22]
+    c.ack_all(first[1:])
+    assert c.poll_batch(3, 0.1) == []  # the repeats: nothing handed out again
+    assert c.stats.repeated == 3 and c.stats.records == 6
+    c.maybe_commit(force=True)
+    assert all(sent.get(0, 20) <= 20 for sent in tail.sent)
+    c.ack(first[0])
+    c.maybe_commit(force=True)
+    assert tail.sent[-1] == {0: 23}
+    c.close()
+
+
+def test_an_older_commit_stored_after_a_newer_one_is_followed_by_the_newer_again() -> None:
+    """The broker confirms position 23, then an older commit (21, retried by the
+    client across a coordinator move) is confirmed too: it landed last, so the
+    consumer commits 23 again (it took 23 for stored, and the group stayed at 21)."""
+    fs = synthetic_findings(3, revisions=1)
+    c, tail = _consumer_over([_at(20 + i, f) for i, f in enumerate(fs)])
+    c.ack_all(c.poll_batch(500, 0.1))
+    c.maybe_commit()
+    assert tail.sent[-1] == {0: 23}
+    tail.results = [(0, 23, None)]
+    c.maybe_commit()
+    assert len(tail.sent) == 1  # stored: nothing to commit again
+    tail.results = [(0, 21, None)]
+    c.maybe_commit()
+    assert tail.sent[-1] == {0: 23} and len(tail.sent) == 2
     c.close()
 
 

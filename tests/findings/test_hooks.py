@@ -513,6 +513,27 @@ def test_submit_batch_holds_at_most_max_in_flight_and_gives_up_the_rest_when_sto
     assert sender.pending == 0
 
 
+def test_submit_batch_waiting_for_room_gives_up_at_stop_now(tmp_path: Path) -> None:
+    """A graceful stop keeps queueing its batch (no stopping callable); a second
+    signal's stop_now() ends the wait: submit_batch returns False, the queued four
+    stay the only ones taken."""
+    gate = _Gate()
+    sender = HookSender(
+        gate, lambda d: None, policy=FAST,
+        dead_letters=DeadLetterFile(tmp_path / "dead.jsonl"), max_in_flight=4,
+    )  # fmt: skip
+    items = [Delivery(f, 0, i, -1, None) for i, f in enumerate(synthetic_findings(10))]
+    timer = threading.Timer(0.3, sender.stop_now)
+    timer.start()
+    try:
+        assert not sender.submit_batch(items)
+    finally:
+        timer.cancel()
+        gate.open.set()
+    assert sender.pending <= 4
+    sender.close()
+
+
 _OK = (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", False)
 
 

@@ -330,6 +330,9 @@ class RdkafkaEngine:
         self._counter: TopicAdmin | None = None
         #: A change of the partition count seen by the count watch (its thread).
         self._count_change: PartitionChange | None = None
+        #: A count read that failed otherwise than a broker error (its thread
+        #: ends; the loop raises it, as when the loop read the count itself).
+        self._count_failure: BaseException | None = None
         #: Set by stop(): the count watch's wait ends at once.
         self._stopped = threading.Event()
         self.metrics = metrics or LiveMetrics()
@@ -543,6 +546,8 @@ class RdkafkaEngine:
                     self._settle(block=True)
             if self._count_change is not None:
                 raise PartitionsChanged(self._count_change)
+            if self._count_failure is not None:
+                raise self._count_failure
             now = time.monotonic()
             if now >= self._next_tick:
                 self._next_tick = now + 1.0
@@ -578,7 +583,11 @@ class RdkafkaEngine:
         """The count check every :data:`COUNT_CHECK_S` until a change (handed
         to the loop, which raises it before its next batch) or the stop."""
         while not self._stopped.is_set():
-            change = self._count_check(guard)
+            try:
+                change = self._count_check(guard)
+            except BaseException as exc:  # the loop raises it (no stray thread traceback)
+                self._count_failure = exc
+                return
             if change is not None:
                 self._count_change = change
                 return

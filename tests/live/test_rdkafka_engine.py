@@ -182,3 +182,65 @@ def test_which_failures_need_a_new_producer_and_which_end_the_generation(
     and rejoins; anything else non-fatal aborts and rewinds."""
     action = failure_action(code, fatal=fatal)
     assert (action.what, action.new_producer, action.generation_over) == expected
+
+
+def _watcher(monkeypatch: pytest.MonkeyPatch, reads: list[Any]) -> RdkafkaEngine:
+    """An engine with only what its partition-count watcher uses, whose
+    TopicAdmin answers ``reads`` in turn (a count, or an exception to raise);
+    the watch is stopped once they are used up."""
+    import types
+
+    import streams.kafka.admin
+
+    engine = RdkafkaEngine.__new__(RdkafkaEngine)
+    engine.settings = types.SimpleNamespace(connection=None)  # type: ignore[assignment]
+    engine.events_topic = "ev"
+    engine._counter = None
+    engine._count_change = None
+    engine._count_failure = None
+    engine._stopped = threading.Event()
+
+    class _Admin:
+        def __init__(self, _connection: Any) -> None:
+            pass
+
+        def partitions(self, names: list[str]) -> dict[str, int]:
+            read = reads.pop(0)
+            if not reads:
+                engine._stopped.set()
+            if isinstance(read, BaseException):
+                raise read
+            return {"ev": read}
+
+    monkeypatch.setattr(streams.kafka.admin, "TopicAdmin", _Admin)
+    monkeypatch.setattr("streams.live.rdkafka_engine.COUNT_CHECK_S", 0.0)
+    return engine
+
+
+def test_the_partition_count_watcher_hands_a_grown_count_to_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watcher re-reads the count until it differs from the state's layout
+    (a broker that does not answer meanwhile is no change) and leaves the
+    change for the loop to raise."""
+    from streams.errors import BrokerError
+    from streams.live.partitions import PartitionChange, PartitionGuard
+
+    engine = _watcher(monkeypatch, [2, BrokerError("no answer", code="TIMEOUT"), 3, 2])
+    engine._watch_count(PartitionGuard("ev", 2))
+    assert engine._count_change == PartitionChange("ev", 2, 3)
+    assert engine._count_failure is None
+
+
+def test_a_count_read_failing_otherwise_is_handed_to_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A read failing with anything but a broker error ends the watcher and is
+    left for the loop to raise (not a stray traceback from a dying thread)."""
+    from streams.live.partitions import PartitionGuard
+
+    boom = RuntimeError("boom")
+    engine = _watcher(monkeypatch, [2, boom, 2])
+    engine._watch_count(PartitionGuard("ev", 2))
+    assert engine._count_failure is boom
+    assert engine._count_change is None

@@ -47,7 +47,12 @@ def produce_findings(bootstrap: str, topic: str, findings: Iterable[Finding]) ->
     """Produce each finding keyed by its workflow key (as the processor does)."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    # Idempotent: the order within a partition is what these tests check (a
+    # revision read after a newer one of its finding is skipped), and a plain
+    # producer may reorder a partition's batches when one is retried (a new
+    # topic's leader not ready yet on a loaded host): the older revisions
+    # then land after the newer ones and are never delivered.
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for f in findings:
         while True:
             try:
@@ -61,7 +66,7 @@ def produce_findings(bootstrap: str, topic: str, findings: Iterable[Finding]) ->
 def produce_raw(bootstrap: str, topic: str, values: Iterable[bytes]) -> None:
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap})
+    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for v in values:
         p.produce(topic, v)
     assert p.flush(30) == 0

@@ -189,7 +189,7 @@ def test_status_prints_worst_first_last_record_per_key_wins(
     from confluent_kafka import Producer
 
     topic = unique_topic(2, prefix="status", config={"cleanup.policy": "compact"})
-    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    p = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})  # in order
     for key, value in [
         ("a/ok", _status("a/ok", None, 0)),
         ("b/warn", _status("b/warn", "critical", 1)),  # superseded below

@@ -6,7 +6,7 @@ the whole topic); the order within the pair alternates from run to run
 (off, on; then on, off; ...) so load that drifts over a pair is shared, and
 the engines alternate within a run.
 
-    .venv/bin/python bench/live_status_overhead.py [--keys 25000] [--repeat 3]
+    .venv/bin/python bench/live_status_overhead.py [--keys 100000] [--repeat 3]
         [--engines faust,rdkafka]
 
 Target: status on >= 0.85 x status off in each run (issue 24): the figure
@@ -33,13 +33,13 @@ from live_support import (
     producer,
     worker_env,
 )
-from live_throughput import interleaved, worker_rate
+from live_throughput import DEFAULT_KEYS, interleaved, worker_rate
 from results import Figure, add_json_arg, emit
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--keys", type=int, default=25_000)
+    ap.add_argument("--keys", type=int, default=DEFAULT_KEYS)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--repeat", type=int, default=3, help="off/on pairs per engine")

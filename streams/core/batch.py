@@ -18,8 +18,9 @@ from typing import Final, Protocol, final
 from streams.core.detector import Detector, KeyState
 from streams.core.errors import InvalidEvent
 from streams.core.findings import Finding
+from streams.core.pending import PendingStatus
 from streams.core.records import Event, Kind
-from streams.core.status import PendingStatus, pending_status, stale_effects
+from streams.core.status import stale_effects, status_seen
 from streams.core.stored import NO_META, SEP, StatusMeta, encode_meta, join_value, split_value
 from streams.core.validate import parse_event
 
@@ -92,8 +93,8 @@ class BatchResult:
     ``outputs``: per source partition, its findings and rejections in event
     order. ``states``: each changed key's stored value once, as ``(key,
     partition, value)`` (a key seen in two source partitions gets one entry
-    per partition run). ``status``: per source partition, ``(key, its
-    pending status)`` of each key whose status changed (encoded when read).
+    per partition run). ``status``: per source partition, the pending status
+    record of each key whose status changed (encoded when read).
     ``stale_effects``: ``(outcome, sink)`` -> distinct stale effects that
     reached that outcome in the batch."""
 
@@ -106,7 +107,7 @@ class BatchResult:
         findings: list[Finding],
         rejections: list[Rejection],
         stale_effects: dict[tuple[str, str], int],
-        status: dict[int, list[tuple[bytes, PendingStatus]]],
+        status: dict[int, list[PendingStatus]],
     ) -> None:
         self.outputs = outputs
         self.states = states
@@ -120,7 +121,17 @@ class BatchResult:
 class _KeyWork:
     """One key's state while a batch is processed."""
 
-    __slots__ = ("applied", "effects", "meta", "partition", "rebuilt", "state", "stored", "times")
+    __slots__ = (
+        "applied",
+        "effects",
+        "latest",
+        "meta",
+        "partition",
+        "rebuilt",
+        "state",
+        "stored",
+        "times",
+    )
 
     def __init__(
         self,
@@ -141,6 +152,9 @@ class _KeyWork:
         #: Position -> Kafka timestamp of the key's events of this batch
         #: (only the status uses them).
         self.times: dict[int, int] | None = {} if status else None
+        #: The latest of those timestamps, kept as they come rather than a
+        #: max() over ``times`` per changed key.
+        self.latest: int | None = None
         #: Whether a stale-effect finding came out of this batch.
         self.effects = False
         #: Whether the state was rebuilt after a detector failure: a pending
@@ -171,8 +185,11 @@ class BatchCore:
         status: bool,
         max_event_bytes: int,
         cache_keys: int,
+        status_topic: str = "",
     ) -> None:
         self.detector = detector
+        #: The topic the pending status records name (the engines produce them as they are).
+        self.status_topic = status_topic
         #: The same object when it is a Detector: called natively (compiled).
         self._native: Detector | None = detector if isinstance(detector, Detector) else None
         self.status = status
@@ -256,6 +273,9 @@ class BatchCore:
                 if ts is not None:
                     seq = event.seq
                     times[offset if seq is None else seq] = ts
+                    latest = w.latest
+                    if latest is None or ts > latest:
+                        w.latest = ts
             if found:
                 findings.extend(found)
                 _out(outputs, partition).extend(found)
@@ -265,7 +285,7 @@ class BatchCore:
                             w.effects = True
                             break
         effects: dict[tuple[str, str], int] = {}
-        status_out: dict[int, list[tuple[bytes, PendingStatus]]] = {}
+        status_out: dict[int, list[PendingStatus]] = {}
         for key, w in work.items():
             # A key whose only events failed: nothing changed, unless a
             # pending status of an earlier batch holds the object given up.
@@ -282,7 +302,7 @@ class BatchCore:
         key: bytes,
         w: _KeyWork,
         effects: dict[tuple[str, str], int],
-        status_out: dict[int, list[tuple[bytes, PendingStatus]]],
+        status_out: dict[int, list[PendingStatus]],
     ) -> bytes:
         """The key's value to store; its status document into ``status_out``
         if the status changed; the stale effects new in this batch counted
@@ -307,19 +327,15 @@ class BatchCore:
         if accepted == prev.accepted and not w.rebuilt:
             return join_value(blob, w.meta)
         times = w.times if w.times is not None else {}
-        updated = max(times.values()) if times else prev.updated_ms
+        updated = w.latest if w.latest is not None else prev.updated_ms
+        seen, stale = status_seen(state, prev.seen, times)
         # Encoded when the engine writes it, once per key per transaction.
-        pending = pending_status(
-            key.decode("utf-8"),
-            state,
-            accepted,
-            seen_ms=prev.seen,
-            event_ms=times,
-            updated_ms=updated,
+        pending = PendingStatus(
+            self.status_topic, key, key.decode("utf-8"), state, seen, updated, accepted, stale
         )
-        meta = StatusMeta(pending.seen, updated, accepted)
+        meta = StatusMeta(seen, updated, accepted)
         w.meta = meta
-        _status(status_out, w.partition).append((key, pending))
+        _status(status_out, w.partition).append(pending)
         # join_value's bytes, without an interpreted call per changed key.
         return blob + SEP + encode_meta(meta)
 
@@ -364,8 +380,8 @@ def _out(
 
 
 def _status(
-    status: dict[int, list[tuple[bytes, PendingStatus]]], partition: int
-) -> list[tuple[bytes, PendingStatus]]:
+    status: dict[int, list[PendingStatus]], partition: int
+) -> list[PendingStatus]:
     lst = status.get(partition)
     if lst is None:
         lst = status[partition] = []

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, final
+from typing import Any
 
 import msgspec
 import orjson
@@ -51,16 +51,15 @@ __all__ = [
     "REJECTED",
     "UNNAMED_SINK",
     "FindingRef",
-    "PendingStatus",
     "StaleEpoch",
     "WorkflowStatus",
     "build_status",
     "findings_of",
     "pending_json",
-    "pending_status",
     "stale_effects",
     "status_from_replay",
     "status_json",
+    "status_seen",
 ]
 
 #: Outcomes of a stale effect (see :func:`stale_effects`).
@@ -399,59 +398,6 @@ def status_json(
 _encode = msgspec.json.Encoder().encode
 
 
-@final
-class PendingStatus:
-    """A key's status record, encoded when it is first read (:meth:`to_json`)
-    rather than when its batch ran: the live processor makes one per key
-    whose status changed in a batch, but the engines write only the latest
-    one per key per transaction (SPEC §8), so a key seen in several batches
-    of a transaction was encoded several times for one record (the status
-    was a third of the worker's CPU with the status on, docs/performance.md).
-
-    It holds the key's live state object, so it stands for the status as of
-    its batch only until the key's next batch: the engines read it at their
-    commit, before any later batch, and a later batch that changes the
-    status makes a new one for the same key, which replaces this one. A read
-    after the state's accepted evidence moved on raises instead of writing a
-    later status under this one's timestamps."""
-
-    __slots__ = ("_json", "accepted", "seen", "stale", "state", "updated_ms", "workflow_key")
-
-    def __init__(
-        self,
-        workflow_key: str,
-        state: KeyState,
-        seen: dict[int, int],
-        updated_ms: int | None,
-        accepted: int,
-        stale: dict[int, list[Any]] | None = None,
-    ) -> None:
-        self.workflow_key = workflow_key
-        self.state = state
-        #: Stale epoch -> last_seen_ms as of the batch (the status meta's).
-        self.seen = seen
-        self.updated_ms = updated_ms
-        self.accepted = accepted
-        #: The stale-epoch scan of ``state`` as of the batch (see _stale),
-        #: reused when the JSON is built: the state is the same then.
-        self.stale = stale
-        self._json: bytes | None = None
-
-    def to_json(self) -> bytes:
-        """``build_status(...).to_json()`` of the key as of its batch."""
-        doc = self._json
-        if doc is None:
-            doc = self._json = pending_json(
-                self.workflow_key,
-                self.state,
-                self.seen,
-                self.updated_ms,
-                self.accepted,
-                self.stale,
-            )
-        return doc
-
-
 def pending_json(
     workflow_key: str,
     state: KeyState,
@@ -460,9 +406,9 @@ def pending_json(
     accepted: int,
     stale: dict[int, list[Any]] | None = None,
 ) -> bytes:
-    """The JSON of a :class:`PendingStatus` with these fields (for a holder
-    that keeps them itself): raises if ``state`` accepted evidence since.
-    ``stale``: the pending status's scan of the state, reused."""
+    """The JSON of a :class:`~streams.core.pending.PendingStatus` with these
+    fields: raises if ``state`` accepted evidence since. ``stale``: the
+    pending status's scan of the state (:func:`status_seen`), reused."""
     if state.n_events - state.n_redeliveries != accepted:
         raise RuntimeError(
             f"the status of {workflow_key!r} was read after a later batch of the key"
@@ -477,21 +423,16 @@ def pending_json(
     )[0]
 
 
-def pending_status(
-    workflow_key: str,
-    state: KeyState,
-    accepted: int,
-    *,
-    seen_ms: dict[int, int],
-    event_ms: Mapping[int, int],
-    updated_ms: int | None,
-) -> PendingStatus:
-    """The status of ``workflow_key`` after a batch, to be encoded when it is
-    written; its ``seen`` is the status meta's (stale epoch -> the Kafka
-    timestamp of its latest stale event: ``event_ms`` of the batch's events
-    by position, else the one known before, ``seen_ms``). Encoding it later
-    with ``seen`` alone gives what :func:`status_json` gives now with both
-    (a stale epoch's ``last_seen_ms`` is exactly its entry in ``seen``)."""
+def status_seen(
+    state: KeyState, seen_ms: dict[int, int], event_ms: Mapping[int, int]
+) -> tuple[dict[int, int], dict[int, list[Any]]]:
+    """A key's status meta ``seen`` after a batch and the stale-epoch scan it
+    came from (:func:`_stale`, reused when the JSON is built: the state is
+    the same then). ``seen``: stale epoch -> the Kafka timestamp of its
+    latest stale event, ``event_ms`` of the batch's events by position, else
+    the one known before, ``seen_ms``. Encoding the status later with
+    ``seen`` alone gives what :func:`status_json` gives now with both (a
+    stale epoch's ``last_seen_ms`` is exactly its entry in ``seen``)."""
     stale = _stale(state)
     seen = seen_ms
     if stale:
@@ -500,7 +441,7 @@ def pending_status(
             ms = event_ms.get(entry[2], seen_ms.get(epoch))
             if ms is not None:
                 seen[epoch] = ms
-    return PendingStatus(workflow_key, state, seen, updated_ms, accepted, stale)
+    return seen, stale
 
 
 def stale_effects(workflow_key: str, state: KeyState) -> set[tuple[str, str, int, str | None]]:

@@ -39,7 +39,13 @@ from streams.live.partitions import (
     PartitionGuard,
     PartitionsChanged,
 )
-from streams.live.processor import BatchOutcome, Processor, processor_for, with_changelog
+from streams.live.processor import (
+    BatchOutcome,
+    Processor,
+    encoded,
+    processor_for,
+    with_changelog,
+)
 from streams.live.settings import LiveSettings
 from streams.live.txn import TransactionalSender, TransactionFenced
 
@@ -164,7 +170,7 @@ class LiveRuntime:
             status = outcome.status or {}
             if not self.sender.exactly_once:  # no transaction to defer to
                 for p, recs in status.items():
-                    out.setdefault(p, []).extend(r.record() for r in recs)
+                    out.setdefault(p, []).extend(encoded(r) for r in recs)
                     self.metrics.status_records.inc(len(recs))
                 status = {}
 

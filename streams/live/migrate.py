@@ -40,7 +40,7 @@ from typing import Any
 from streams.errors import BrokerError, MigrationError
 from streams.kafka.errors import kafka_errors
 from streams.live.fast_restore import load_changelog
-from streams.live.processor import OutRecord, SourceRecord, processor_for
+from streams.live.processor import OutRecord, SourceRecord, encoded, processor_for
 from streams.live.settings import LiveSettings
 
 __all__ = [
@@ -310,7 +310,7 @@ def migrate_state(
             for statuses in (outcome.status or {}).values():
                 for srec in statuses:
                     # The latest status of a key is the one to write.
-                    status[srec.key] = srec.record()
+                    status[srec.key] = encoded(srec)
             findings += len(outcome.findings)
     log(f"processed {tail_events} uncommitted events of the old partitions ({findings} findings)")
     backup_dir.mkdir(parents=True, exist_ok=True)

@@ -20,14 +20,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from streams.core import Detector, Finding
 from streams.core.batch import INTERNAL_ERROR, BatchCore, Consumed, DetectorLike, Rejection
-from streams.core.detector import DetectorConfig, KeyState
-from streams.core.status import pending_json
+from streams.core.detector import DetectorConfig
+from streams.core.pending import PendingStatus
 from streams.core.stored import StatusMeta, join_value, split_value
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ __all__ = [
     "SourceRecord",
     "StatusMeta",
     "StatusRecord",
+    "encoded",
     "join_value",
     "processor_for",
     "split_value",
@@ -97,64 +98,16 @@ class OutRecord(msgspec.Struct, frozen=True, gc=False):
     partition: int | None = None
 
 
-class StatusRecord(msgspec.Struct, gc=False, eq=False):
-    """A status record (SPEC §8) whose value is encoded when it is first
-    read: the engines keep the latest one per key and read it at their
-    commit, so a key changed by several batches of a transaction is encoded
-    once (the fields of a :class:`~streams.core.status.PendingStatus`; it
-    must be read before the key's next batch). Reads like an
-    :class:`OutRecord`.
+#: A status record (SPEC §8) whose value is encoded when it is first read:
+#: the batch logic's pending status, produced as it is (one object per
+#: changed key per batch; see :class:`streams.core.pending.PendingStatus`).
+StatusRecord = PendingStatus
 
-    A Struct not tracked by the collector, like :class:`OutRecord`: one
-    lives per changed key until the commit, and tracked objects that live
-    that long are promoted and bring the next full collection (of every
-    cached state) closer. No cycle runs through it: it refers to the key's
-    state, which never refers back."""
 
-    topic: str
-    key: bytes | None
-    workflow_key: str
-    state: KeyState
-    seen: dict[int, int]
-    updated_ms: int | None
-    accepted: int
-    headers: Headers = ()
-    #: ``None``: the producer's partitioner (murmur2 of the key), like a finding's.
-    partition: int | None = None
-    encoded: bytes | None = None
-    #: The pending status's stale-epoch scan of ``state``, reused for the JSON.
-    stale: dict[int, list[Any]] | None = None
-
-    @property
-    def value(self) -> bytes:
-        doc = self.encoded
-        if doc is None:
-            doc = self.encoded = pending_json(
-                self.workflow_key,
-                self.state,
-                self.seen,
-                self.updated_ms,
-                self.accepted,
-                self.stale,
-            )
-        return doc
-
-    def record(self) -> OutRecord:
-        """The same record with its value encoded now."""
-        return OutRecord(self.topic, self.key, self.value)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (StatusRecord, OutRecord)):
-            return (other.topic, other.key, other.value, tuple(other.headers), other.partition) == (
-                self.topic,
-                self.key,
-                self.value,
-                (),
-                None,
-            )
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
+def encoded(record: StatusRecord) -> OutRecord:
+    """The same status record with its value encoded now (it no longer
+    depends on the key's state moving on)."""
+    return OutRecord(record.topic, record.key, record.value)
 
 
 #: A record an engine produces: an output record or a status record.
@@ -218,6 +171,7 @@ class Processor:
             status=status_topic is not None,
             max_event_bytes=max_event_bytes,
             cache_keys=cache_keys,
+            status_topic=status_topic or "",
         )
 
     def process_batch(
@@ -254,30 +208,15 @@ class Processor:
                     r.offset,
                     exc_info=rej.error,
                 )
-        status_out: dict[int, list[StatusRecord]] = {}
-        topic = self.status_topic
-        if topic is not None:
-            for partition, docs in res.status.items():
-                status_out[partition] = [
-                    StatusRecord(
-                        topic,
-                        key,
-                        p.workflow_key,
-                        p.state,
-                        p.seen,
-                        p.updated_ms,
-                        p.accepted,
-                        stale=p.stale,
-                    )
-                    for key, p in docs
-                ]
         return BatchOutcome(
             out,
             tuple(res.states),
             tuple(res.findings),
             tuple(errors),
             res.stale_effects,
-            status_out,
+            # The batch logic's pending status records, as they are (empty
+            # when the status is off).
+            res.status,
         )
 
     def forget(self) -> None:

@@ -113,7 +113,7 @@ def _batch(corpus: str, max_events: int) -> dict[str, Any]:
             store[key] = value
         effects.append(sorted([*k, n] for k, n in res.stale_effects.items()))
         for p, docs in sorted(res.status.items()):
-            status.extend([p, k.decode(), doc.to_json().decode()] for k, doc in docs)
+            status.extend([p, doc.key.decode(), doc.to_json().decode()] for doc in docs)
     return {
         "outputs": outputs,
         "effects": effects,

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core import Detector, Event, KeyState
+from streams.core.pending import pending_status
 from streams.core.replay import Replay
 from streams.core.status import (
     ATTEMPTED,
@@ -15,7 +16,6 @@ from streams.core.status import (
     WorkflowStatus,
     build_status,
     findings_of,
-    pending_status,
     stale_effects,
     status_from_replay,
     status_json,

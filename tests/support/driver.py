@@ -46,6 +46,7 @@ from streams.live.processor import (
     Processor,
     SourceRecord,
     StatusRecord,
+    encoded,
     headers_dict,
     split_value,
     with_changelog,
@@ -190,7 +191,7 @@ class BatchDriver:
         """Commit the open transaction: its outputs become visible with the offsets."""
         for p in sorted(self._deferred):
             # Encoded now, as the engines produce them at their commit.
-            self._open.extend(r.record() for r in self._deferred[p].values())
+            self._open.extend(encoded(r) for r in self._deferred[p].values())
             self.metrics.status_records.inc(len(self._deferred[p]))
         self._deferred = {}
         done = Committed(tuple(self._open), dict(self._acked))

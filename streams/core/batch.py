@@ -336,8 +336,10 @@ class BatchCore:
         meta = StatusMeta(seen, updated, accepted)
         w.meta = meta
         _status(status_out, w.partition).append(pending)
-        # join_value's bytes, without an interpreted call per changed key.
-        return blob + SEP + encode_meta(meta)
+        # join_value's bytes, without an interpreted call per changed key;
+        # one join, not two concatenations: ``blob + SEP`` copied the whole
+        # state once more (a key holding 1,000 events: ~70 KB, 20 µs a batch).
+        return b"".join((blob, SEP, encode_meta(meta)))
 
     def _take(self, key: bytes, stored: bytes | None, partition: int, status: bool) -> _KeyWork:
         # The entry leaves the cache while the batch mutates it: if the batch

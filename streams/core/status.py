@@ -34,11 +34,9 @@ from streams.core.detector import (
     _G_COMMIT,
     _REJ,
     _REL,
-    _VER,
     Detector,
     KeyState,
     _build,
-    _Ev,
     _finding,
 )
 from streams.core.findings import Finding
@@ -237,38 +235,11 @@ def _severity_order(ref: FindingRef) -> tuple[int, str]:
     return (-SEVERITY_RANK[ref.severity], ref.finding_id)  # type: ignore[index]
 
 
-def _after(ev: _Ev, t: tuple[Any, ...]) -> bool:
-    """``ev.k > t`` (``t`` a sort key from ``displaced_at``), building
-    ``ev.k`` only when the positions tie: the property makes a 6-tuple per
-    call, and :func:`_stale` runs over every retained event of each changed
-    key per batch."""
-    major: int = t[0]
-    if ev.major != major:
-        return ev.major > major
-    return bool(ev.k > t)
-
-
 def _stale(state: KeyState) -> dict[int, list[Any]]:
     """Stale epoch -> [its latest stale event's worker, stale event count,
-    latest stale position], from the retained events."""
-    stale: dict[int, list[Any]] = {}
-    if len(state.acq) < 2:
-        return stale  # no epoch is displaced before a second acquisition
-    disp = state.displaced_at()
-    for ev in state.events:
-        if ev.code == _ACQ or ev.code == _VER:
-            continue
-        t = disp.get(ev.epoch)
-        if t is None or not _after(ev, t):
-            continue
-        entry = stale.get(ev.epoch)
-        if entry is None:
-            stale[ev.epoch] = [ev.worker, 1, ev.position]
-        else:  # events are in position order: the last one seen is the latest
-            entry[0] = ev.worker
-            entry[1] += 1
-            entry[2] = ev.position
-    return stale
+    latest stale position], from the retained events
+    (:meth:`KeyState.stale_epochs`: not to be changed)."""
+    return state.stale_epochs()
 
 
 def _status_fields(

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core import Detector, Event, KeyState
+from streams.core import Detector, DetectorConfig, Event, KeyState
 from streams.core.pending import pending_status
 from streams.core.replay import Replay
 from streams.core.status import (
@@ -21,7 +21,7 @@ from streams.core.status import (
     status_json,
 )
 from tests.core.conftest import acq, att, com, prog, rej, rel, ver
-from tests.strategies import multi_workflow_events, with_sinks
+from tests.strategies import arrival_orders, multi_workflow_events, with_sinks
 
 
 def run(events: list[Event]) -> tuple[KeyState, Replay]:
@@ -61,9 +61,7 @@ def test_status_json_is_the_records_json(data: st.DataObject) -> None:
         assert status_json(key, state, found, **kw) == (record.to_json(), record.stale_epochs)
 
 
-@pytest.mark.parametrize(
-    "worker", ['w"\\/', "w\u00e9\u2028\U0001f600", "w\x00\x1f\x7f", "w" * 300]
-)
+@pytest.mark.parametrize("worker", ['w"\\/', "w\u00e9\u2028\U0001f600", "w\x00\x1f\x7f", "w" * 300])
 def test_status_json_keeps_orjsons_bytes_for_escaped_and_unicode_names(worker: str) -> None:
     """status_json's bytes equal orjson's encoding of the record for names that need escaping."""
     detector = Detector()
@@ -201,3 +199,48 @@ def test_status_from_replay_is_independent_of_how_the_stream_is_cut(data: st.Dat
         restored = KeyState.from_bytes(state.to_bytes())
         live = build_status(key, restored, findings_of(restored, key))
         assert live == direct[key]
+
+
+def _full_scan(state: KeyState) -> dict[int, list[object]]:
+    """stale_epochs of a copy of ``state`` without its memo (decoded from its bytes)."""
+    return KeyState.from_bytes(state.to_bytes()).stale_epochs()
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_stale_epochs_asked_after_every_event_equal_a_full_scan(data: st.DataObject) -> None:
+    """The memoized stale-epoch scan, asked after each event as the live batch does, equals
+    a scan from scratch, whatever the arrival order, redeliveries and evictions."""
+    events = data.draw(multi_workflow_events())
+    events = data.draw(arrival_orders(events))
+    detector = Detector(
+        DetectorConfig(max_events_per_key=data.draw(st.sampled_from([8, 12, 1024])))
+    )
+    states: dict[str, KeyState] = {}
+    for i, e in enumerate(events):
+        state = states.setdefault(e.workflow_key, detector.new_state())
+        detector.process(state, e, i)
+        if data.draw(st.booleans()):
+            assert state.stale_epochs() == _full_scan(state)
+    for state in states.values():
+        first = state.stale_epochs()
+        assert first == _full_scan(state)
+        assert state.stale_epochs() == first  # asked again: the same answer
+
+
+def test_stale_epochs_of_a_long_key_scan_only_the_events_added_since() -> None:
+    """A stale event appended after a memoized scan is counted once, and the earlier
+    result handed out is left as it was."""
+    detector = Detector()
+    state = detector.new_state()
+    stream = [acq(1, "w1", seq=1), acq(2, "w2", seq=2)] + [
+        prog(1, "w1", seq=s) for s in range(3, 40)
+    ]
+    for i, e in enumerate(stream):
+        detector.process(state, e, i)
+    before = state.stale_epochs()
+    assert before == {1: ["w1", 37, 39]}
+    detector.process(state, prog(1, "w1", seq=40), 40)
+    after = state.stale_epochs()
+    assert after == {1: ["w1", 38, 40]} == _full_scan(state)
+    assert before == {1: ["w1", 37, 39]}

@@ -280,6 +280,10 @@ def _major_minor(ev: _Ev) -> tuple[int, int]:
     return (ev.major, ev.minor)
 
 
+#: :meth:`KeyState.stale_epochs` when no epoch is stale: one shared object
+#: (never changed), not an empty dict per key and batch kept in each memo.
+_NO_STALE: Final[dict[int, list[Any]]] = {}
+
 #: :meth:`KeyState.stale_epochs`' last scan: the events list, how many of its
 #: events it covered, the last of those, the displacement map it used, its result.
 _StaleMemo = tuple[
@@ -445,12 +449,13 @@ class KeyState:
         (an out-of-order insert before it moves it), the events scanned
         keep their verdicts and only the ones after them are scanned."""
         if len(self.acq) < 2:
-            return {}  # no epoch is displaced before a second acquisition
+            return _NO_STALE  # no epoch is displaced before a second acquisition
         disp = self.displaced_at()
         events = self.events
         start = 0
-        stale: dict[int, list[Any]] = {}
-        shared = False
+        stale = _NO_STALE
+        #: Whether ``stale`` is shared (handed out before, or the empty one).
+        shared = True
         memo = self._stale_memo
         if memo is not None:
             m_list, m_n, m_last, m_disp, m_stale = memo
@@ -464,7 +469,6 @@ class KeyState:
                     return m_stale
                 start = m_n
                 stale = m_stale
-                shared = True
         for i in range(start, len(events)):
             ev = events[i]
             code = ev.code
@@ -480,7 +484,7 @@ class KeyState:
             elif not ev.k > t:
                 continue
             if shared:
-                # The memo's lists were handed out by an earlier call: copied.
+                # Never changed in place: an earlier call handed it out.
                 stale = {e: list(v) for e, v in stale.items()}
                 shared = False
             entry = stale.get(ev.epoch)

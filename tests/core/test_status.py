@@ -222,10 +222,13 @@ def test_stale_epochs_asked_after_every_event_equal_a_full_scan(data: st.DataObj
         detector.process(state, e, i)
         if data.draw(st.booleans()):
             assert state.stale_epochs() == _full_scan(state)
-    for state in states.values():
+    for key, state in states.items():
         first = state.stale_epochs()
         assert first == _full_scan(state)
         assert state.stale_epochs() == first  # asked again: the same answer
+        status_json(key, state, findings_of(state, key), event_ms={})
+    # The one empty result every clean key shares was never changed.
+    assert KeyState().stale_epochs() == {}
 
 
 def test_stale_epochs_of_a_long_key_scan_only_the_events_added_since() -> None:

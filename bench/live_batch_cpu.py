@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from live_support import doc
 from live_throughput import interleaved
 from results import Figure, add_json_arg, emit
 
@@ -79,13 +80,6 @@ LONG_EVENTS = 1_000
 LONG_ROUNDS = 200
 
 
-def _checkpoint(key: str, kind: str, epoch: int, seq: int) -> bytes:
-    return (
-        b'{"type":"%s","workflow_key":"%s","epoch":%d,"worker_id":"w%d","seq":%d}'
-        % (kind.encode(), key.encode(), epoch, epoch, seq)
-    )
-
-
 def long_key_cpu(*, status: bool) -> float:
     """CPU µs per event of :data:`LONG_ROUNDS` batches of one checkpoint per
     key, over keys that hold :data:`LONG_EVENTS` events each."""
@@ -94,32 +88,37 @@ def long_key_cpu(*, status: bool) -> float:
     )
     store: dict[bytes, bytes] = {}
     keys = [f"tenant-{k}/long/{k:04d}" for k in range(LONG_KEYS)]
+    kinds = {1: ("lease_acquired", 1), 2: ("lease_acquired", 2)}
 
     def batch(seq: int) -> list[SourceRecord]:
-        out = []
-        for k, key in enumerate(keys):
-            if seq == 1:
-                value = _checkpoint(key, "lease_acquired", 1, seq)
-            elif seq == 2:
-                value = _checkpoint(key, "lease_acquired", 2, seq)
-            else:
-                value = _checkpoint(key, "progress", 2, seq)
-            out.append(SourceRecord("events", k % PARTITIONS, seq, key.encode(), value, seq))
-        return out
+        kind, epoch = kinds.get(seq, ("progress", 2))
+        return [
+            SourceRecord(
+                "events",
+                k % PARTITIONS,
+                seq,
+                key.encode(),
+                doc(key, kind, epoch, f"w{epoch}", seq),
+                seq,
+            )
+            for k, key in enumerate(keys)
+        ]
 
-    def run(first: int, last: int) -> None:
-        for seq in range(first, last):
-            outcome = processor.process_batch(batch(seq), store.get)
+    def run(batches: list[list[SourceRecord]]) -> None:
+        for recs in batches:
+            outcome = processor.process_batch(recs, store.get)
             for key, _partition, blob in outcome.states:
                 store[key] = blob
             for records in outcome.status.values():
                 for record in records:
                     record.value  # noqa: B018 -- encoded, as the engine's commit does
 
-    run(1, LONG_EVENTS + 1)
+    run([batch(seq) for seq in range(1, LONG_EVENTS + 1)])
+    # Built before the clock starts: only the batch logic is timed.
+    timed = [batch(seq) for seq in range(LONG_EVENTS + 1, LONG_EVENTS + 1 + LONG_ROUNDS)]
     gc.collect()
     t0 = time.process_time()
-    run(LONG_EVENTS + 1, LONG_EVENTS + 1 + LONG_ROUNDS)
+    run(timed)
     return (time.process_time() - t0) / (LONG_KEYS * LONG_ROUNDS) * 1e6
 
 

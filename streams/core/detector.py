@@ -280,15 +280,22 @@ def _major_minor(ev: _Ev) -> tuple[int, int]:
     return (ev.major, ev.minor)
 
 
+def _kept(events: list[_Ev], seen: list[_Ev] | None, n: int, last: _Ev | None) -> bool:
+    """Whether ``events`` still begins with the ``n`` events a memo covered
+    (``seen`` the list it read, ``last`` the last of them): the same list
+    (an eviction makes a new one) with that event still at ``n - 1`` (an
+    out-of-order insert before it moves it). What :meth:`KeyState.to_bytes`'
+    rows and :meth:`KeyState.stale_epochs`' scan rest on."""
+    return seen is events and 0 < n <= len(events) and events[n - 1] is last
+
+
 #: :meth:`KeyState.stale_epochs` when no epoch is stale: one shared object
 #: (never changed), not an empty dict per key and batch kept in each memo.
 _NO_STALE: Final[dict[int, list[Any]]] = {}
 
 #: :meth:`KeyState.stale_epochs`' last scan: the events list, how many of its
 #: events it covered, the last of those, the displacement map it used, its result.
-_StaleMemo = tuple[
-    list[_Ev], int, _Ev, dict[int, tuple[Any, ...] | None], dict[int, list[Any]]
-]
+_StaleMemo = tuple[list[_Ev], int, _Ev, dict[int, tuple[Any, ...] | None], dict[int, list[Any]]]
 
 
 class KeyState:
@@ -459,12 +466,7 @@ class KeyState:
         memo = self._stale_memo
         if memo is not None:
             m_list, m_n, m_last, m_disp, m_stale = memo
-            if (
-                m_list is events
-                and m_disp is disp
-                and 0 < m_n <= len(events)
-                and events[m_n - 1] is m_last
-            ):
+            if m_disp is disp and _kept(events, m_list, m_n, m_last):
                 if m_n == len(events):
                     return m_stale
                 start = m_n
@@ -510,9 +512,7 @@ class KeyState:
         at once (tests/core/test_state_format.py)."""
         events = self.events
         n = self._enc_n
-        if not (
-            self._enc_list is events and 0 < n <= len(events) and events[n - 1] is self._enc_last
-        ):
+        if not _kept(events, self._enc_list, n, self._enc_last):
             n = 0
         if n < len(events):
             # An event's fields never change once retained: its row is final.
@@ -891,15 +891,11 @@ def _stale_attempt(
 
 
 # ---- stale_commit: the first stale commit of an effect by an epoch ---------
-def _stale_commit(
-    st: KeyState, epoch: int, ek: str | None, disp: dict[int, Any]
-) -> _Raised | None:
+def _stale_commit(st: KeyState, epoch: int, ek: str | None, disp: dict[int, Any]) -> _Raised | None:
     raising = _first_after(st.groups.get((_G_COMMIT, epoch, ek)), disp.get(epoch))
     if raising is None:
         return None
-    return _Raised(
-        Kind.STALE_COMMIT, raising, epoch, raising.worker, sink_outcome="committed"
-    )
+    return _Raised(Kind.STALE_COMMIT, raising, epoch, raising.worker, sink_outcome="committed")
 
 
 # ---- commit_repeat: duplicate_commit, escalating to conflicting_commit -----

@@ -235,13 +235,6 @@ def _severity_order(ref: FindingRef) -> tuple[int, str]:
     return (-SEVERITY_RANK[ref.severity], ref.finding_id)  # type: ignore[index]
 
 
-def _stale(state: KeyState) -> dict[int, list[Any]]:
-    """Stale epoch -> [its latest stale event's worker, stale event count,
-    latest stale position], from the retained events
-    (:meth:`KeyState.stale_epochs`: not to be changed)."""
-    return state.stale_epochs()
-
-
 def _status_fields(
     workflow_key: str,
     state: KeyState,
@@ -252,7 +245,7 @@ def _status_fields(
     updated_ms: int | None = None,
     stale: dict[int, list[Any]] | None = None,
 ) -> _Fields:
-    """:func:`build_status`'s fields. ``stale``: :func:`_stale` of ``state``
+    """:func:`build_status`'s fields. ``stale``: :meth:`KeyState.stale_epochs` of ``state``
     when the caller has it already (the live processor scanned the events
     for it at the batch's end, and the state has not changed since)."""
     seen = seen_ms or {}
@@ -276,7 +269,7 @@ def _status_fields(
         and last.epoch == current_epoch
     )
     if stale is None:
-        stale = _stale(state)
+        stale = state.stale_epochs()
     opened: list[FindingRef] = []
     cleared: list[FindingRef] = []
     for f in findings:
@@ -398,13 +391,13 @@ def status_seen(
     state: KeyState, seen_ms: dict[int, int], event_ms: Mapping[int, int]
 ) -> tuple[dict[int, int], dict[int, list[Any]]]:
     """A key's status meta ``seen`` after a batch and the stale-epoch scan it
-    came from (:func:`_stale`, reused when the JSON is built: the state is
+    came from (:meth:`KeyState.stale_epochs`, reused when the JSON is built: the state is
     the same then). ``seen``: stale epoch -> the Kafka timestamp of its
     latest stale event, ``event_ms`` of the batch's events by position, else
     the one known before, ``seen_ms``. Encoding the status later with
     ``seen`` alone gives what :func:`status_json` gives now with both (a
     stale epoch's ``last_seen_ms`` is exactly its entry in ``seen``)."""
-    stale = _stale(state)
+    stale = state.stale_epochs()
     seen = seen_ms
     if stale:
         seen = {}

@@ -20,8 +20,8 @@ from streams.core.errors import InvalidEvent
 from streams.core.findings import Finding
 from streams.core.pending import PendingStatus
 from streams.core.records import Event, Kind
-from streams.core.status import stale_effects, status_seen
-from streams.core.stored import NO_META, SEP, StatusMeta, encode_meta, join_value, split_value
+from streams.core.status import stale_effects, stale_seen
+from streams.core.stored import SEP, StatusMeta, encode_meta, split_value
 from streams.core.validate import parse_event
 
 __all__ = [
@@ -130,30 +130,30 @@ class _KeyWork:
         "rebuilt",
         "state",
         "stored",
-        "times",
     )
 
     def __init__(
         self,
         state: KeyState,
-        meta: StatusMeta | None,
+        meta: _Meta | None,
         stored: bytes | None,
         partition: int,
-        status: bool,
     ) -> None:
         self.state = state
         #: The status meta stored with the state (None: none stored).
         self.meta = meta
         self.stored = stored
         self.partition = partition
-        #: The key's events of this batch the detector accepted, to rebuild
-        #: the state if a later one fails half-way.
-        self.applied: list[tuple[Event, int]] = []
-        #: Position -> Kafka timestamp of the key's events of this batch
-        #: (only the status uses them).
-        self.times: dict[int, int] | None = {} if status else None
-        #: The latest of those timestamps, kept as they come rather than a
-        #: max() over ``times`` per changed key.
+        #: The key's events of this batch the detector accepted, with their
+        #: offsets (to rebuild the state if a later one fails half-way) and
+        #: Kafka timestamps (the status's: a stale epoch's last_seen_ms).
+        #: One tuple per event, not a position -> timestamp dict per key per
+        #: batch: that dict is read only for a key with a stale epoch, so
+        #: :func:`_times` builds it then (each dict was a tracked allocation
+        #: per key per batch, and brought the next collection closer).
+        self.applied: list[tuple[Event, int, int | None]] = []
+        #: The latest of those timestamps (status only), kept as they come
+        #: rather than a max() per changed key.
         self.latest: int | None = None
         #: Whether a stale-effect finding came out of this batch.
         self.effects = False
@@ -163,8 +163,67 @@ class _KeyWork:
         self.rebuilt = False
 
 
+
+
+def _times(applied: Sequence[tuple[Event, int, int | None]]) -> dict[int, int]:
+    """Position -> Kafka timestamp of a batch's applied events (a position
+    is the event's ``seq``, else its offset)."""
+    out: dict[int, int] = {}
+    for event, offset, ts in applied:
+        if ts is not None:
+            seq = event.seq
+            out[offset if seq is None else seq] = ts
+    return out
+
+
+@final
+class _Meta:
+    """A key's status meta while the batch logic holds it: a
+    :class:`~streams.core.stored.StatusMeta`'s fields in a compiled class.
+    One is made per changed key per batch and read by the key's next batch:
+    the Struct cost a call to build and a generic attribute look-up per
+    field read; this costs neither. The Struct stays the stored format."""
+
+    __slots__ = ("accepted", "seen", "updated_ms")
+
+    def __init__(self, seen: dict[int, int], updated_ms: int | None, accepted: int) -> None:
+        self.seen = seen
+        self.updated_ms = updated_ms
+        self.accepted = accepted
+
+
+#: No status record written yet (``StatusMeta``'s ``NO_META``).
+_NO_META: Final = _Meta({}, None, -1)
+
+
+def _joined(blob: bytes, meta: _Meta | None) -> bytes:
+    """``join_value(blob, meta)``: the stored value of state bytes ``blob``
+    with ``meta`` (``None``: none). One join, not concatenations: each ``+``
+    copied the whole state once more (a key holding 1,000 events: ~70 KB,
+    20 µs a batch)."""
+    if meta is None:
+        return blob
+    seen = meta.seen
+    if seen:
+        return b"".join((blob, SEP, encode_meta(StatusMeta(seen, meta.updated_ms, meta.accepted))))
+    # encode_meta's bytes for the usual meta (no stale epoch), without a
+    # Struct or a formatting call (``%`` with a tuple cost three times the
+    # parts); tests/live/test_processor_batch.py checks they are the same.
+    updated = meta.updated_ms
+    return b"".join(
+        (
+            blob,
+            b'\x00{"s":{},"u":',  # SEP, then the meta
+            b"null" if updated is None else b"%d" % updated,
+            b',"n":',
+            b"%d" % meta.accepted,
+            b"}",
+        )
+    )
+
+
 #: A cached decoded state: (the stored value it stands for, the state, its meta).
-_Cached = tuple[bytes, KeyState, StatusMeta | None]
+_Cached = tuple[bytes, KeyState, _Meta | None]
 
 
 @final
@@ -242,7 +301,7 @@ class BatchCore:
             w = work.get(key)
             if w is None:
                 stored = load_state(key)
-                w = self._take(key, stored, partition, status)
+                w = self._take(key, stored, partition)
                 work[key] = w
             elif w.partition != partition:
                 # The key's events came through two partitions (a producer
@@ -252,7 +311,7 @@ class BatchCore:
                 if w.applied:
                     # Its status meta as stored: the status record, if any,
                     # comes with the key's final state.
-                    states.append((key, w.partition, join_value(w.state.to_bytes(), w.meta)))
+                    states.append((key, w.partition, _joined(w.state.to_bytes(), w.meta)))
                 w.partition = partition
             try:
                 if native is not None:
@@ -266,16 +325,12 @@ class BatchCore:
                 _out(outputs, partition).append(rej)
                 rejections.append(rej)
                 continue
-            w.applied.append((event, offset))
-            times = w.times
-            if times is not None:
-                ts = record.timestamp
-                if ts is not None:
-                    seq = event.seq
-                    times[offset if seq is None else seq] = ts
-                    latest = w.latest
-                    if latest is None or ts > latest:
-                        w.latest = ts
+            ts = record.timestamp
+            w.applied.append((event, offset, ts))
+            if status and ts is not None:
+                latest = w.latest
+                if latest is None or ts > latest:
+                    w.latest = ts
             if found:
                 findings.extend(found)
                 _out(outputs, partition).extend(found)
@@ -326,47 +381,54 @@ class BatchCore:
         if not self.status:
             w.meta = None
             return blob
-        prev = w.meta if w.meta is not None else NO_META
+        prev = w.meta if w.meta is not None else _NO_META
         accepted = state.n_events - state.n_redeliveries
         if accepted == prev.accepted and not w.rebuilt:
-            return join_value(blob, w.meta)
-        times = w.times if w.times is not None else {}
+            return _joined(blob, w.meta)
         updated = w.latest if w.latest is not None else prev.updated_ms
-        seen, stale = status_seen(state, prev.seen, times)
+        applied = w.applied
+        # status_seen's, in two parts: only a key with a stale epoch reads
+        # its events' timestamps.
+        stale = state.stale_epochs()
+        seen = stale_seen(stale, prev.seen, _times(applied)) if stale else prev.seen
+        # The event's workflow key is the key's UTF-8: no decode per key.
+        wkey = applied[-1][0].workflow_key if applied else key.decode("utf-8")
         # Encoded when the engine writes it, once per key per transaction.
-        pending = PendingStatus(
-            self.status_topic, key, key.decode("utf-8"), state, seen, updated, accepted, stale
-        )
-        meta = StatusMeta(seen, updated, accepted)
+        pending = PendingStatus(self.status_topic, key, wkey, state, seen, updated, accepted, stale)
+        meta = _Meta(seen, updated, accepted)
         w.meta = meta
         _status(status_out, w.partition).append(pending)
-        # join_value's bytes, without an interpreted call per changed key;
-        # one join, not two concatenations: ``blob + SEP`` copied the whole
-        # state once more (a key holding 1,000 events: ~70 KB, 20 µs a batch).
-        return b"".join((blob, SEP, encode_meta(meta)))
+        return _joined(blob, meta)
 
-    def _take(self, key: bytes, stored: bytes | None, partition: int, status: bool) -> _KeyWork:
+    def _take(self, key: bytes, stored: bytes | None, partition: int) -> _KeyWork:
         # The entry leaves the cache while the batch mutates it: if the batch
         # is abandoned half-way, no mutated object can be mistaken for the
         # stored bytes it was decoded from. _remember puts it back.
         cached = self.cache.pop(key, None)
         if cached is not None and stored is not None and cached[0] == stored:
-            return _KeyWork(cached[1], cached[2], stored, partition, status)
+            return _KeyWork(cached[1], cached[2], stored, partition)
         if stored is None:
-            return _KeyWork(self.detector.new_state(), None, None, partition, status)
+            return _KeyWork(self.detector.new_state(), None, None, partition)
         state, meta = split_value(stored)
-        return _KeyWork(KeyState.from_bytes(state), meta, stored, partition, status)
+        return _KeyWork(
+            KeyState.from_bytes(state),
+            None if meta is None else _Meta(meta.seen, meta.updated_ms, meta.accepted),
+            stored,
+            partition,
+        )
 
-    def _rebuild(self, stored: bytes | None, applied: Sequence[tuple[Event, int]]) -> KeyState:
+    def _rebuild(
+        self, stored: bytes | None, applied: Sequence[tuple[Event, int, int | None]]
+    ) -> KeyState:
         detector = self.detector
         state = (
             detector.new_state() if stored is None else KeyState.from_bytes(split_value(stored)[0])
         )
-        for event, offset in applied:
+        for event, offset, _ts in applied:
             detector.process(state, event, offset)
         return state
 
-    def _remember(self, key: bytes, blob: bytes, state: KeyState, meta: StatusMeta | None) -> None:
+    def _remember(self, key: bytes, blob: bytes, state: KeyState, meta: _Meta | None) -> None:
         if self.cache_keys <= 0:
             return
         cache = self.cache

@@ -39,6 +39,7 @@ from streams.core.detector import (
     _build,
     _finding,
 )
+from streams.core.document import StatusDocument
 from streams.core.findings import Finding
 from streams.core.health import CLEARED, assess
 from streams.core.records import SEVERITY_RANK
@@ -55,6 +56,7 @@ __all__ = [
     "findings_of",
     "pending_json",
     "stale_effects",
+    "stale_seen",
     "status_from_replay",
     "status_json",
     "status_seen",
@@ -348,7 +350,7 @@ def status_json(
         updated_ms=updated_ms,
         stale=stale,
     )
-    return _encode(_document(fields)), fields[7]
+    return _encode(StatusDocument(*fields)), fields[7]
 
 
 #: The status document's bytes: msgspec writes the same bytes as
@@ -398,14 +400,20 @@ def status_seen(
     ``seen`` alone gives what :func:`status_json` gives now with both (a
     stale epoch's ``last_seen_ms`` is exactly its entry in ``seen``)."""
     stale = state.stale_epochs()
-    seen = seen_ms
-    if stale:
-        seen = {}
-        for epoch, entry in stale.items():
-            ms = event_ms.get(entry[2], seen_ms.get(epoch))
-            if ms is not None:
-                seen[epoch] = ms
-    return seen, stale
+    return (stale_seen(stale, seen_ms, event_ms) if stale else seen_ms), stale
+
+
+def stale_seen(
+    stale: dict[int, list[Any]], seen_ms: dict[int, int], event_ms: Mapping[int, int]
+) -> dict[int, int]:
+    """:func:`status_seen`'s ``seen`` from the state's scan ``stale`` (not
+    empty), for a caller that has the scan already."""
+    seen: dict[int, int] = {}
+    for epoch, entry in stale.items():
+        ms = event_ms.get(entry[2], seen_ms.get(epoch))
+        if ms is not None:
+            seen[epoch] = ms
+    return seen
 
 
 def stale_effects(workflow_key: str, state: KeyState) -> set[tuple[str, str, int, str | None]]:

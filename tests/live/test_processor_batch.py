@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from streams.core import Detector
+from streams.core.stored import join_value, split_value
 from streams.live.processor import (
     INTERNAL_ERROR,
     OutRecord,
@@ -193,3 +194,29 @@ def test_a_key_in_two_partitions_gets_a_state_write_in_each() -> None:
         store[b"export-ledger"] = per[r.partition] = state
     o = make().process_batch(records, {}.get)
     assert [(p, s) for _k, p, s in o.states] == sorted(per.items())
+
+
+@pytest.mark.parametrize("size", [1, 7, 100_000])
+def test_a_stored_status_meta_is_the_encoders_bytes(size: int) -> None:
+    """With the status on, every stored value is its state's bytes joined with
+    ``encode_meta`` of its meta, whether a record's timestamp is known or not
+    (the batch formats the usual meta itself)."""
+    proc = Processor(Detector(), findings_topic="f", dlq_topic="e.dlq", status_topic="s")
+    records = [
+        SourceRecord(r.topic, r.partition, r.offset, r.key, r.value, None if i % 5 else 1_000 + i)
+        for i, r in enumerate(stream(40, 3))
+    ]
+    store: dict[bytes, bytes] = {}
+    # (any stale epoch, updated_ms known) of the metas written
+    kinds: set[tuple[bool, bool]] = set()
+    for i in range(0, len(records), size):
+        o = proc.process_batch(records[i : i + size], store.get)
+        for key, _p, value in o.states:
+            store[key] = value
+            state, meta = split_value(value)
+            assert meta is not None
+            assert value == join_value(state, meta)
+            kinds.add((bool(meta.seen), meta.updated_ms is not None))
+    assert {(False, True), (True, True)} <= kinds
+    if size == 1:  # a key's first event without a timestamp: updated_ms null
+        assert (False, False) in kinds

@@ -747,8 +747,30 @@ class RdkafkaEngine:
         """The transaction's changelog records (the latest state per key and
         source partition: the changelog partition is the source partition)."""
         topic = self.changelog
+        produce = self.producer.produce
         for (key, partition), value in self._changes.items():
-            self._send(topic, value, key, partition)
+            # produce() itself, _send (which waits) only when the queue is
+            # full: one record per changed key per transaction, and two
+            # interpreted calls per record were a fifth of the commit's CPU.
+            try:
+                produce(topic, value, key, partition=partition)
+            except BufferError:
+                self._send(topic, value, key, partition)
+
+    def _produce_status(self, records: list[Outgoing]) -> None:
+        """The transaction's status records (the latest per key: SPEC §8),
+        as :meth:`_produce` would, its calls saved for the usual record
+        (the producer's partitioner, no headers)."""
+        produce = self.producer.produce
+        for r in records:
+            if r.headers or r.partition is not None:
+                self._produce(r)
+                continue
+            topic, value, key = r.topic, r.value, r.key
+            try:
+                produce(topic, value, key)
+            except BufferError:
+                self._send(topic, value, key)
 
     def _start_commit(self, timeout: float = _CALL_TIMEOUT_S, *, final: bool = False) -> None:
         """Put the open transaction's changelog and status records in it and
@@ -764,8 +786,7 @@ class RdkafkaEngine:
                 self.producer.begin_transaction()
                 self._begun = True
             self._produce_changes()
-            for r in deferred:
-                self._produce(r)
+            self._produce_status(deferred)
             meta = self.consumer.consumer_group_metadata()
         except KafkaException as exc:
             if final:  # stopping: no new producer, no rewind

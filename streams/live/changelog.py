@@ -20,6 +20,7 @@ from typing import Any
 
 from streams.errors import BrokerError
 from streams.kafka.errors import from_kafka_error, kafka_errors
+from streams.live.heap import release_free_heap
 
 __all__ = ["CHANGELOG_SUFFIX", "LoadResult", "changelog_topic", "load_changelog"]
 
@@ -136,3 +137,6 @@ def load_changelog(
             return LoadResult(ends, records)
     finally:
         consumer.close()
+        # The prefetch buffers and each record's objects are freed now: their
+        # pages go back to the OS instead of staying resident (streams.live.heap).
+        release_free_heap()

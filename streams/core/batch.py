@@ -206,9 +206,11 @@ def _joined(blob: bytes, meta: _Meta | None) -> bytes:
     seen = meta.seen
     if seen:
         return b"".join((blob, SEP, encode_meta(StatusMeta(seen, meta.updated_ms, meta.accepted))))
-    # encode_meta's bytes for the usual meta (no stale epoch), without a
-    # Struct or a formatting call (``%`` with a tuple cost three times the
-    # parts); tests/live/test_processor_batch.py checks they are the same.
+    # encode_meta's bytes for the usual meta (no stale epoch), without
+    # building a Struct to encode; the parts in the value's one join cost
+    # about what a ``%`` with a tuple into a trailer did (callgrind,
+    # docs/performance.md). tests/live/test_processor_batch.py checks they
+    # are encode_meta's bytes.
     updated = meta.updated_ms
     return b"".join(
         (

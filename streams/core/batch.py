@@ -163,8 +163,6 @@ class _KeyWork:
         self.rebuilt = False
 
 
-
-
 def _times(applied: Sequence[tuple[Event, int, int | None]]) -> dict[int, int]:
     """Position -> Kafka timestamp of a batch's applied events (a position
     is the event's ``seq``, else its offset)."""

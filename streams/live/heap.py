@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -23,24 +24,21 @@ __all__ = ["release_free_heap"]
 
 log = logging.getLogger(__name__)
 
-#: glibc's ``malloc_trim``, looked up on first use; ``False``: there is none.
-_trim: Callable[[int], int] | bool | None = None
 
-
+@functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
-    global _trim
-    if _trim is None:
-        _trim = False
-        if sys.platform.startswith("linux"):
-            try:
-                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-                fn = libc.malloc_trim  # absent from musl: AttributeError
-                fn.argtypes = [ctypes.c_size_t]
-                fn.restype = ctypes.c_int
-                _trim = fn
-            except (OSError, AttributeError):
-                _trim = False
-    return _trim if callable(_trim) else None
+    """glibc's ``malloc_trim``, looked up once; ``None`` where there is none."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        fn = libc.malloc_trim  # absent from musl: AttributeError
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    trim: Callable[[int], int] = fn
+    return trim
 
 
 def release_free_heap() -> bool:

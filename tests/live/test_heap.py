@@ -43,7 +43,7 @@ def test_releasing_the_free_heap_lowers_resident_memory() -> None:
 
 def test_without_malloc_trim_it_reports_false(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the C library has no malloc_trim (musl, macOS) it returns False, no error."""
-    monkeypatch.setattr(heap, "_trim", False)
+    monkeypatch.setattr(heap, "_malloc_trim", lambda: None)
     assert heap.release_free_heap() is False
 
 
@@ -53,5 +53,5 @@ def test_a_failing_trim_is_reported_as_false(monkeypatch: pytest.MonkeyPatch) ->
     def boom(_pad: int) -> int:
         raise OSError("no")
 
-    monkeypatch.setattr(heap, "_trim", boom)
+    monkeypatch.setattr(heap, "_malloc_trim", lambda: boom)
     assert heap.release_free_heap() is False

@@ -33,6 +33,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -91,12 +92,25 @@ def _loud_tracebacks() -> None:
 class _Supervisor:
     """The signals of the process and the app that runs now."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.signals: list[int] = []
         self.worker: Any = None
         self.runtime: Any = None
         self.replacing = False
         self._watchdog: threading.Timer | None = None
+        self._clock = clock
+        #: When the first stop signal reached the process (not the loop).
+        self._arrived: float | None = None
+
+    def note_arrival(self, signum: int, _frame: object = None) -> None:
+        """The Python-level handler of SIGTERM/SIGINT while an app runs
+        (faust_seam.take_stop_signals): it runs between two bytecodes of the
+        main thread as soon as the signal comes, while the loop's callback
+        (:meth:`on_signal`) waits for the loop to finish what it is doing.
+        The stop bound counts from here. One assignment: nothing that takes
+        a lock the interrupted code may hold."""
+        if self._arrived is None:
+            self._arrived = self._clock()
 
     def uncommitted(self) -> int:
         runtime = self.runtime
@@ -124,9 +138,20 @@ class _Supervisor:
                 128 + signum,
                 f"{name} again: stopping at once; {self.left_behind()}",
             )
-        log.info("%s: stopping (at most %.0f s)", name, STOP_BOUND_S)
+        now = self._clock()
+        waited = 0.0 if self._arrived is None else max(0.0, now - self._arrived)
+        if waited >= 1.0:
+            log.info(
+                "%s: stopping (at most %.0f s; the signal waited %.1f s for the event loop)",
+                name, STOP_BOUND_S, waited,
+            )
+        else:
+            log.info("%s: stopping (at most %.0f s)", name, STOP_BOUND_S)
         _quiet_tracebacks()
-        self._watchdog = threading.Timer(STOP_BOUND_S, self._too_long)
+        # From the signal's arrival, not from now: a loop busy for seconds
+        # (a dead broker's reconnect storm, a long batch) must not stretch
+        # the bound an orchestrator's grace period is sized from.
+        self._watchdog = threading.Timer(max(0.0, STOP_BOUND_S - waited), self._too_long)
         self._watchdog.daemon = True
         self._watchdog.start()
         if self.worker is not None:
@@ -199,7 +224,7 @@ def run_faust(settings: LiveSettings, build: Callable[[LiveMetrics], Any]) -> in
             # The first worker configured logging; a second setup would
             # add its handlers again.
             worker.override_logging = False
-        faust_seam.take_stop_signals(worker, supervisor.on_signal)
+        faust_seam.take_stop_signals(worker, supervisor.on_signal, supervisor.note_arrival)
         supervisor.worker = worker
         code = _execute(worker)
         supervisor.worker = None

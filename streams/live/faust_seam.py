@@ -627,12 +627,32 @@ def install_commit_gate(
 # -- the worker ----------------------------------------------------------------
 
 
-def take_stop_signals(worker: Any, on_signal: Callable[[int], None]) -> None:
+def take_stop_signals(
+    worker: Any,
+    on_signal: Callable[[int], None],
+    on_arrival: Callable[[int, Any], None] | None = None,
+) -> None:
     """Route the SIGTERM/SIGINT handlers mode's ``Worker`` installs on its
     loop at start to ``on_signal(signum)`` (which decides when to call
-    :func:`stop_worker`). Call before ``execute_from_commandline``."""
+    :func:`stop_worker`). With ``on_arrival``, it becomes the Python-level
+    handler of both signals once mode has installed its own: asyncio's
+    ``add_signal_handler`` sets a no-op there and learns of the signal from
+    the wakeup fd, which CPython writes whichever Python handler is set, so
+    the loop still calls ``on_signal`` and ``on_arrival`` runs at once, in
+    the main thread, even while the loop is busy. Call before
+    ``execute_from_commandline``."""
     worker._on_sigterm = lambda: on_signal(signal.SIGTERM)
     worker._on_sigint = lambda: on_signal(signal.SIGINT)
+    if on_arrival is None:
+        return
+    install = worker.install_signal_handlers
+
+    def install_then_note_arrivals() -> None:
+        install()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, on_arrival)
+
+    worker.install_signal_handlers = install_then_note_arrivals
 
 
 def stop_worker(worker: Any, signum: int) -> None:

@@ -4,8 +4,10 @@ after its broker died stops within the stated bound."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -135,12 +137,16 @@ def _stop_without_broker(broker: Any, tmp_path: Path, engine: str) -> str:
         broker.kill9()
         w.proc.send_signal(signal.SIGTERM)
         began = time.monotonic()
-        w.proc.wait(STOP_BOUND_S + 5)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            w.proc.wait(STOP_BOUND_S + 5)
         took = time.monotonic() - began
         log = w.log_path.read_text("utf-8", "replace")  # a dead broker's client logs are long
-        assert took <= STOP_BOUND_S + 2, (took, log[-4000:])
-        assert "SIGTERM: stopping" in log, log[-4000:]
-        assert "Traceback" not in log, log
+        # The lines that say what the stop did, last: a CI log's tail shows them.
+        stops = "\n".join(line for line in log.splitlines() if "stopping" in line)
+        assert took <= STOP_BOUND_S + 2, f"{log[-3000:]}\n{stops}\nstopped after {took:.1f} s"
+        assert "SIGTERM: stopping" in log, f"{log[-3000:]}\nno 'SIGTERM: stopping' line"
+        tracebacks = [i for i, line in enumerate(log.splitlines()) if "Traceback" in line]
+        assert not tracebacks, f"{log[-3000:]}\na traceback at log line(s) {tracebacks[:5]}"
         return log
     finally:
         h.close()

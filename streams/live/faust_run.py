@@ -107,10 +107,17 @@ class _Supervisor:
         (faust_seam.take_stop_signals): it runs between two bytecodes of the
         main thread as soon as the signal comes, while the loop's callback
         (:meth:`on_signal`) waits for the loop to finish what it is doing.
-        The stop bound counts from here. One assignment: nothing that takes
-        a lock the interrupted code may hold."""
+        The stop bound counts from here. A second signal ends the process
+        here and now, as the rdkafka engine's handler does, busy loop or not
+        (the log handler's lock is reentrant, so a record the interrupted
+        code was writing cannot deadlock it)."""
         if self._arrived is None:
             self._arrived = self._clock()
+            return
+        hard_exit(log,
+            128 + signum,
+            f"{signal.Signals(signum).name} again: stopping at once; {self.left_behind()}",
+        )
 
     def uncommitted(self) -> int:
         runtime = self.runtime

@@ -59,15 +59,6 @@ def test_a_signal_the_loop_takes_at_once_gets_the_whole_bound(
     assert "waited" not in caplog.text
 
 
-def test_a_later_signal_does_not_move_the_arrival() -> None:
-    """The bound is from the first signal: a second one's arrival is not noted."""
-    clock = iter([10.0, 20.0])
-    sup = faust_run._Supervisor(clock=lambda: next(clock))
-    sup.note_arrival(signal.SIGTERM)
-    sup.note_arrival(signal.SIGINT)
-    assert sup._arrived == 10.0
-
-
 def test_arrival_is_noted_while_the_loop_is_busy_and_the_loop_still_gets_the_signal() -> None:
     """With mode's own handlers installed on a real loop, a SIGTERM sent while a
     callback holds the loop for 0.5 s is noted at once (during the callback), and
@@ -101,3 +92,24 @@ def test_arrival_is_noted_while_the_loop_is_busy_and_the_loop_still_gets_the_sig
     assert len(arrivals) == 1 and arrivals[0] < busy_until[0]
     assert [s for s, _ in taken] == [signal.SIGTERM]
     assert taken[0][1] >= busy_until[0]
+
+
+def test_a_second_signal_ends_the_process_in_the_handler_without_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A second SIGTERM/SIGINT ends the process from the Python-level handler itself
+    (exit status 128 + signal), even before the loop has run the first one's callback."""
+    exits: list[tuple[int, str]] = []
+
+    def fake_exit(_log: logging.Logger, code: int, line: str) -> None:
+        exits.append((code, line))
+
+    monkeypatch.setattr(faust_run, "hard_exit", fake_exit)
+    clock = iter([10.0, 20.0])
+    sup = faust_run._Supervisor(clock=lambda: next(clock))
+    sup.note_arrival(signal.SIGTERM)
+    assert exits == []
+    sup.note_arrival(signal.SIGINT)
+    assert sup._arrived == 10.0  # the bound stays the first signal's
+    assert [code for code, _ in exits] == [128 + signal.SIGINT]
+    assert exits[0][1].startswith("SIGINT again: stopping at once; ")

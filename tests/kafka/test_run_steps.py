@@ -60,6 +60,9 @@ class _Worker:
     def __init__(self, app: Any, **_kw: Any) -> None:
         self.app = app
 
+    def install_signal_handlers(self) -> None:
+        """mode's Worker installs the loop's stop handlers here (never called: no start)."""
+
     def execute_from_commandline(self) -> None:
         type(self).starts += 1
 

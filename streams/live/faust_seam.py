@@ -708,12 +708,60 @@ class _TransientCoordinator(logging.Filter):
 _COORDINATOR_LOGGER = "aiokafka.consumer.group_coordinator"
 
 
+#: aiokafka's module loggers that log an exception with its traceback
+#: (``log.exception``) on paths a broker going away can take: the producer's
+#: sender routine (a coordinator look-up on a closed connection), the
+#: fetcher's and the group coordinator's routines, the connection itself.
+_TRACEBACK_LOGGERS = (
+    "aiokafka.producer.sender",
+    "aiokafka.consumer.fetcher",
+    "aiokafka.consumer.group_coordinator",
+    "aiokafka.consumer.consumer",
+    "aiokafka.conn",
+)
+
+
+def _connection_lost(exc: BaseException | None) -> bool:
+    """Whether ``exc`` or an exception it was raised from is a lost or refused
+    connection to the broker (Python's or aiokafka's)."""
+    from aiokafka.errors import KafkaConnectionError, NodeNotReadyError, RequestTimedOutError
+
+    lost = (ConnectionError, KafkaConnectionError, NodeNotReadyError, RequestTimedOutError)
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, lost):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class _BrokerGoneTraceback(logging.Filter):
+    """A broker that dies while a transaction commits makes aiokafka log
+    ``Unexpected error in sender routine`` with three chained tracebacks
+    (about 40 lines, once per transactional producer; found by the fault
+    test that kills the broker under a faust worker, 2026-12-04). A lost
+    connection is an operational condition, not a bug: the record keeps its
+    level and becomes one line naming the error. Any other exception keeps
+    its traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and _connection_lost(exc):
+            record.msg = f"{record.getMessage()}: {type(exc).__name__}: {exc}"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 def quiet_framework_logs(level: str) -> None:
     """Below ``debug``, faust's, mode's and aiokafka's loggers pass on
     warnings and errors only (table recovery's lines excepted): at the
     default ``info`` a worker's log is fencewatch's own lines (state,
     restore, the partitions it processes) plus any trouble the clients
-    report. ``debug`` shows everything."""
+    report. ``debug`` shows everything. At every level an error record
+    caused by a lost broker connection is one line, without its traceback."""
     if level.lower() != "debug":
         root = logging.getLogger().getEffectiveLevel()
         for name in FRAMEWORK_LOGGERS:
@@ -722,6 +770,10 @@ def quiet_framework_logs(level: str) -> None:
     coordinator = logging.getLogger(_COORDINATOR_LOGGER)
     if not any(isinstance(f, _TransientCoordinator) for f in coordinator.filters):
         coordinator.addFilter(_TransientCoordinator())
+    for name in _TRACEBACK_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _BrokerGoneTraceback) for f in logger.filters):
+            logger.addFilter(_BrokerGoneTraceback())
 
 
 # -- reaches into faust's consumer (intake) -----------------------------------

@@ -607,8 +607,8 @@ def test_framework_logs_are_quiet_below_debug_and_recovery_stays() -> None:
                 "Group Coordinator Request failed: %s", (msg,), None,
             )  # fmt: skip
 
-        (flt,) = [f for f in coordinator.filters if f not in filters]
-        assert isinstance(flt, faust_seam._TransientCoordinator)
+        added = [f for f in coordinator.filters if f not in filters]
+        (flt,) = [f for f in added if isinstance(f, faust_seam._TransientCoordinator)]
         transient = [record("[Error 15] GroupCoordinatorNotAvailableError") for _ in range(4)]
         kept = [flt.filter(r) for r in transient]
         assert kept == [False, False, False, True]  # the 4th keeps its ERROR
@@ -626,3 +626,55 @@ def test_framework_logs_are_quiet_below_debug_and_recovery_stays() -> None:
             logging.getLogger(n).setLevel(level)
         root.setLevel(root_level)
         coordinator.filters[:] = filters
+
+
+def _sender_error_lines(exc_factory: Any) -> str:
+    """What a handler prints for aiokafka's sender logging ``exc_factory()``
+    as it does (``log.exception``), with the seam's log filters installed."""
+    import io
+    import logging
+
+    faust_seam.quiet_framework_logs("info")
+    sender = logging.getLogger("aiokafka.producer.sender")
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
+    sender.addHandler(handler)
+    try:
+        try:
+            raise exc_factory()
+        except Exception:
+            sender.exception("Unexpected error in sender routine")
+    finally:
+        sender.removeHandler(handler)
+    return out.getvalue()
+
+
+def test_a_dead_brokers_sender_error_is_one_line_without_its_tracebacks() -> None:
+    """aiokafka's 'Unexpected error in sender routine' for a coordinator look-up on a
+    connection the dead broker reset (its real chain: ConnectionResetError ->
+    KafkaConnectionError -> KafkaError) is one ERROR line naming the error."""
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+
+    def raised() -> Exception:
+        try:
+            try:
+                raise ConnectionResetError(104, "Connection reset by peer")
+            except ConnectionResetError as reset:
+                raise KafkaConnectionError("Connection at 127.0.0.1:1 closed") from reset
+        except KafkaConnectionError as err:
+            outer = KafkaError(repr(err))
+            outer.__cause__ = err
+            return outer
+
+    text = _sender_error_lines(raised)
+    assert "Traceback" not in text, text
+    assert text.count("\n") == 1, text
+    assert text.startswith("[ERROR] Unexpected error in sender routine: KafkaError: "), text
+    assert "Connection at 127.0.0.1:1 closed" in text, text
+
+
+def test_any_other_sender_error_keeps_its_traceback() -> None:
+    """An exception with no lost connection in its chain (a bug) keeps its traceback."""
+    text = _sender_error_lines(lambda: ValueError("a bug"))
+    assert "Traceback" in text and "ValueError: a bug" in text, text

@@ -114,6 +114,10 @@ class _Supervisor:
         if self._arrived is None:
             self._arrived = self._clock()
             return
+        self._stop_at_once(signum)
+
+    def _stop_at_once(self, signum: int) -> None:
+        """A second stop signal: end the process now, saying what is left."""
         hard_exit(log,
             128 + signum,
             f"{signal.Signals(signum).name} again: stopping at once; {self.left_behind()}",
@@ -138,22 +142,14 @@ class _Supervisor:
 
     def on_signal(self, signum: int) -> None:
         """A stop signal (on the event loop, or between two apps)."""
-        name = signal.Signals(signum).name
         self.signals.append(signum)
         if len(self.signals) > 1:
-            hard_exit(log,
-                128 + signum,
-                f"{name} again: stopping at once; {self.left_behind()}",
-            )
-        now = self._clock()
-        waited = 0.0 if self._arrived is None else max(0.0, now - self._arrived)
-        if waited >= 1.0:
-            log.info(
-                "%s: stopping (at most %.0f s; the signal waited %.1f s for the event loop)",
-                name, STOP_BOUND_S, waited,
-            )
-        else:
-            log.info("%s: stopping (at most %.0f s)", name, STOP_BOUND_S)
+            self._stop_at_once(signum)
+        waited = 0.0 if self._arrived is None else max(0.0, self._clock() - self._arrived)
+        delay = f"; the signal waited {waited:.1f} s for the event loop" if waited >= 1.0 else ""
+        log.info(
+            "%s: stopping (at most %.0f s%s)", signal.Signals(signum).name, STOP_BOUND_S, delay
+        )
         _quiet_tracebacks()
         # From the signal's arrival, not from now: a loop busy for seconds
         # (a dead broker's reconnect storm, a long batch) must not stretch

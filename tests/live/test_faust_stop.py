@@ -18,6 +18,9 @@ import pytest
 from streams.live import faust_run, faust_seam
 from streams.live.stopping import STOP_BOUND_S
 
+#: The supervisor fixture's clock: a test sets the time it reads.
+now = [100.0]
+
 
 @pytest.fixture
 def supervisor() -> Iterator[faust_run._Supervisor]:
@@ -26,9 +29,6 @@ def supervisor() -> Iterator[faust_run._Supervisor]:
     if sup._watchdog is not None:
         sup._watchdog.cancel()
     faust_run._loud_tracebacks()  # on_signal quiets them process-wide
-
-
-now = [100.0]
 
 
 def test_the_watchdog_runs_for_the_bound_less_what_the_signal_waited_for_the_loop(

@@ -634,6 +634,8 @@ def _sender_error_lines(exc_factory: Any) -> str:
     import io
     import logging
 
+    names = [*faust_seam.FRAMEWORK_LOGGERS, faust_seam.RECOVERY_LOGGER]
+    saved = {n: logging.getLogger(n).level for n in names}
     faust_seam.quiet_framework_logs("info")
     sender = logging.getLogger("aiokafka.producer.sender")
     out = io.StringIO()
@@ -647,6 +649,8 @@ def _sender_error_lines(exc_factory: Any) -> str:
             sender.exception("Unexpected error in sender routine")
     finally:
         sender.removeHandler(handler)
+        for n, level in saved.items():  # the levels it set are process-wide
+            logging.getLogger(n).setLevel(level)
     return out.getvalue()
 
 

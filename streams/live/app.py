@@ -229,11 +229,12 @@ class LiveRuntime:
 
     def _on_fenced(self, exc: TransactionFenced) -> None:
         """The broker refused this worker's transactions (it was paused or cut
-        off past its session, and another worker took its partitions): one
-        line, then the app is replaced by a fresh one in this process, which
-        rejoins the group and restores its partitions from the changelog.
-        Nothing of the open transactions is ever committed (the sender is
-        fenced for good), so the broker aborts them."""
+        off past its session, and another worker took its partitions), or
+        their producer failed for good (:class:`faust_seam.ProducerFailed`):
+        one line, then the app is replaced by a fresh one in this process,
+        which rejoins the group and restores its partitions from the
+        changelog. Nothing of the open transactions is ever committed (the
+        sender is stopped for good), so the broker aborts them."""
         self.intake.clear()
         assigned = sorted(
             tp.partition
@@ -241,14 +242,22 @@ class LiveRuntime:
             if tp.topic == self.settings.events_topic
         )
         partitions = exc.partitions or assigned
+        if isinstance(exc, faust_seam.ProducerFailed):
+            # Not fenced: no other worker took the partitions (a lost broker
+            # connection stopped aiokafka's sender); the remedy is the same.
+            what = f"transactional producer failed ({faust_seam.describe_failure(exc.cause)})"
+            why = "aiokafka does not retry this error and its producer cannot send again"
+        else:
+            what = f"producer fenced ({type(exc.cause).__name__})"
+            why = "this worker was paused or cut off past its session and another worker took them"
         log.warning(
-            "producer fenced (%s) while committing partitions %s in generation %s: this "
-            "worker was paused or cut off past its session and another worker took them; "
+            "%s while committing partitions %s in generation %s: %s; "
             "%d uncommitted events aborted, never published; dropping the state of "
             "partitions %s and %s",
-            type(exc.cause).__name__,
+            what,
             partitions,
             self.app.consumer_generation_id,
+            why,
             self.sender.uncommitted,
             assigned,
             "restarting the faust app in this process to rejoin the group and restore from "

@@ -117,6 +117,9 @@ DIGESTS: dict[str, str] = {
     "aiokafka.producer.transaction_manager:TransactionManager.is_fatal_error": (
         "7ac04ee86cfa38d634126c5133bb8913a9d4a36c714e505fc756ae52ea7d52a7"
     ),
+    "aiokafka.producer.sender:Sender._fail_all": (
+        "5a67e3b6f87be0c51cd7155cd6c162062b0c63a8cbd70433de1f5dd801c09ec5"
+    ),
     "mode.worker:Worker._install_signal_handlers_unix": (
         "6a1810b3485970e8d0c5dd1ded34eccfc467e9693c82c1c32c7e38f635fb1648"
     ),

@@ -52,14 +52,17 @@ __all__ = [
     "FaustSeamMismatch",
     "LiveHooks",
     "Manifest",
+    "ProducerFailed",
     "TransactionFenced",
     "TransactionUnavailable",
     "add_gap",
     "append_records",
     "attach_hooks",
     "check",
+    "connection_lost",
     "crash_reason",
     "current_manifest",
+    "describe_failure",
     "hooks_of",
     "install",
     "install_commit_gate",
@@ -156,6 +159,8 @@ TARGETS: tuple[str, ...] = (
     "aiokafka.producer.transaction_manager:TransactionManager.error_transaction",
     "aiokafka.producer.transaction_manager:TransactionManager.is_in_transaction",
     "aiokafka.producer.transaction_manager:TransactionManager.is_fatal_error",
+    # R a producer's fatal error is its sender task's exception (fatal_cause).
+    "aiokafka.producer.sender:Sender._fail_all",
     # R the stop signals go to the worker's _on_sigterm/_on_sigint, and a
     # stop is scheduled as a signal's (take_stop_signals, stop_worker).
     "mode.worker:Worker._install_signal_handlers_unix",
@@ -473,7 +478,11 @@ def _fix_sequential_commit() -> None:
     its transactional id while this worker was paused or cut off) raises
     :class:`TransactionFenced` naming every partition refused, which faust's
     ``TransactionManager.commit`` does not catch (it would crash the app on
-    ``ProducerFenced``): the commit gate hands it to the live runtime."""
+    ``ProducerFenced``): the commit gate hands it to the live runtime. A
+    producer that failed for good without being fenced (its sender stopped on
+    a lost connection) raises :class:`ProducerFailed` the same way: its
+    transactions can never commit either, and faust's commit would crash the
+    app with the aiokafka error's tracebacks."""
     from faust.transport.drivers.aiokafka import Producer
 
     async def commit_transactions(
@@ -499,17 +508,24 @@ def _fix_sequential_commit() -> None:
         )
         fenced: list[int] = []
         first: BaseException | None = None
+        failed: list[int] = []
+        first_failed: BaseException | None = None
         other: BaseException | None = None
-        for (_tid, offsets), result in zip(items, results, strict=True):
+        for (tid, offsets), result in zip(items, results, strict=True):
             if not isinstance(result, BaseException):
                 continue
             if is_fencing(result):
                 fenced.extend(tp.partition for tp in offsets)
                 first = first or result
+            elif _is_fatal(self._transaction_producers.get(tid)):
+                failed.extend(tp.partition for tp in offsets)
+                first_failed = first_failed or result
             elif other is None:
                 other = result
         if first is not None:
             raise TransactionFenced(sorted(fenced), first) from first
+        if first_failed is not None:
+            raise ProducerFailed(sorted(failed), first_failed) from first_failed
         if other is not None:
             raise other
 
@@ -718,10 +734,17 @@ _TRACEBACK_LOGGERS = (
     "aiokafka.consumer.group_coordinator",
     "aiokafka.consumer.consumer",
     "aiokafka.conn",
+    # faust's services log what crashed them through their module's logger
+    # (mode's Service.crash, the consumer's commit): a commit or fetch that
+    # failed on a lost connection is a line there too.
+    "faust.transport.consumer",
+    "faust.transport.drivers.aiokafka",
+    "faust.app.base",
+    "mode.services",
 )
 
 
-def _connection_lost(exc: BaseException | None) -> bool:
+def connection_lost(exc: BaseException | None) -> bool:
     """Whether ``exc`` or an exception it was raised from is a lost or refused
     connection to the broker (Python's or aiokafka's)."""
     from aiokafka.errors import KafkaConnectionError, NodeNotReadyError, RequestTimedOutError
@@ -742,13 +765,13 @@ class _BrokerGoneTraceback(logging.Filter):
     (about 40 lines, once per transactional producer; found by the fault
     test that kills the broker under a faust worker, 2026-12-04). A lost
     connection is an operational condition, not a bug: the record keeps its
-    level and becomes one line naming the error. Any other exception keeps
-    its traceback."""
+    level and becomes one line naming the error and those it was raised from
+    (:func:`describe_failure`). Any other exception keeps its traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and _connection_lost(exc):
-            record.msg = f"{record.getMessage()}: {type(exc).__name__}: {exc}"
+        if exc is not None and connection_lost(exc):
+            record.msg = f"{record.getMessage()}: {describe_failure(exc)}"
             record.args = None
             record.exc_info = None
             record.exc_text = None
@@ -818,12 +841,23 @@ class TransactionFenced(FencewatchError):
     """The broker refused this worker's transactions for ``partitions``: their
     producer was fenced (another producer took the transactional id, or the
     transaction timed out) or its group generation is stale. Nothing of the
-    open transactions can be committed any more."""
+    open transactions can be committed any more (see also :class:`ProducerFailed`)."""
 
     def __init__(self, partitions: Sequence[int], cause: BaseException) -> None:
         self.partitions = list(partitions)
         self.cause = cause
         super().__init__(f"{type(cause).__name__} for partitions {self.partitions}")
+
+
+class ProducerFailed(TransactionFenced):
+    """The transactional producer of ``partitions`` failed for good without
+    being fenced: aiokafka's sender routine stopped on an error it does not
+    retry (seen: the broker dies while a transaction commits and the
+    coordinator look-up finds the connection closed) and moved the producer
+    to its fatal state. As with a fenced one, nothing of its open
+    transactions can ever commit and the runtime handles it the same way
+    (new producers, rejoin, restore); unlike one, no other worker took the
+    partitions, so the log line says what failed instead."""
 
 
 #: aiokafka errors that mean this worker's producer or group membership is
@@ -837,6 +871,39 @@ _FENCING_ERRORS = frozenset(
         "FencedInstanceIdError",
     }
 )
+
+
+def _is_fatal(txp: Any) -> bool:
+    manager = getattr(txp, "_txn_manager", None)
+    return manager is not None and bool(manager.is_fatal_error())
+
+
+def fatal_cause(txp: Any) -> BaseException | None:
+    """The exception aiokafka's sender task of ``txp`` ended on, if it did:
+    ``Sender._fail_all`` moves the producer to its fatal state with it. None
+    when the task runs on or was cancelled (a fenced producer's state is set
+    from the broker's answer, and its sender task may still run)."""
+    task = getattr(getattr(txp, "_sender", None), "sender_task", None)
+    if task is None or not task.done() or task.cancelled():
+        return None
+    exc: BaseException | None = task.exception()
+    return exc
+
+
+def describe_failure(exc: BaseException) -> str:
+    """``exc`` and the exceptions it was raised from, innermost last, in one
+    line: ``KafkaError: Unexpected error during batch delivery, from
+    KafkaConnectionError: Connection at ... closed``."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(parts) < 4:
+        seen.add(id(current))
+        text = str(current)
+        name = type(current).__name__
+        parts.append(f"{name}: {text}" if text and not text.startswith(name) else text or name)
+        current = current.__cause__ or current.__context__
+    return ", from ".join(parts)
 
 
 def is_fencing(exc: BaseException) -> bool:
@@ -870,8 +937,14 @@ async def append_records(
 
     manager = txp._txn_manager
     if manager is not None and manager.is_fatal_error():
-        # aiokafka moves a fenced producer to its fatal state.
-        raise TransactionFenced([], RuntimeError(f"{manager.transactional_id} fenced"))
+        # aiokafka moves a fenced producer to its fatal state, and one whose
+        # sender routine stopped on an error (fatal_cause tells them apart).
+        cause = fatal_cause(txp)
+        if cause is None or is_fencing(cause):
+            raise TransactionFenced(
+                [], cause or RuntimeError(f"{manager.transactional_id} fenced")
+            )
+        raise ProducerFailed([], cause) from cause
     if manager is not None and not manager.is_in_transaction():
         raise TransactionUnavailable(
             f"transactional producer {manager.transactional_id} is not in a transaction"

@@ -318,13 +318,15 @@ class TransactionalSender:
 def _log_send_failure(fut: asyncio.Future[Any]) -> None:
     # A failed send leaves the transaction abortable; the next commit raises
     # and crashes the worker, and a restart reprocesses from the last commit.
-    # A fenced producer's sends fail too: the fencing line says it once.
+    # A fenced producer's sends fail too, and all pending sends of one whose
+    # sender died on a lost connection (one per record): the fencing or
+    # ProducerFailed line says it once.
     if fut.cancelled():
         return
     exc = fut.exception()
     if exc is None:
         return
-    if faust_seam.is_fencing(exc):
+    if faust_seam.is_fencing(exc) or faust_seam.connection_lost(exc):
         log.debug("transactional send refused: %r", exc)
     else:
         log.error("transactional send failed: %r", exc)

@@ -321,20 +321,23 @@ def _commit_with_fenced_b(fn: Any) -> tuple[BaseException | None, list[str]]:
         async def begin_transaction(self) -> None:
             steps.append(f"{self.name}:begin")
 
-    async def go() -> BaseException | None:
-        producer = SimpleNamespace(
-            _trn_locks=defaultdict(asyncio.Lock),
-            _transaction_producers={"a": Txp("a", False), "b": Txp("b", True)},
-            log=SimpleNamespace(warning=lambda *a: None),
-        )
-        offsets = {"a": {TP("events", 0): 5}, "b": {TP("events", 1): 7, TP("events", 3): 2}}
-        try:
-            await fn(producer, offsets, "group")
-        except BaseException as exc:
-            return exc
-        return None
+    return asyncio.run(_commit_a_and_b(fn, Txp("a", False), Txp("b", True))), steps
 
-    return asyncio.run(go()), steps
+
+async def _commit_a_and_b(fn: Any, a: Any, b: Any) -> BaseException | None:
+    """What the commit ``fn`` raises for producer ``a`` (offsets of events
+    partition 0) and ``b`` (partitions 1 and 3), if anything."""
+    producer = SimpleNamespace(
+        _trn_locks=defaultdict(asyncio.Lock),
+        _transaction_producers={"a": a, "b": b},
+        log=SimpleNamespace(warning=lambda *a: None),
+    )
+    offsets = {"a": {TP("events", 0): 5}, "b": {TP("events", 1): 7, TP("events", 3): 2}}
+    try:
+        await fn(producer, offsets, "group")
+    except BaseException as exc:
+        return exc
+    return None
 
 
 def test_commit_transactions_unpatched_raises_producer_fenced() -> None:
@@ -373,6 +376,141 @@ def test_the_gate_hands_a_fencing_to_on_fenced_and_then_commits_nothing() -> Non
     assert asyncio.run(go()) == [False, False]
     assert calls == ["commit"]
     assert [f.partitions for f in fenced] == [[2]]
+
+
+async def _producer_whose_sender_died(tid: str) -> Any:
+    """A real aiokafka transactional producer, in a transaction, whose sender
+    routine then ends as it does when the broker dies under a commit (its
+    coordinator look-up finds the connection closed): ``Sender._fail_all``
+    moves it to its fatal state. Never connected."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+
+    txp = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", transactional_id=tid)
+    txp._txn_manager.set_pid_and_epoch(1, 0)
+    txp._txn_manager.begin_transaction()
+
+    async def sender_routine() -> None:
+        await asyncio.sleep(0.01)
+        try:
+            raise KafkaConnectionError("Connection at 127.0.0.1:1 closed")
+        except KafkaConnectionError as exc:  # aiokafka's wrapping, sender.py
+            raise KafkaError("Unexpected error during batch delivery") from exc
+
+    task = asyncio.ensure_future(sender_routine())
+    task.add_done_callback(txp._sender._fail_all)
+    txp._sender._sender_task = task
+    return txp
+
+
+def _forget(txp: Any) -> None:
+    """Retrieve the failed transaction's waiter and mark the never-started producer closed."""
+    waiter = txp._txn_manager.wait_for_transaction_end()
+    if waiter is not None and waiter.done():
+        waiter.exception()
+    txp._closed = True
+
+
+def _commit_with_dead_sender_b(fn: Any) -> tuple[BaseException | None, list[str]]:
+    steps: list[str] = []
+
+    class Txp:
+        _txn_manager = None
+
+        async def send_offsets_to_transaction(self, offsets: Any, group: str) -> None:
+            steps.append("a:offsets")
+
+        async def commit_transaction(self) -> None:
+            steps.append("a:commit")
+
+        async def begin_transaction(self) -> None:
+            steps.append("a:begin")
+
+    async def go() -> BaseException | None:
+        from aiokafka.structs import TopicPartition
+
+        b = await _producer_whose_sender_died("b")
+        real_send_offsets = b.send_offsets_to_transaction
+
+        async def send_offsets(offsets: Any, group: str) -> None:
+            # faust passes its TPs; aiokafka validates its own.
+            await real_send_offsets(
+                {TopicPartition(tp.topic, tp.partition): o for tp, o in offsets.items()}, group
+            )
+
+        b.send_offsets_to_transaction = send_offsets
+        try:
+            return await _commit_a_and_b(fn, Txp(), b)
+        finally:
+            _forget(b)
+
+    return asyncio.run(go()), steps
+
+
+def test_commit_transactions_unpatched_raises_a_dead_senders_error() -> None:
+    """faust's commit raises aiokafka's KafkaError when a producer's sender died
+    (its caller crashes the app and logs the chain's tracebacks)."""
+    exc, _steps = _commit_with_dead_sender_b(faust_seam.original(COMMIT))
+    assert type(exc).__name__ == "KafkaError"
+
+
+def test_commit_transactions_patched_names_the_partitions_of_a_producer_that_failed() -> None:
+    """A producer whose sender died mid-commit (not fenced) makes the patched
+    commit raise ProducerFailed naming its partitions and the lost
+    connection; the runtime handles it as a fencing (the gate's on_fenced)."""
+    exc, steps = _commit_with_dead_sender_b(patched(COMMIT))
+    assert isinstance(exc, faust_seam.ProducerFailed)
+    assert exc.partitions == [1, 3]
+    assert faust_seam.is_fencing(exc)
+    assert faust_seam.describe_failure(exc.cause) == (
+        "KafkaError: Unexpected error during batch delivery, "
+        "from KafkaConnectionError: Connection at 127.0.0.1:1 closed"
+    )
+    assert steps == ["a:offsets", "a:commit", "a:begin"]
+
+
+async def _append_one(txp: Any) -> BaseException | None:
+    """What append_records raises for one record on ``txp`` (then forgotten)."""
+    record = SimpleNamespace(topic="findings", key=b"k", value=b"v", headers=(), partition=0)
+    try:
+        await faust_seam.append_records(txp, [record], lambda fut: None)
+    except BaseException as exc:
+        return exc
+    finally:
+        _forget(txp)
+    return None
+
+
+def test_appending_to_a_producer_whose_sender_died_raises_producer_failed() -> None:
+    """append_records on a producer its dead sender made fatal raises
+    ProducerFailed with the sender's error (not 'fenced')."""
+
+    async def go() -> BaseException | None:
+        txp = await _producer_whose_sender_died("t")
+        await asyncio.sleep(0.05)  # the sender routine ends
+        return await _append_one(txp)
+
+    exc = asyncio.run(go())
+    assert isinstance(exc, faust_seam.ProducerFailed), repr(exc)
+    assert "Connection at 127.0.0.1:1 closed" in faust_seam.describe_failure(exc.cause)
+
+
+def test_appending_to_a_producer_the_broker_fenced_raises_transaction_fenced() -> None:
+    """A producer made fatal by the broker's ProducerFenced (its sender still
+    running) raises TransactionFenced, not ProducerFailed."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import ProducerFenced
+
+    async def go() -> BaseException | None:
+        txp = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", transactional_id="t")
+        txp._txn_manager.set_pid_and_epoch(1, 0)
+        txp._txn_manager.begin_transaction()
+        txp._txn_manager.fatal_error(ProducerFenced())
+        return await _append_one(txp)
+
+    exc = asyncio.run(go())
+    assert isinstance(exc, faust_seam.TransactionFenced), repr(exc)
+    assert not isinstance(exc, faust_seam.ProducerFailed)
 
 
 # -- fix 6: seek to committed offsets only once they are stable --------------------
@@ -628,16 +766,19 @@ def test_framework_logs_are_quiet_below_debug_and_recovery_stays() -> None:
         coordinator.filters[:] = filters
 
 
-def _sender_error_lines(exc_factory: Any) -> str:
-    """What a handler prints for aiokafka's sender logging ``exc_factory()``
-    as it does (``log.exception``), with the seam's log filters installed."""
+def _sender_error_lines(
+    exc_factory: Any, logger: str = "aiokafka.producer.sender", message: str = ""
+) -> str:
+    """What a handler prints for ``logger`` (aiokafka's sender by default)
+    logging ``exc_factory()`` as it does (``log.exception``), with the seam's
+    log filters installed."""
     import io
     import logging
 
     names = [*faust_seam.FRAMEWORK_LOGGERS, faust_seam.RECOVERY_LOGGER]
     saved = {n: logging.getLogger(n).level for n in names}
     faust_seam.quiet_framework_logs("info")
-    sender = logging.getLogger("aiokafka.producer.sender")
+    sender = logging.getLogger(logger)
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.setFormatter(logging.Formatter("[%(levelname)s] %(message)s"))
@@ -646,7 +787,7 @@ def _sender_error_lines(exc_factory: Any) -> str:
         try:
             raise exc_factory()
         except Exception:
-            sender.exception("Unexpected error in sender routine")
+            sender.exception(message or "Unexpected error in sender routine")
     finally:
         sender.removeHandler(handler)
         for n, level in saved.items():  # the levels it set are process-wide
@@ -675,6 +816,31 @@ def test_a_dead_brokers_sender_error_is_one_line_without_its_tracebacks() -> Non
     assert "Traceback" not in text, text
     assert text.count("\n") == 1, text
     assert text.startswith("[ERROR] Unexpected error in sender routine: KafkaError: "), text
+    assert "Connection at 127.0.0.1:1 closed" in text, text
+
+
+def _dead_broker_chain() -> Exception:
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+
+    try:
+        try:
+            raise KafkaConnectionError("Connection at 127.0.0.1:1 closed")
+        except KafkaConnectionError as exc:
+            raise KafkaError("Unexpected error during batch delivery") from exc
+    except KafkaError as outer:
+        return outer
+
+
+@pytest.mark.parametrize(
+    "logger", ["faust.transport.drivers.aiokafka", "faust.transport.consumer", "mode.services"]
+)
+def test_a_faust_service_crashed_by_a_lost_connection_logs_one_line(logger: str) -> None:
+    """faust's services log what crashed them (mode's 'Crashed reason=%r', the
+    consumer's 'Got exception') on their module's logger: for a lost
+    connection that is one ERROR line too."""
+    text = _sender_error_lines(_dead_broker_chain, logger, "Crashed reason=RuntimeError()")
+    assert "Traceback" not in text, text
+    assert text.count("\n") == 1, text
     assert "Connection at 127.0.0.1:1 closed" in text, text
 
 

@@ -159,7 +159,7 @@ TARGETS: tuple[str, ...] = (
     "aiokafka.producer.transaction_manager:TransactionManager.error_transaction",
     "aiokafka.producer.transaction_manager:TransactionManager.is_in_transaction",
     "aiokafka.producer.transaction_manager:TransactionManager.is_fatal_error",
-    # R a producer's fatal error is its sender task's exception (fatal_cause).
+    # R a producer's fatal error is its sender task's exception (_fatal_cause).
     "aiokafka.producer.sender:Sender._fail_all",
     # R the stop signals go to the worker's _on_sigterm/_on_sigint, and a
     # stop is scheduled as a signal's (take_stop_signals, stop_worker).
@@ -878,7 +878,7 @@ def _is_fatal(txp: Any) -> bool:
     return manager is not None and bool(manager.is_fatal_error())
 
 
-def fatal_cause(txp: Any) -> BaseException | None:
+def _fatal_cause(txp: Any) -> BaseException | None:
     """The exception aiokafka's sender task of ``txp`` ended on, if it did:
     ``Sender._fail_all`` moves the producer to its fatal state with it. None
     when the task runs on or was cancelled (a fenced producer's state is set
@@ -938,8 +938,8 @@ async def append_records(
     manager = txp._txn_manager
     if manager is not None and manager.is_fatal_error():
         # aiokafka moves a fenced producer to its fatal state, and one whose
-        # sender routine stopped on an error (fatal_cause tells them apart).
-        cause = fatal_cause(txp)
+        # sender routine stopped on an error (_fatal_cause tells them apart).
+        cause = _fatal_cause(txp)
         if cause is None or is_fencing(cause):
             raise TransactionFenced(
                 [], cause or RuntimeError(f"{manager.transactional_id} fenced")

@@ -193,6 +193,10 @@ def test_demo_split_brain_unfenced_shows_stale_and_conflicting_commits(demo: Any
     assert run_ids_alive(d.run_id) == []
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_demo(bootstrap: str) -> tuple[subprocess.Popen[str], str]:
     """A split-brain demo in a subprocess, read until worker-a is frozen;
     returns it and its run id."""
@@ -212,6 +216,10 @@ def _start_demo(bootstrap: str) -> tuple[subprocess.Popen[str], str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # Ctrl-C as at a terminal: a suite started as a background job of a
+        # non-interactive shell inherits SIGINT ignored, and Python then
+        # leaves it ignored (the demo would never see the test's SIGINT).
+        preexec_fn=_default_sigint,
     )
     assert proc.stdout is not None
     run_id, seen = "", []

@@ -35,10 +35,11 @@ import asyncio
 import hashlib
 import importlib
 import inspect
+import itertools
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -750,13 +751,17 @@ def connection_lost(exc: BaseException | None) -> bool:
     from aiokafka.errors import KafkaConnectionError, NodeNotReadyError, RequestTimedOutError
 
     lost = (ConnectionError, KafkaConnectionError, NodeNotReadyError, RequestTimedOutError)
+    return any(isinstance(e, lost) for e in _chain(exc))
+
+
+def _chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc`` and the exceptions it was raised from (``__cause__``, else
+    ``__context__``), outermost first, each once (a chain can loop)."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, lost):
-            return True
         seen.add(id(exc))
+        yield exc
         exc = exc.__cause__ or exc.__context__
-    return False
 
 
 class _BrokerGoneTraceback(logging.Filter):
@@ -895,28 +900,20 @@ def describe_failure(exc: BaseException) -> str:
     line: ``KafkaError: Unexpected error during batch delivery, from
     KafkaConnectionError: Connection at ... closed``."""
     parts: list[str] = []
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen and len(parts) < 4:
-        seen.add(id(current))
+    for current in itertools.islice(_chain(exc), 4):
         text = str(current)
         name = type(current).__name__
         parts.append(f"{name}: {text}" if text and not text.startswith(name) else text or name)
-        current = current.__cause__ or current.__context__
     return ", from ".join(parts)
 
 
 def is_fencing(exc: BaseException) -> bool:
     """Whether ``exc`` (or an exception it was raised from) says this
     worker's producer was fenced or its group generation is stale."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, TransactionFenced) or type(current).__name__ in _FENCING_ERRORS:
-            return True
-        current = current.__cause__ or current.__context__
-    return False
+    return any(
+        isinstance(e, TransactionFenced) or type(e).__name__ in _FENCING_ERRORS
+        for e in _chain(exc)
+    )
 
 
 async def append_records(

@@ -120,10 +120,16 @@ class Side:
         )
         if self.commits:
             c = self.commits
-            text += (
-                f"; relay commits {c['commits']:.0f}, p50 {c['p50']:.0f} p99 {c['p99']:.0f} "
-                f"max {c['max']:.0f} ms"
-            )
+            if c.get("bucketed"):
+                text += (
+                    f"; worker commits {c['commits']:.0f}, mean {c['mean']:.1f} ms, p50 <= "
+                    f"{c['p50']:g} p99 <= {c['p99']:g} ms (its histogram's buckets)"
+                )
+            else:
+                text += (
+                    f"; relay commits {c['commits']:.0f}, mean {c['mean']:.1f} p50 "
+                    f"{c['p50']:.0f} p99 {c['p99']:.0f} max {c['max']:.0f} ms"
+                )
         return text
 
 
@@ -232,11 +238,49 @@ def worker_side(bs: str, args: argparse.Namespace, tag: str, engine: str) -> Sid
             # the measured events meet warm state, not a restore.
             while (worker.health() or {}).get("processed", 0) < 2 * (w + n):
                 time.sleep(0.2)
-            return drive(
+            before = commit_histogram(worker.metrics())
+            side = drive(
                 bs, events, findings, warm, keys, args.rate, args.partitions, stale_progress
             )
+            after = commit_histogram(worker.metrics())
+            return dataclasses.replace(side, commits=histogram_summary(before, after))
         finally:
             worker.stop()
+
+
+def commit_histogram(text: str) -> dict[str, float]:
+    """The worker's ``fencewatch_commit_seconds`` histogram from its /metrics
+    text: cumulative bucket counts by upper bound (``le``), ``count``, ``sum``."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("fencewatch_commit_seconds_bucket{"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            out[le] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("fencewatch_commit_seconds_count "):
+            out["count"] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("fencewatch_commit_seconds_sum "):
+            out["sum"] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def histogram_summary(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """The commits between two snapshots: count, mean (ms), and the bucket
+    bounds (ms) holding the median and the 99th percentile (a histogram gives
+    no finer p50/p99 than its buckets)."""
+    n = after.get("count", 0.0) - before.get("count", 0.0)
+    if n <= 0:
+        return {"commits": 0, "mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0, "bucketed": 1}
+    mean = (after.get("sum", 0.0) - before.get("sum", 0.0)) / n * 1000
+    bounds = sorted((float(le), after[le] - before.get(le, 0.0)) for le in after if le[0].isdigit())
+
+    def bound(q: float) -> float:
+        for le, cumulative in bounds:
+            if cumulative >= q * n:
+                return le * 1000
+        return float("inf")
+
+    return {"commits": n, "mean": mean, "p50": bound(0.5), "p99": bound(0.99),
+            "max": bound(1.0), "bucketed": 1}  # fmt: skip
 
 
 def spread(values: list[float]) -> str:

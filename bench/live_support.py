@@ -301,13 +301,14 @@ class BareRelay:
 
 
 def commit_summary(commit_ms: list[float]) -> dict[str, float]:
-    """Count, p50, p99 and max (ms) of a relay's transaction commits."""
+    """Count, mean, p50, p99 and max (ms) of a relay's transaction commits."""
     if not commit_ms:
-        return {"commits": 0, "p50": 0.0, "p99": 0.0, "max": 0.0}
+        return {"commits": 0, "mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0}
     ordered = sorted(commit_ms)
     n = len(ordered)
     return {
         "commits": n,
+        "mean": sum(ordered) / n,
         "p50": ordered[n // 2],
         "p99": ordered[min(n - 1, int(0.99 * n))],
         "max": ordered[-1],

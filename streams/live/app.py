@@ -108,6 +108,7 @@ class LiveRuntime:
         self.settings = settings
         self.sender = TransactionalSender(app, exactly_once=settings.exactly_once)
         self.sender.on_flushed = metrics.status_records.inc
+        self.sender.on_commit = metrics.commit_seconds.observe
         self.sender.on_fenced = self._on_fenced
         #: Called (once) when this app must be replaced by a fresh one in the
         #: same process (its producer was fenced); set by the runner.

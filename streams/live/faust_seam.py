@@ -39,6 +39,7 @@ import itertools
 import logging
 import os
 import signal
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -602,7 +603,7 @@ def install_commit_gate(
     *,
     on_fenced: Callable[[TransactionFenced], None] | None = None,
     blocked: Callable[[], bool] | None = None,
-    after_commit: Callable[[], None] | None = None,
+    after_commit: Callable[[bool, float], None] | None = None,
 ) -> None:
     """fix 3. The periodic commit computes the committable offsets first and
     takes the per-partition transaction lock later, so it can commit a
@@ -615,7 +616,8 @@ def install_commit_gate(
     While ``blocked()`` nothing is committed (a fenced worker never commits
     again from its old generation); a :class:`TransactionFenced` raised by
     the commit goes to ``on_fenced`` (the commit then counts as not done);
-    ``after_commit`` runs after a commit that completed."""
+    ``after_commit(done, seconds)`` runs after a commit that completed:
+    whether it committed anything, and how long it took under the gate."""
     original = consumer.force_commit
     if getattr(original, _MARK, False):
         return
@@ -624,6 +626,7 @@ def install_commit_gate(
         async with gate:
             if blocked is not None and blocked():
                 return False
+            began = time.monotonic()
             try:
                 if before_commit is not None:
                     await before_commit()
@@ -634,7 +637,7 @@ def install_commit_gate(
                 on_fenced(exc)
                 return False
             if after_commit is not None:
-                after_commit()
+                after_commit(done, time.monotonic() - began)
             return done
 
     setattr(gated_force_commit, _MARK, True)

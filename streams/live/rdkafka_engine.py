@@ -207,8 +207,8 @@ class _Pending:
     (:meth:`hung`); the thread is left to finish, or not, on its own."""
 
     __slots__ = (
-        "bound", "call", "call_began", "done", "error", "events", "meta", "offsets", "producer",
-        "status", "timeout",
+        "began", "bound", "call", "call_began", "done", "ended", "error", "events", "meta",
+        "offsets", "producer", "status", "timeout",
     )  # fmt: skip
 
     def __init__(
@@ -228,7 +228,7 @@ class _Pending:
         self.status = status
         self.bound = bound
         self.call = "send-offsets" if offsets else "commit"
-        self.call_began = time.monotonic()
+        self.call_began = self.began = self.ended = time.monotonic()
         self.error: BaseException | None = None
         self.done = threading.Event()
         self.offsets, self.meta, self.timeout = offsets, meta, timeout
@@ -255,6 +255,7 @@ class _Pending:
         except BaseException as exc:  # handed to the loop's thread
             self.error = exc
         finally:
+            self.ended = time.monotonic()
             self.done.set()
 
     def hung(self, now: float) -> _CallHung | None:
@@ -851,6 +852,7 @@ class RdkafkaEngine:
         if done and error is None:
             self._begun = False
             self._last_end = "committed"
+            self.metrics.commit_seconds.observe(pending.ended - pending.began)
             if pending.status:
                 self.metrics.status_records.inc(pending.status)
             self._begin_held()
@@ -908,6 +910,7 @@ class RdkafkaEngine:
                 self._failed(exc, "committing")
                 return False
             self._last_end = "committed"
+            self.metrics.commit_seconds.observe(time.monotonic() - self._last_start)
             self._clear_txn()
             return True
         # Stopping: both commits within one bound (rdkafka_run.STOP_BOUND_S).

@@ -96,6 +96,8 @@ class TransactionalSender:
         self._deferred: dict[str, dict[bytes | None, Outgoing]] = {}
         #: Called with the number of deferred records each commit wrote.
         self.on_flushed: Callable[[int], None] | None = None
+        #: Called with the duration (s) of each commit that committed something.
+        self.on_commit: Callable[[float], None] | None = None
         #: Set once a commit was refused as fenced: from then on this sender
         #: processes, acks and commits nothing (its app is being replaced).
         self.fenced: TransactionFenced | None = None
@@ -126,9 +128,11 @@ class TransactionalSender:
         their outputs are in open transactions)."""
         return self.acked - self.committed
 
-    def _committed(self) -> None:
+    def _committed(self, done: bool, seconds: float) -> None:
         # Under the gate: no batch is acked between the commit and this.
         self.committed = self.acked
+        if done and self.on_commit is not None:
+            self.on_commit(seconds)
 
     def fence(self, exc: TransactionFenced) -> None:
         """Stop for good: nothing more is processed, acked or committed

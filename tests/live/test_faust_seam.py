@@ -378,6 +378,35 @@ def test_the_gate_hands_a_fencing_to_on_fenced_and_then_commits_nothing() -> Non
     assert [f.partitions for f in fenced] == [[2]]
 
 
+def test_the_gate_tells_after_commit_whether_it_committed_and_how_long_it_took() -> None:
+    """after_commit gets (done, seconds) for each commit that completed: the
+    time under the gate, deferred records' flush included; a commit with
+    nothing to commit is reported as not done."""
+    results = iter([True, False])
+    reported: list[tuple[bool, float]] = []
+
+    async def flush() -> None:
+        await asyncio.sleep(0.02)
+
+    async def force_commit() -> bool:
+        return next(results)
+
+    async def go() -> None:
+        consumer = SimpleNamespace(force_commit=force_commit)
+        faust_seam.install_commit_gate(
+            consumer,
+            asyncio.Lock(),
+            flush,
+            after_commit=lambda done, seconds: reported.append((done, seconds)),
+        )
+        await consumer.force_commit()
+        await consumer.force_commit()
+
+    asyncio.run(go())
+    assert [done for done, _ in reported] == [True, False]
+    assert all(seconds >= 0.02 for _, seconds in reported)  # the flush is in it
+
+
 async def _producer_whose_sender_died(tid: str) -> Any:
     """A real aiokafka transactional producer, in a transaction, whose sender
     routine then ends as it does when the broker dies under a commit (its

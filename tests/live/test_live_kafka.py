@@ -88,6 +88,10 @@ def test_reference_fixture_gives_four_findings_and_nothing_else(live: Live, engi
     for p in w.health()["partitions"]:
         assert f'fencewatch_consumer_lag{{partition="{p}"}} 0.0' in text
     assert "fencewatch_up 1.0" in text
+    commits = re.search(r"^fencewatch_commit_seconds_count (\S+)$", text, re.M)
+    took = re.search(r"^fencewatch_commit_seconds_sum (\S+)$", text, re.M)
+    assert commits is not None and float(commits.group(1)) >= 1
+    assert took is not None and float(took.group(1)) > 0
     written = re.search(r"^fencewatch_status_records_total (\S+)$", text, re.M)
     assert written is not None and float(written.group(1)) >= 3  # one per key and batch at least
     assert (

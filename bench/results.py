@@ -36,6 +36,11 @@ class Figure:
     ``runs`` and ``limit_runs``: the figure and its limit in each of several
     runs, when ``value`` and ``limit`` summarize them (a median); the
     documents show their spread beside the value.
+
+    ``paired_ratio``: when each run measured the figure and its limit side
+    by side (a pair), the median of the per-pair ratios. It is then the
+    ``ratio`` (shown and judged): drift in the machine's speed between
+    pairs cancels out in each pair, not in a ratio of two medians.
     """
 
     name: str
@@ -48,6 +53,7 @@ class Figure:
     limit_kind: str = "measured"
     runs: list[float] | None = None
     limit_runs: list[float] | None = None
+    paired_ratio: float | None = None
 
     def __post_init__(self) -> None:
         if self.limit_kind not in ("measured", "configured"):
@@ -57,6 +63,8 @@ class Figure:
 
     @property
     def ratio(self) -> float | None:
+        if self.paired_ratio is not None:
+            return self.paired_ratio
         if self.limit is None or self.limit == 0:
             return None
         return self.value / self.limit

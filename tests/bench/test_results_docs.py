@@ -132,3 +132,20 @@ def test_a_figure_of_several_runs_shows_its_spread() -> None:
     assert run_all.limit_cell(fig) == "bare relay (p99): 200 ms (median of 3 runs: 180 to 3,500)"
     single = {"value": 300.0, "unit": "ms"}
     assert run_all.value_cell(single) == "300 ms"
+
+
+def test_a_paired_ratio_is_the_ratio_shown_and_judged() -> None:
+    """A figure measured in pairs reports the median of its per-pair ratios
+    as its ratio, and its target is judged on that, not on value / limit."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from results import Figure
+    finally:
+        sys.path.remove(str(REPO / "bench"))
+    run_all = _run_all()
+    paired = Figure("audit", 2.9, "us", "bare", 1.0, "ratio <= 3", paired_ratio=3.4)
+    assert paired.ratio == 3.4
+    assert run_all.met(paired.to_dict()) is False
+    plain = Figure("audit", 2.9, "us", "bare", 1.0, "ratio <= 3")
+    assert plain.ratio == 2.9
+    assert run_all.met(plain.to_dict()) is True

@@ -72,19 +72,16 @@ log = logging.getLogger(__name__)
 #: 5,000, a loaded machine, 2026-12-02). A quiet worker's batches are what
 #: one CONSUME_SLICE_S brings, whatever this bound.
 MAX_BATCH = 5_000
-#: A batch smaller than this has its status and changelog records encoded
-#: and produced into the open transaction as soon as it is processed (unless
-#: a commit is pending), while the loop waits out the commit interval
-#: anyway, rather than at the commit. At the commit, the changelog records
-#: produced there then had to reach the broker before the commit could end
-#: (the relay's records were on their way since their batch). And at the
-#: commit, where the encoding of every changed key's status (~20 µs
+#: A batch smaller than this has its status records encoded as soon as it is
+#: processed, while the loop waits out the commit interval anyway, rather than
+#: at the commit, where the encoding of every changed key's status (~20 µs
 #: for a key with a finding: the findings are rebuilt from the state) held
 #: the commit's start by 7-87 ms at 2,000 events/s (~250 keys a
 #: transaction; 2026-12-03), and every finding with it. A small batch means
-#: the worker keeps up, and a key changed in several of them is written
-#: once per batch; a worker catching up takes batches of up to MAX_BATCH
-#: and writes each changed key once per transaction, at the commit.
+#: the worker keeps up; a worker catching up takes batches of up to
+#: MAX_BATCH and keeps encoding each key once per transaction, at the commit
+#: (a key changed again later in the transaction has its earlier record,
+#: encoded for nothing, replaced: at most once per batch).
 ENCODE_AT_ONCE_BELOW = 1_000
 #: A commit after this many events at the latest, whatever the interval (the
 #: bound of the outputs held while a commit is pending). 5,000 made a busy
@@ -392,8 +389,6 @@ class RdkafkaEngine:
         self._txn_offsets: dict[int, int] = {}
         #: The transaction's status records, the latest per key.
         self._deferred: dict[bytes | None, Outgoing] = {}
-        #: Status records of the transaction produced already (small batches).
-        self._txn_status = 0
         #: The transaction's changelog: the latest state per (key, source
         #: partition), produced at the commit. A key changed in several
         #: batches of one transaction is written once (the bench's keys
@@ -696,40 +691,23 @@ class RdkafkaEngine:
                 for records in outcome.records.values():
                     for r in records:
                         self._produce(r)
-            # A small batch's changelog and status records go into the open
-            # transaction now, as its findings do (see ENCODE_AT_ONCE_BELOW):
-            # at the commit, only the last slice's records are still on
-            # their way to the broker. A later record of a key replaces the
-            # one kept for the commit, so the newest is produced last.
-            now = len(recs) < ENCODE_AT_ONCE_BELOW and self._pending is None
             if outcome.status:
-                deferred = self._deferred
+                early = len(recs) < ENCODE_AT_ONCE_BELOW
                 for statuses in outcome.status.values():
                     for sr in statuses:
-                        if not self.eos:
+                        if self.eos:
+                            if early:
+                                sr.value  # noqa: B018 -- encoded now, kept in the record
+                            self._deferred[sr.key] = sr  # once per key per transaction
+                        else:
                             self._produce(sr)
                             self.metrics.status_records.inc()
-                        elif now:
-                            deferred.pop(sr.key, None)
-                            self._produce(sr)
-                            self._txn_status += 1
-                        else:
-                            deferred[sr.key] = sr  # once per key per transaction
-            changes = self._changes
-            if now:
-                produce, topic = self.producer.produce, self.changelog
-                for key, partition, value in outcome.states:
-                    changes.pop((key, partition), None)
-                    try:
-                        produce(topic, value, key, partition=partition)
-                    except BufferError:
-                        self._send(topic, value, key, partition)
-            else:
-                for key, partition, value in outcome.states:
-                    changes[key, partition] = value  # once per key per transaction
         except KafkaException as exc:
             self._failed(exc, "sending")
             return
+        changes = self._changes
+        for key, partition, value in outcome.states:
+            changes[key, partition] = value  # once per key per transaction
         self.values.write([(key, value) for key, _partition, value in outcome.states])
         offsets, positions = self._txn_offsets, self.positions
         for p, offset in last.items():
@@ -824,7 +802,7 @@ class RdkafkaEngine:
             timeout,
             timeout + _HANG_GRACE_S,
             events=self._txn_events,
-            status=len(deferred) + self._txn_status,
+            status=len(deferred),
         )
         if self._committer is None:
             self._committer = _Committer()
@@ -930,7 +908,6 @@ class RdkafkaEngine:
         self._txn_events = 0
         self._txn_offsets = {}
         self._deferred = {}
-        self._txn_status = 0
         self._changes = {}
         self._held = []
 

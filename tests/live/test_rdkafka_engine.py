@@ -15,11 +15,11 @@ import pytest
 
 from streams.kafka.admin import TopicAdmin
 from streams.live.prepare import ensure_topics
-from streams.live.rdkafka_engine import ENCODE_AT_ONCE_BELOW, RdkafkaEngine, failure_action
+from streams.live.rdkafka_engine import RdkafkaEngine, failure_action
 from streams.live.rdkafka_run import _ensure_changelog
 from streams.live.settings import settings_from_env
 from tests.live.conftest import LiveHarness
-from tests.live.test_live_kafka import assert_exactly_once_and_audit, assert_status_equals_audit
+from tests.live.test_live_kafka import assert_exactly_once_and_audit
 
 pytestmark = pytest.mark.kafka
 
@@ -244,98 +244,3 @@ def test_a_count_read_failing_otherwise_is_handed_to_the_loop(
     engine._watch_count(PartitionGuard("ev", 2))
     assert engine._count_failure is boom
     assert engine._count_change is None
-
-
-class _BigBatchThenSmall:
-    """The engine's consumer, its batches shaped: one record first (the
-    engine commits its first transaction at once), then one batch of at
-    least ``big`` records (its changelog and status records kept for the
-    commit), then the rest in batches of a few records (produced into the
-    transaction as they come, once no commit is pending)."""
-
-    def __init__(self, engine: RdkafkaEngine, big: int) -> None:
-        self.engine = engine
-        self.real = engine.consumer
-        self.big = big
-        self.phase = 0
-        self.buffer: list[Any] = []
-        #: The keys of the big batch, and of the small batches after it.
-        self.big_keys: set[bytes] = set()
-        self.small_keys: set[bytes] = set()
-
-    def _fill(self, n: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.buffer) < n and time.monotonic() < deadline:
-            self.buffer.extend(m for m in self.real.consume(n, 0.2) if m.error() is None)
-
-    def consume(self, num_messages: int, timeout: float) -> list[Any]:
-        if self.phase == 0:
-            self._fill(1, timeout)
-            if not self.buffer:
-                return []
-            self.phase = 1
-            out, self.buffer = self.buffer[:1], self.buffer[1:]
-            return out
-        pending = self.engine._pending
-        if pending is not None:
-            # Settled at the loop's next turn; until then outputs are held.
-            pending.done.wait(20)
-        if self.phase == 1:
-            self._fill(self.big, 20)
-            self.phase = 2
-            out, self.buffer = self.buffer[: self.big], self.buffer[self.big :]
-            self.big_keys.update(m.key() for m in out)
-            return out
-        self._fill(5, min(timeout, 0.05))
-        out, self.buffer = self.buffer[:5], self.buffer[5:]
-        self.small_keys.update(m.key() for m in out)
-        return out
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-
-def test_a_key_changed_in_a_big_batch_then_a_small_one_ends_the_changelog_with_its_latest_state(
-    live: Live, tmp_path: Path
-) -> None:
-    """Within one transaction, a key changed in a batch whose changelog
-    records wait for the commit and again in a small batch whose records are
-    produced at once: the changelog's last record of every key is its
-    latest state (the one kept for the commit is dropped, not written after
-    it), and the findings and status equal the audit, exactly once."""
-    h = live(partitions=2, engine="rdkafka")
-    events = h.scenario_events(n_keys=150, epochs=4, seed=9)
-    big = ENCODE_AT_ONCE_BELOW + 100
-    assert len(events) > big + 200
-    h.produce(events)
-    settings = settings_from_env(
-        {
-            **h.env(),
-            "FENCEWATCH_DATA_DIR": str(tmp_path / "data"),
-            "FENCEWATCH_COMMIT_INTERVAL": "60",
-        }
-    )
-    admin = TopicAdmin(settings.connection)
-    partitions, _ = ensure_topics(settings, admin)
-    _ensure_changelog(settings, partitions, admin)
-    engine = RdkafkaEngine(settings, partitions=partitions)
-    shaped = _BigBatchThenSmall(engine, big)
-    engine.consumer = shaped
-    with _running(engine):
-        deadline = time.monotonic() + 60
-        while engine.processed < len(events) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert engine.processed == len(events)
-        # All of it after the first record is one transaction (the interval
-        # is a minute): nothing committed yet beyond the first.
-        assert engine._txn_events == len(events) - 1
-        # Both ways were taken: records produced at once, records kept.
-        assert engine._txn_status > 0 and engine._changes
-        latest_state = dict(engine.values.items())
-    assert len(shaped.big_keys & shaped.small_keys) > 50
-    last: dict[bytes | None, bytes | None] = {}
-    for r in h.read(engine.changelog):
-        last[r.key] = r.value
-    assert {k: v for k, v in last.items() if v is not None} == latest_state
-    assert len(assert_exactly_once_and_audit(h)) > 20
-    assert_status_equals_audit(h)

@@ -392,7 +392,15 @@ class RdkafkaEngine:
         #: The transaction's changelog: the latest state per (key, source
         #: partition), produced at the commit. A key changed in several
         #: batches of one transaction is written once (the bench's keys
-        #: recur every ~1,000 events: 5 writes of 6 saved at 0.1 s).
+        #: recur every ~1,000 events: 5 writes of 6 saved at 0.1 s). And
+        #: never earlier than the commit: a worker frozen (SIGSTOP, a GC
+        #: pause) with changelog records in its open transaction holds the
+        #: changelog's last stable offset, and the partition's next owner
+        #: restores only up to it. With a small batch's records produced at
+        #: once (90b6cbe, reverted), the next owner waited 13.5 s for the
+        #: broker's transaction timeout before processing (CI's paused-
+        #: worker test, session 12); produced at the commit, the window is
+        #: the commit's few milliseconds.
         self._changes: dict[tuple[bytes, int], bytes] = {}
         #: Findings and dead letters of events processed while the previous
         #: transaction's commit is pending: produced once it has committed.

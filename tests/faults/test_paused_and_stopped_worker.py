@@ -69,15 +69,23 @@ def _paused_worker_rejoins(h: LiveHarness) -> None:
     finally:
         os.kill(a.proc.pid, signal.SIGCONT)
     feeder.join()
-    # a rejoins: the group rebalances and both hold partitions again.
-    _wait(
-        lambda: bool((a.health() or {}).get("partitions")) and bool(
-            (b.health() or {}).get("partitions")
-        ),
-        90,
-        "both workers holding partitions after the thaw",
-        h,
-    )
+
+    # a rejoins: the group rebalances and both hold partitions again. Their
+    # assignments must also split the partitions between them: right after
+    # the thaw, a's /health still listed the partitions it held before it
+    # was frozen (it had not yet heard they were gone), which alone passed
+    # this wait while b held everything (CI, session 12).
+    def split_between_them() -> bool:
+        held_a = set((a.health() or {}).get("partitions", []))
+        held_b = set((b.health() or {}).get("partitions", []))
+        return (
+            bool(held_a)
+            and bool(held_b)
+            and held_a | held_b == set(range(4))
+            and not (held_a & held_b)
+        )
+
+    _wait(split_between_them, 90, "both workers holding partitions after the thaw", h)
     a_before = (a.health() or {}).get("processed", 0)
     h.produce(events[half:])
     h.wait_all_committed(timeout=120)

@@ -251,15 +251,17 @@ def worker_side(bs: str, args: argparse.Namespace, tag: str, engine: str) -> Sid
 def commit_histogram(text: str) -> dict[str, float]:
     """The worker's ``fencewatch_commit_seconds`` histogram from its /metrics
     text: cumulative bucket counts by upper bound (``le``), ``count``, ``sum``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("fencewatch_commit_seconds_bucket{"):
-            le = line.split('le="', 1)[1].split('"', 1)[0]
-            out[le] = float(line.rsplit(" ", 1)[1])
-        elif line.startswith("fencewatch_commit_seconds_count "):
-            out["count"] = float(line.rsplit(" ", 1)[1])
-        elif line.startswith("fencewatch_commit_seconds_sum "):
-            out["sum"] = float(line.rsplit(" ", 1)[1])
+    for family in text_string_to_metric_families(text):
+        if family.name != "fencewatch_commit_seconds":
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_bucket"):
+                out[sample.labels["le"]] = sample.value
+            elif sample.name.endswith(("_count", "_sum")):
+                out[sample.name.rsplit("_", 1)[1]] = sample.value
     return out
 
 
@@ -269,7 +271,7 @@ def histogram_summary(before: dict[str, float], after: dict[str, float]) -> dict
     no finer p50/p99 than its buckets)."""
     n = after.get("count", 0.0) - before.get("count", 0.0)
     if n <= 0:
-        return {"commits": 0, "mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0, "bucketed": 1}
+        return {"commits": 0, "mean": 0.0, "p50": 0.0, "p99": 0.0, "bucketed": 1}
     mean = (after.get("sum", 0.0) - before.get("sum", 0.0)) / n * 1000
     bounds = sorted((float(le), after[le] - before.get(le, 0.0)) for le in after if le[0].isdigit())
 
@@ -279,8 +281,7 @@ def histogram_summary(before: dict[str, float], after: dict[str, float]) -> dict
                 return le * 1000
         return float("inf")
 
-    return {"commits": n, "mean": mean, "p50": bound(0.5), "p99": bound(0.99),
-            "max": bound(1.0), "bucketed": 1}  # fmt: skip
+    return {"commits": n, "mean": mean, "p50": bound(0.5), "p99": bound(0.99), "bucketed": 1}
 
 
 def spread(values: list[float]) -> str:

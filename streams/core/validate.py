@@ -149,19 +149,31 @@ _DECODER = msgspec.json.Decoder(Event)
 # Bound once: compiled, a call through a Final is a direct call, not a global
 # and attribute look-up per event.
 _DECODE: Final = _DECODER.decode
-_EFFECT_TYPES: Final = EFFECT_TYPES
 # RecursionError: msgspec refuses deeply nested documents that way (attrs or an
 # ignored extra field nested ~1000 deep); the slow path then rejects them cleanly.
 _FAST_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
 
 
+_T_ATT: Final = EventType.EFFECT_ATTEMPTED
+_T_COM: Final = EventType.EFFECT_COMMITTED
+_T_REJ: Final = EventType.EFFECT_REJECTED
+_T_VER: Final = EventType.OUTCOME_VERIFIED
+if {_T_ATT, _T_COM, _T_REJ, _T_VER} != EFFECT_TYPES:  # pragma: no cover - records.py changed
+    raise ImportError("streams.core.records.EFFECT_TYPES changed; update validate._accept")
+
+
 def _accept(event: Event, key: bytes | None) -> bool:
-    """The rules the Struct's annotations cannot state."""
-    return (
-        event.v in KNOWN_VERSIONS
-        and (event.effect_key is not None or event.type not in _EFFECT_TYPES)
-        and (key is None or key == event.workflow_key.encode())
-    )
+    """The rules the Struct's annotations cannot state.
+
+    Every event passes here, so the effect-key rule is identity tests against
+    the four members (compiled: a few C comparisons) rather than a set
+    membership, which hashes the member (measured: ~25 of the ~90 ns this
+    took as one expression); the type is read only when the key is absent."""
+    if event.effect_key is None:
+        t = event.type
+        if t is _T_COM or t is _T_ATT or t is _T_REJ or t is _T_VER:
+            return False
+    return event.v in KNOWN_VERSIONS and (key is None or key == event.workflow_key.encode())
 
 
 def to_event(doc: Any, *, key: bytes | None = None) -> Event:

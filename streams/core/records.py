@@ -135,8 +135,8 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     per event on the hot path, and msgspec decodes *and* type-checks the JSON
     straight into it in C, where a frozen dataclass's ``__init__`` alone costs
     more than parsing the JSON (docs/performance.md). The field annotations
-    state the SPEC §2 limits; the rules they cannot state (effect key required
-    by type, record version, Kafka key) are checked in
+    state the SPEC §2 limits and the record version; the rules they cannot
+    state (effect key required by type, Kafka key) are checked in
     :mod:`streams.core.validate`.
     """
 
@@ -151,7 +151,9 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     run_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
     ts: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
     attrs: dict[str, Any] | None = None
-    v: int = 1
+    #: The record version: decoding accepts only the versions this build knows
+    #: (``validate.KNOWN_VERSIONS``; a test holds the two together).
+    v: Annotated[int, msgspec.Meta(ge=1, le=1)] = 1
 
 
 def event_to_dict(event: Event) -> dict[str, Any]:

@@ -95,3 +95,18 @@ def test_config_rejects_nonsense_bounds() -> None:
     """A cap too small to hold a takeover is refused up front."""
     with pytest.raises(ValueError, match="max_events_per_key"):
         DetectorConfig(max_events_per_key=2)
+
+
+def test_a_run_of_one_workers_events_keeps_one_copy_of_its_id() -> None:
+    """Consecutive events of one worker retain one worker-id string, not one per event."""
+    det = Detector()
+    st = det.new_state()
+    # Separate string objects, as each decoded event carries its own.
+    ids = ["".join(["w-", c]) for c in "aaabba"]
+    for seq, w in enumerate(ids, start=1):
+        det.process(st, _e("progress" if seq > 1 else "lease_acquired", 1, seq, w), seq)
+    workers = [ev.worker for ev in st.events]
+    assert workers == ids
+    assert workers[0] is workers[1] is workers[2]
+    assert workers[3] is workers[4] and workers[3] is not workers[2]
+    assert len({id(w) for w in workers}) == 3

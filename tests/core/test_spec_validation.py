@@ -217,6 +217,25 @@ def test_unknown_or_mistyped_version_is_rejected(bad: Any) -> None:
     assert rejected(base(v=bad)).field == "v"
 
 
+@pytest.mark.parametrize("bad", [0, 2])
+def test_unknown_version_is_rejected_by_to_event_too(bad: int) -> None:
+    """A document the SDK built with an unknown version is rejected by to_event, naming v."""
+    with pytest.raises(InvalidEvent) as exc:
+        to_event(base(v=bad))
+    assert exc.value.field == "v"
+
+
+def test_event_v_annotation_admits_exactly_the_known_versions() -> None:
+    """Event.v's msgspec range is KNOWN_VERSIONS (the fast path relies on it and reads no v)."""
+    import msgspec.inspect
+
+    from streams.core.validate import KNOWN_VERSIONS
+
+    (field,) = [f for f in msgspec.inspect.type_info(Event).fields if f.name == "v"]
+    assert isinstance(field.type, msgspec.inspect.IntType)
+    assert set(range(field.type.ge, field.type.le + 1)) == set(KNOWN_VERSIONS)
+
+
 def test_unknown_extra_fields_are_ignored() -> None:
     """Unknown fields are accepted and ignored (forward compatibility)."""
     e = parse(base(priority="high", nested={"a": [1, 2]}, tenant=None))

@@ -90,7 +90,8 @@ demo: venv
 	  $(BIN)/fencewatch demo split-brain --bootstrap-servers "$$KAFKA_BOOTSTRAP"'
 
 lint: venv
-	$(BIN)/ruff check streams tests bench
+	$(BIN)/ruff check streams tests bench fencewatch
+	$(BIN)/ruff format --check streams fencewatch tests bench scripts examples
 	$(BIN)/mypy
 
 broker-start:

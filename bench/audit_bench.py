@@ -145,10 +145,7 @@ def main() -> int:
     best = min(a for _, a in pairs)
     print(f"file: {path} ({n} events, {findings} findings); detector: {native_summary()}")
     print(f"bare orjson.loads loop: {n / bare_t:12,.0f} events/s  (median of {args.repeat})")
-    print(
-        f"audit path:             {n / audit_t:12,.0f} events/s  "
-        f"(median; best {n / best:,.0f})"
-    )
+    print(f"audit path:             {n / audit_t:12,.0f} events/s  (median; best {n / best:,.0f})")
     print(
         f"ratio audit/bare time:  {ratio:.2f}x  median of pairs (target <= 3x; "
         f"absolute target >= 250,000 events/s)"

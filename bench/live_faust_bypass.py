@@ -57,7 +57,9 @@ def main() -> int:
         marker = Path(tmp) / "sent"
         proc = subprocess.Popen(
             [sys.executable, str(script), bs, tag, str(marker)],
-            cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cwd=tmp,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         time.sleep(8)
         p = Producer({"bootstrap.servers": bs})
@@ -70,8 +72,14 @@ def main() -> int:
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         sent = marker.exists()
-    c = Consumer({"bootstrap.servers": bs, "group.id": "probe", "enable.partition.eof": True,
-                  "isolation.level": "read_committed"})
+    c = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": "probe",
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+        }
+    )
     c.assign([TopicPartition(f"{tag}.out", 0, 0)])
     seen = []
     while True:
@@ -80,9 +88,11 @@ def main() -> int:
             break
         if not m.error():
             seen.append(m.value())
-    committed = Consumer({"bootstrap.servers": bs, "group.id": tag}).committed(
-        [TopicPartition(f"{tag}.in", 0)], timeout=10
-    )[0].offset
+    committed = (
+        Consumer({"bootstrap.servers": bs, "group.id": tag})
+        .committed([TopicPartition(f"{tag}.in", 0)], timeout=10)[0]
+        .offset
+    )
     print(f"agent sent: {sent}; input offset committed: {committed} (<0: none)")
     print(f"read_committed consumer of {tag}.out sees: {seen}")
     print("=> the send bypassed the transaction" if seen and committed < 0 else "=> not shown")

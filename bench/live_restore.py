@@ -83,9 +83,7 @@ def log_time(log: Path, needle: str) -> datetime | None:
     return None
 
 
-_RDKAFKA_RESTORED = re.compile(
-    r"restored (\d+) changelog records .* in (\S+) s \(\S+ records/s\)"
-)
+_RDKAFKA_RESTORED = re.compile(r"restored (\d+) changelog records .* in (\S+) s \(\S+ records/s\)")
 
 
 def restore_run(
@@ -134,9 +132,7 @@ def restore_run(
         log, "Highwater for active changelog"
     )
     t_done = log_time(log, "Recovery complete")
-    direct = re.search(
-        r"fast restore: loaded (\d+) changelog records .* directly in (\S+) s", text
-    )
+    direct = re.search(r"fast restore: loaded (\d+) changelog records .* directly in (\S+) s", text)
     if direct:
         n, secs = int(direct.group(1)), float(direct.group(2))
         out["direct"] = n / secs if secs > 0 else None

@@ -79,7 +79,6 @@ from streams.findings import (
     TooManyFindings,
     WebhookTarget,
 )
-
 from streams.kafka.connection import KafkaConnection
 from streams.sdk import (
     EffectBoundary,

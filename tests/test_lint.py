@@ -1,6 +1,7 @@
 """The code passes its own linters, in the suite CI runs (``make lint`` alone
-was never part of ``.ci/run``): ruff over streams, tests and bench, and mypy
-with the project's configuration (strict on streams/)."""
+was never part of ``.ci/run``): ruff over streams, fencewatch, tests and bench, and mypy
+with the project's configuration (strict on streams/), and ruff's formatter
+over everything Python in the checkout."""
 
 from __future__ import annotations
 
@@ -23,9 +24,16 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_ruff_finds_nothing_in_streams_tests_and_bench() -> None:
-    """``ruff check streams tests bench`` exits 0."""
-    done = _run("ruff", "check", "streams", "tests", "bench")
+def test_ruff_finds_nothing_in_streams_fencewatch_tests_and_bench() -> None:
+    """``ruff check streams fencewatch tests bench`` exits 0."""
+    done = _run("ruff", "check", "streams", "fencewatch", "tests", "bench")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_code_is_as_ruff_formats_it() -> None:
+    """``ruff format --check`` over all the checkout's Python packages and scripts exits 0."""
+    paths = ("streams", "fencewatch", "tests", "bench", "scripts", "examples")
+    done = _run("ruff", "format", "--check", *paths)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -454,8 +454,7 @@ def _audit(args: argparse.Namespace) -> int:
         hint = format_hint(inputs) if replay.records == replay.invalid_count else None
         _err(
             f"--strict: invalid record at {invalid_where(inv)}: "
-            f"{inv.field + ': ' if inv.field else ''}{inv.reason}"
-            + (f" ({hint})" if hint else "")
+            f"{inv.field + ': ' if inv.field else ''}{inv.reason}" + (f" ({hint})" if hint else "")
         )
         return 2
     worst = replay.worst_severity()

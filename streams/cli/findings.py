@@ -246,8 +246,7 @@ def _not_findings_check(consumer: Any) -> int:
                 "; for an events topic use fencewatch audit --topic"
             )
             _err(
-                f"{topic} holds no findings ({st.not_findings} other "
-                f"records; first: {first}){hint}"
+                f"{topic} holds no findings ({st.not_findings} other records; first: {first}){hint}"
             )
             return 2
         _err(f"skipped {st.not_findings} records that are not findings (first: {first})")
@@ -282,9 +281,7 @@ def _emit(batch: list[Any], fmt: str) -> None:
 
         text = "".join([encode_finding(d.finding).decode() + "\n" for d in batch])
     else:
-        text = "".join(
-            [render_finding_line(d.finding, d.previous_revision) + "\n" for d in batch]
-        )
+        text = "".join([render_finding_line(d.finding, d.previous_revision) + "\n" for d in batch])
     sys.stdout.write(text)
     sys.stdout.flush()
 

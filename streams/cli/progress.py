@@ -19,6 +19,7 @@ __all__ = ["AuditProgress", "Interrupt", "audit_progress", "demo_status"]
 
 _T = TypeVar("_T")
 
+
 class Interrupt:
     """SIGINT while reading input: stop at the next record boundary.
 

@@ -447,9 +447,7 @@ def _out(
     return lst
 
 
-def _status(
-    status: dict[int, list[PendingStatus]], partition: int
-) -> list[PendingStatus]:
+def _status(status: dict[int, list[PendingStatus]], partition: int) -> list[PendingStatus]:
     lst = status.get(partition)
     if lst is None:
         lst = status[partition] = []

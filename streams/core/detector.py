@@ -109,6 +109,8 @@ def _code_of(t: EventType) -> int:
     if t is _T_REL:
         return _REL
     return _VER
+
+
 # Kinds of checkpoint that no finding depends on unless stale: forgotten first.
 _CHEAP = frozenset({_REL, _PROG, _VER})
 
@@ -141,7 +143,14 @@ _F_EFFECT_KEY: Final = 5
 _F_SINK: Final = 6
 _F_EVENT_ID: Final = 7
 if Event.__struct_fields__[:8] != (
-    "type", "workflow_key", "epoch", "worker_id", "seq", "effect_key", "sink", "event_id"
+    "type",
+    "workflow_key",
+    "epoch",
+    "worker_id",
+    "seq",
+    "effect_key",
+    "sink",
+    "event_id",
 ):  # pragma: no cover - a change to records.py that this module must follow
     raise ImportError("streams.core.records.Event fields moved; update detector._F_*")
 

@@ -45,6 +45,7 @@ ACTIONS: dict[Kind, str] = {
     ),
 }
 
+
 def finding_id(kind: Kind, workflow_key: str, epoch: int | None, effect_key: str | None) -> str:
     """Deterministic id from the identity of SPEC §4 (the kind's family, key,
     epoch, effect key): the same on every replay, restart and arrival order;
@@ -183,9 +184,7 @@ class Finding(msgspec.Struct, frozen=True, gc=False):
             evidence=tuple(Evidence(**e) for e in doc["evidence"]),
             action=doc["action"],
             confidence=(
-                confidence_of(
-                    kind, doc["ordering"], doc["transition_implied"], doc["sink_outcome"]
-                )
+                confidence_of(kind, doc["ordering"], doc["transition_implied"], doc["sink_outcome"])
                 if conf is None
                 else Confidence(conf)
             ),

@@ -48,6 +48,7 @@ EFFECT_TYPES = frozenset(
     }
 )
 
+
 class Severity(StrEnum):
     DIAGNOSTIC = "diagnostic"
     WARNING = "warning"

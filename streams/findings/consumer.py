@@ -195,9 +195,7 @@ class _Positions:
     @property
     def in_flight(self) -> int:
         # Acknowledged behind one that is not: still open, but not in flight.
-        return sum(len(d) for d in self._open.values()) - sum(
-            len(s) for s in self._acked.values()
-        )
+        return sum(len(d) for d in self._open.values()) - sum(len(s) for s in self._acked.values())
 
 
 class FindingsConsumer:
@@ -272,9 +270,7 @@ class FindingsConsumer:
                 return None
         return ready.popleft()
 
-    def poll_batch(
-        self, max_records: int = DEFAULT_BATCH, timeout: float = 1.0
-    ) -> list[Delivery]:
+    def poll_batch(self, max_records: int = DEFAULT_BATCH, timeout: float = 1.0) -> list[Delivery]:
         """The finding revisions to deliver among the next (at most)
         ``max_records`` records, in read order; empty if none came within
         ``timeout``. As :meth:`poll`, one batch at a time: one read from the

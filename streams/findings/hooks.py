@@ -185,9 +185,7 @@ class _HttpConnection:
             if 100 <= code < 200:
                 continue  # an interim answer (100 Continue): the final one follows
             tokens = {t.strip() for t in fields.get(b"connection", b"").split(b",")}
-            close = b"close" in tokens or (
-                status[0] == b"HTTP/1.0" and b"keep-alive" not in tokens
-            )
+            close = b"close" in tokens or (status[0] == b"HTTP/1.0" and b"keep-alive" not in tokens)
             if code in (204, 304):
                 return code, close
             if b"chunked" in fields.get(b"transfer-encoding", b""):

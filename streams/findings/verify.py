@@ -82,9 +82,7 @@ def check_effect(
         what = f"its {events} event(s) on {topic} name no effect"
     else:
         what = f"{topic} holds no event of it"
-    raise UnknownEffect(
-        f"workflow {workflow!r} has no evidence of effect {effect!r} ({what})"
-    )
+    raise UnknownEffect(f"workflow {workflow!r} has no evidence of effect {effect!r} ({what})")
 
 
 def current_epoch(
@@ -96,9 +94,7 @@ def current_epoch(
     topic = status_topic or DEFAULT_STATUS_TOPIC
     doc = read_status(connection, topic).get(workflow)
     if doc is None or doc.get("current_epoch") is None:
-        raise NoCurrentEpoch(
-            f"workflow {workflow!r} has no current epoch on {topic}"
-        )
+        raise NoCurrentEpoch(f"workflow {workflow!r} has no current epoch on {topic}")
     return int(doc["current_epoch"])
 
 

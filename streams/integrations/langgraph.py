@@ -90,9 +90,7 @@ def fenced(
 ) -> Callable[[Callable[[S, OwnedRun], Any]], Callable[[S, RunnableConfig], Any]]: ...
 
 
-def fenced(
-    fn: Callable[[S, OwnedRun], Any] | None = None, /, *, risk: Risk | None = None
-) -> Any:
+def fenced(fn: Callable[[S, OwnedRun], Any] | None = None, /, *, risk: Risk | None = None) -> Any:
     """Wrap ``fn(state, run)`` as a LangGraph node ``(state, config)``:
     StaleOwner if this worker's lease is already lost, ``progress`` (attrs:
     node, step) when it starts, StaleOwner if that shows it was displaced,

@@ -118,7 +118,8 @@ class _Supervisor:
 
     def _stop_at_once(self, signum: int) -> None:
         """A second stop signal: end the process now, saying what is left."""
-        hard_exit(log,
+        hard_exit(
+            log,
             128 + signum,
             f"{signal.Signals(signum).name} again: stopping at once; {self.left_behind()}",
         )
@@ -161,7 +162,8 @@ class _Supervisor:
             faust_seam.stop_worker(self.worker, signum)
 
     def _too_long(self) -> None:
-        hard_exit(log,
+        hard_exit(
+            log,
             1,
             f"stopping: no commit within {STOP_BOUND_S:.0f} s (is the broker reachable?); "
             f"{self.left_behind()}; exiting without leaving the group",

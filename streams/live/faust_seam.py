@@ -330,9 +330,7 @@ def original(target: str) -> Any:
     return _resolve(target) if fn is None else fn
 
 
-def install(
-    *, environ: Mapping[str, str] | None = None, expected: Manifest | None = None
-) -> None:
+def install(*, environ: Mapping[str, str] | None = None, expected: Manifest | None = None) -> None:
     """Check the installed faust/aiokafka against ``expected`` (the committed
     manifest by default), then apply the patches. Raises
     :class:`FaustSeamMismatch` on a mismatch unless
@@ -914,8 +912,7 @@ def is_fencing(exc: BaseException) -> bool:
     """Whether ``exc`` (or an exception it was raised from) says this
     worker's producer was fenced or its group generation is stale."""
     return any(
-        isinstance(e, TransactionFenced) or type(e).__name__ in _FENCING_ERRORS
-        for e in _chain(exc)
+        isinstance(e, TransactionFenced) or type(e).__name__ in _FENCING_ERRORS for e in _chain(exc)
     )
 
 
@@ -941,9 +938,7 @@ async def append_records(
         # sender routine stopped on an error (_fatal_cause tells them apart).
         cause = _fatal_cause(txp)
         if cause is None or is_fencing(cause):
-            raise TransactionFenced(
-                [], cause or RuntimeError(f"{manager.transactional_id} fenced")
-            )
+            raise TransactionFenced([], cause or RuntimeError(f"{manager.transactional_id} fenced"))
         raise ProducerFailed([], cause) from cause
     if manager is not None and not manager.is_in_transaction():
         raise TransactionUnavailable(

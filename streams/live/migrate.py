@@ -145,7 +145,6 @@ def _read_tail(
     return out, ends
 
 
-
 def _committed(settings: LiveSettings, partitions: range, timeout: float) -> dict[int, int]:
     from confluent_kafka import Consumer, TopicPartition
 

@@ -525,7 +525,9 @@ class RdkafkaEngine:
         interval = self.settings.commit_interval
         if self.guard is not None:
             threading.Thread(
-                target=self._watch_count, args=(self.guard,), name="fencewatch-partitions",
+                target=self._watch_count,
+                args=(self.guard,),
+                name="fencewatch-partitions",
                 daemon=True,
             ).start()
         while not self.stopping:

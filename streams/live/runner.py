@@ -56,6 +56,7 @@ def run_worker(settings: LiveSettings, prepared: Prepared | None = None) -> int:
         from streams.live.rdkafka_run import run_rdkafka
 
         return run_rdkafka(settings, prepared)
+
     # A fenced app is replaced by a fresh one built on the same preparation
     # (a changed partition count is still refused by prepare_app's check).
     def build(metrics: LiveMetrics) -> Any:

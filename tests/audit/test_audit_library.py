@@ -41,10 +41,10 @@ def test_audit_topic_finds_what_the_file_audit_finds(
     for n, line in enumerate(lines):
         file_replay.feed(line, offset=n, source="fixture")
     strip = ("event_offset", "revision")
-    assert [
-        {k: v for k, v in d.items() if k not in strip} for d in audit.latest().values()
-    ] == [{k: v for k, v in f.to_dict().items() if k not in strip}
-          for f in file_replay.latest_findings()]
+    assert [{k: v for k, v in d.items() if k not in strip} for d in audit.latest().values()] == [
+        {k: v for k, v in f.to_dict().items() if k not in strip}
+        for f in file_replay.latest_findings()
+    ]
     assert len(audit.latest()) == 4
     assert (audit.records, audit.partial, audit.holds, audit.coverage()) == (16, False, None, None)
     assert audit.reached == audit.stop and sum(audit.stop.values()) == 16

@@ -27,9 +27,7 @@ class _SourceFirst(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
         if name not in COMPILED:
             return None
-        return importlib.util.spec_from_file_location(
-            name, ROOT / (name.replace(".", "/") + ".py")
-        )
+        return importlib.util.spec_from_file_location(name, ROOT / (name.replace(".", "/") + ".py"))
 
 
 def main() -> None:

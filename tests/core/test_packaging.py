@@ -27,9 +27,20 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel built from the tree (hatch, as pyproject.toml configures it)."""
     dist = tmp_path_factory.mktemp("dist")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(dist), str(ROOT)],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(dist),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
     )
     (built,) = dist.glob("fencewatch-*.whl")
     return built
@@ -43,9 +54,19 @@ def test_installed_wheel_carries_the_schemas(wheel: Path, tmp_path: Path) -> Non
         assert f"streams/_schemas/{name}.schema.json" in names
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
-         str(wheel)],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
     )
     code = (
         "import json; from importlib import resources; import streams; "
@@ -54,9 +75,19 @@ def test_installed_wheel_carries_the_schemas(wheel: Path, tmp_path: Path) -> Non
         "assert doc['title'].startswith('fencewatch finding'), doc['title']; "
         "print(streams.__file__)"
     )
-    out = subprocess.run([sys.executable, "-S", "-c", f"import sys; sys.path.insert(0, "
-                          f"{str(target)!r}); sys.path.extend({sys.path[1:]!r}); {code}"],
-                         cwd=tmp_path, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-S",
+            "-c",
+            f"import sys; sys.path.insert(0, "
+            f"{str(target)!r}); sys.path.extend({sys.path[1:]!r}); {code}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip().startswith(str(target))
 
 

@@ -84,9 +84,7 @@ def produce_with_positions(
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("engine", ENGINES)
-def test_ten_thousand_bad_records_among_valid_traffic(
-    live: Live, engine: str
-) -> None:
+def test_ten_thousand_bad_records_among_valid_traffic(live: Live, engine: str) -> None:
     """10,000 bad records of every class mixed into ~5,000 valid events: the worker never
     exits, each bad record is in the DLQ once with its bytes, key, reason and source
     partition/offset, no 'internal error', the findings equal an audit of the valid events

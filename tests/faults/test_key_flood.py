@@ -78,9 +78,7 @@ def produce_fast(bootstrap: str, topic: str, records: Iterator[tuple[bytes, byte
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("engine", ENGINES)
-def test_one_key_flood_keeps_its_state_bounded(
-    live: Live, engine: str
-) -> None:
+def test_one_key_flood_keeps_its_state_bounded(live: Live, engine: str) -> None:
     """1,000,000 events of one key among 200 ordinary workflows: the flooded key's stored
     state holds at most 1,024 events and 512 finding identities (the rest counted as
     evicted/forgotten), its size stays under 2 MiB, the worker's RSS grows by less than

@@ -53,9 +53,7 @@ def _status(h: LiveHarness, capsys: pytest.CaptureFixture[str]) -> dict[str, str
     return out
 
 
-def _verify(
-    h: LiveHarness, effect: str, capsys: pytest.CaptureFixture[str], *extra: str
-) -> None:
+def _verify(h: LiveHarness, effect: str, capsys: pytest.CaptureFixture[str], *extra: str) -> None:
     # No --epoch: verify reads the current epoch (18) from the live status topic.
     rc = main(
         ["verify", "--bootstrap-servers", h.bootstrap, "--events-topic", h.events,

@@ -80,9 +80,12 @@ def test_sdk_puts_the_ownership_identity_on_the_current_span(
     db = open_database(f"sqlite:///{tmp_path / 'f.db'}")
     leases, sink = SqlLeaseStore(db), FencedSink(db, name="ledger")
     topic = unique_topic()
-    with OwnershipReporter(
-        ReporterSettings(kafka_bootstrap, "alpha", topic=topic), leases=leases
-    ) as r, r.own(KEY, ttl=30) as owner:
+    with (
+        OwnershipReporter(
+            ReporterSettings(kafka_bootstrap, "alpha", topic=topic), leases=leases
+        ) as r,
+        r.own(KEY, ttl=30) as owner,
+    ):
         with tracer.start_as_current_span("checkpoint"):
             owner.progress()
         with tracer.start_as_current_span("publish"):

@@ -58,8 +58,7 @@ def test_create_topics_creates_them_one_line_each(
         )  # fmt: skip
         created = [ln for ln in proc.stderr.splitlines() if "created topic" in ln]
         assert sorted(created) == sorted(
-            f"fencewatch run: created topic {n} (2 partitions)"
-            for n in [*names, f"{names[0]}.dlq"]
+            f"fencewatch run: created topic {n} (2 partitions)" for n in [*names, f"{names[0]}.dlq"]
         ), proc.stderr
         assert proc.returncode == 2  # the data directory, after the topics
         assert set(kafka_admin.partitions([*names, f"{names[0]}.dlq"]).values()) == {2}

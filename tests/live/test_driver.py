@@ -201,6 +201,7 @@ def test_stale_effects_are_counted_once_per_effect_and_outcome() -> None:
         ("unnamed", "committed"): 1,
     }
     kinds = Counter(doc["kind"] for doc in d.findings())
-    assert d.metric(
-        "fencewatch_findings_total", kind="stale_attempt", severity="warning"
-    ) == kinds["stale_attempt"]
+    assert (
+        d.metric("fencewatch_findings_total", kind="stale_attempt", severity="warning")
+        == kinds["stale_attempt"]
+    )

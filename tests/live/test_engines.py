@@ -55,9 +55,7 @@ def test_both_engines_give_the_same_findings_and_status_for_the_same_shuffled_in
     for engine, h in harnesses.items():
         h.wait_all_committed(timeout=90)
         latest = assert_exactly_once_and_audit(h)
-        status = {
-            k: WorkflowStatus.from_dict(v).content() for k, v in h.live_status().items()
-        }
+        status = {k: WorkflowStatus.from_dict(v).content() for k, v in h.live_status().items()}
         results[engine] = (_without_offsets(latest), status)
     assert len(results["faust"][0]) > 100
     assert results["faust"][0] == results["rdkafka"][0]

@@ -94,9 +94,7 @@ def test_reference_fixture_gives_four_findings_and_nothing_else(live: Live, engi
     assert took is not None and float(took.group(1)) > 0
     written = re.search(r"^fencewatch_status_records_total (\S+)$", text, re.M)
     assert written is not None and float(written.group(1)) >= 3  # one per key and batch at least
-    assert (
-        'fencewatch_stale_effects_total{outcome="committed",sink="release-bucket"} 1.0' in text
-    )
+    assert 'fencewatch_stale_effects_total{outcome="committed",sink="release-bucket"} 1.0' in text
     assert_status_equals_audit(h)
 
 

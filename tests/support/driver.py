@@ -88,9 +88,7 @@ class BatchDriver:
         self.findings_topic = findings_topic
         self.dlq_topic = dlq_topic
         self.status_topic = status_topic
-        self._detector = detector or Detector(
-            DetectorConfig(max_events_per_key=max_events_per_key)
-        )
+        self._detector = detector or Detector(DetectorConfig(max_events_per_key=max_events_per_key))
         self._cache_keys = cache_keys
         self.processor = self._new_processor()
         self.metrics = LiveMetrics()

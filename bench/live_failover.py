@@ -1,9 +1,19 @@
 """Failover time: two exactly-once workers share the partitions under a steady
-input; one is killed with SIGKILL; how long until findings of its partitions
-are visible again (read_committed), now produced by the survivor.
+input; one is killed with SIGKILL, or frozen with SIGSTOP; how long until
+findings of its partitions are visible again (read_committed), now produced
+by the survivor.
 
     .venv/bin/python bench/live_failover.py [--rate 300] [--before 8] [--after 40]
         [--session-timeout 10] [--heartbeat-interval 3] [--engines faust,rdkafka]
+        [--modes kill,freeze]
+
+A frozen worker is the case the product exists for (a GC pause, a suspended
+VM): unlike a killed one it still holds its TCP connections and its open
+transaction, which stays open until the broker's transaction timeout aborts
+it. A survivor that waited for that transaction (for instance to restore a
+changelog written inside it) would take over only after the timeout; the
+freeze mode measures whether it does. The frozen worker is thawed (SIGCONT)
+after the measurement and then stopped.
 
 Every measured event is a stale checkpoint of its own workflow (prepared
 before the measurement), so each raises exactly one finding; its source
@@ -19,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import signal
 import sys
 import tempfile
 import time
@@ -44,10 +55,11 @@ from live_support import (
 from results import Figure, add_json_arg, emit
 
 
-def failover(args: argparse.Namespace, bs: str, engine: str) -> float | None:
-    """Seconds from the kill to the slowest victim partition's first finding
-    (``None`` if a partition never came back), two workers of ``engine``."""
-    events, findings, dlq, app_id = names(f"bench-failover-{engine}")
+def failover(args: argparse.Namespace, bs: str, engine: str, mode: str) -> float | None:
+    """Seconds from the kill (``mode`` "kill") or the freeze ("freeze") to
+    the slowest victim partition's first finding (``None`` if a partition
+    never came back), two workers of ``engine``."""
+    events, findings, dlq, app_id = names(f"bench-failover-{engine}-{mode}")
     create_topics(bs, [events, findings, dlq], args.partitions)
     n = int(args.rate * (args.before + args.after))
     keys = [f"fo/{i:07d}" for i in range(n)]
@@ -81,7 +93,7 @@ def failover(args: argparse.Namespace, bs: str, engine: str) -> float | None:
             else:
                 raise SystemExit(f"{engine}: workers did not split the partitions and catch up")
             victim = set((a.health() or {}).get("partitions", []))
-            out = FirstSeen(bs, findings, args.partitions, f"failover-{engine}")
+            out = FirstSeen(bs, findings, args.partitions, f"failover-{engine}-{mode}")
             seen = out.seen
             # As an agent's reporter sends (live_support.GENERATOR): the
             # latency bench found linger.ms 0 backing the broker up.
@@ -91,7 +103,10 @@ def failover(args: argparse.Namespace, bs: str, engine: str) -> float | None:
             for i, k in enumerate(keys):
                 due = start + i / args.rate
                 if not killed_at and due - start >= args.before:
-                    a.proc.kill()
+                    if mode == "freeze":
+                        a.proc.send_signal(signal.SIGSTOP)
+                    else:
+                        a.proc.kill()
                     killed_at = time.monotonic()
                 delay = due - time.monotonic()
                 if delay > 0:
@@ -110,10 +125,13 @@ def failover(args: argparse.Namespace, bs: str, engine: str) -> float | None:
             out.wait_for(n, 60)
             out.close()
         finally:
+            if mode == "freeze" and a.proc.poll() is None:
+                a.proc.send_signal(signal.SIGCONT)  # so that it can stop
             for w in workers:
                 w.stop()
+    what = "SIGSTOP" if mode == "freeze" else "kill -9"
     print(
-        f"{engine} engine: input {args.rate}/s, kill -9 after {args.before:.0f} s; session "
+        f"{engine} engine: input {args.rate}/s, {what} after {args.before:.0f} s; session "
         f"timeout {args.session_timeout} s, heartbeat {args.heartbeat_interval} s; findings seen "
         f"{len(seen)}/{n}"
     )
@@ -124,7 +142,7 @@ def failover(args: argparse.Namespace, bs: str, engine: str) -> float | None:
             firsts[part] = min(firsts.get(part, float("inf")), seen[k] - killed_at)
     for part in sorted(victim):
         shown = f"{firsts[part]:.1f} s" if part in firsts else "never"
-        print(f"killed worker's partition {part}: first finding visible {shown} after the kill")
+        print(f"{what} worker's partition {part}: first finding visible {shown} after it")
     # The survivor's own partitions may stop too (an eager rebalance revokes all).
     gaps = []
     times = sorted(seen[k] for k, (_t, part) in sent.items() if part not in victim and k in seen)
@@ -133,10 +151,11 @@ def failover(args: argparse.Namespace, bs: str, engine: str) -> float | None:
             gaps.append(y - x)
     if gaps:
         print(
-            f"survivor's own partitions: longest pause in findings after the kill {max(gaps):.1f} s"
+            f"survivor's own partitions: longest pause in findings after the {what} {max(gaps):.1f} s"
         )
     if firsts and len(firsts) == len(victim):
-        print(f"{engine} engine: failover time (slowest partition): {max(firsts.values()):.1f} s")
+        took = max(firsts.values())
+        print(f"{engine} engine: failover time after {what} (slowest partition): {took:.1f} s")
         return max(firsts.values())
     return None
 
@@ -149,6 +168,11 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--session-timeout", default="10")
     ap.add_argument("--heartbeat-interval", default="3")
+    ap.add_argument(
+        "--modes",
+        default="kill,freeze",
+        help="comma-separated: kill (SIGKILL) and/or freeze (SIGSTOP, thawed afterwards)",
+    )
     add_engines_arg(ap)
     add_json_arg(ap)
     args = ap.parse_args()
@@ -156,25 +180,30 @@ def main() -> int:
     bs = bootstrap()
     figures = []
     failed = []
-    for engine in engines:
-        took = failover(args, bs, engine)
-        if took is None:
-            failed.append(engine)
-            continue
-        # The faust engine keeps the figure name results.json has always had.
-        tag = "" if engine == "faust" else f", {engine} engine"
-        figures.append(
-            Figure(
-                f"failover after kill -9 (slowest partition){tag}",
-                took,
-                "s",
-                "the session timeout (the group cannot notice sooner)",
-                float(args.session_timeout),
-                None,
-                f"input {args.rate}/s, heartbeat {args.heartbeat_interval} s, two workers",
-                limit_kind="configured",
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or set(modes) - {"kill", "freeze"}:
+        ap.error("--modes takes kill and/or freeze")
+    for mode in modes:
+        for engine in engines:
+            took = failover(args, bs, engine, mode)
+            if took is None:
+                failed.append(f"{engine} ({mode})")
+                continue
+            # The faust engine's kill figure keeps the name results.json has always had.
+            tag = "" if engine == "faust" else f", {engine} engine"
+            what = "a freeze (SIGSTOP)" if mode == "freeze" else "kill -9"
+            figures.append(
+                Figure(
+                    f"failover after {what} (slowest partition){tag}",
+                    took,
+                    "s",
+                    "the session timeout (the group cannot notice sooner)",
+                    float(args.session_timeout),
+                    None,
+                    f"input {args.rate}/s, heartbeat {args.heartbeat_interval} s, two workers",
+                    limit_kind="configured",
+                )
             )
-        )
     emit(args.json, figures)
     if failed:
         print(f"no failover measured for: {', '.join(failed)}", file=sys.stderr)

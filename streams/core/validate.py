@@ -22,8 +22,8 @@ __all__ = ["DEFAULT_MAX_EVENT_BYTES", "KNOWN_VERSIONS", "InvalidEvent", "parse_e
 
 DEFAULT_MAX_EVENT_BYTES = 64 * 1024
 KNOWN_VERSIONS: Final = frozenset({1})
-# Event.v's annotation states the same range (tests/core/test_validate.py holds
-# them together), so the fast path need not read it.
+# Event.v's annotation states the same range (tests/core/test_spec_validation.py
+# holds them together), so the fast path need not read it.
 
 _TYPES: dict[str, EventType] = {t.value: t for t in EventType}
 _NEEDS_EFFECT_KEY = frozenset(

@@ -142,15 +142,17 @@ _F_SEQ: Final = 4
 _F_EFFECT_KEY: Final = 5
 _F_SINK: Final = 6
 _F_EVENT_ID: Final = 7
-if Event.__struct_fields__[:8] != (
-    "type",
-    "workflow_key",
-    "epoch",
-    "worker_id",
-    "seq",
-    "effect_key",
-    "sink",
-    "event_id",
+_F_NAMES: Final = (
+    (_F_TYPE, "type"),
+    (_F_EPOCH, "epoch"),
+    (_F_WORKER, "worker_id"),
+    (_F_SEQ, "seq"),
+    (_F_EFFECT_KEY, "effect_key"),
+    (_F_SINK, "sink"),
+    (_F_EVENT_ID, "event_id"),
+)
+if any(
+    Event.__struct_fields__[i] != name for i, name in _F_NAMES
 ):  # pragma: no cover - a change to records.py that this module must follow
     raise ImportError("streams.core.records.Event fields moved; update detector._F_*")
 

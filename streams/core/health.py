@@ -68,41 +68,38 @@ def assess(finding: Finding, state: KeyState) -> Health:
     """The health of ``finding`` given its key's current ``state``."""
     disp = state.displaced_at()
     events = state.events
+    # The finding's fields read once: each read of a msgspec Struct's field
+    # from compiled code is a generic attribute look-up, and the scans below
+    # visit every retained event of the key.
+    stale_epoch = finding.stale_epoch
+    event_offset = finding.event_offset
+    event_seq = finding.event_seq
+    event_type = finding.event_type
+    effect_key = finding.effect_key
     fenced: bool | None = None
     fenced_by: Evidence | None = None
     if finding.kind is not Kind.DUPLICATE_COMMIT:
-        t = disp.get(finding.stale_epoch)
-        refusal = (
-            None
-            if t is None
-            else next(
-                (
-                    ev
-                    for ev in events
-                    if ev.code == _REJ and ev.epoch == finding.stale_epoch and ev.k > t
-                ),
-                None,
-            )
-        )
+        t = disp.get(stale_epoch)
+        refusal = None
+        if t is not None:
+            for ev in events:
+                if ev.code == _REJ and ev.epoch == stale_epoch and ev.k > t:
+                    refusal = ev
+                    break
         fenced = refusal is not None
         fenced_by = None if refusal is None else _evidence(refusal)
     # The raising event, found by its arrival (unique) and type; if it has been
     # evicted, any verification after the stale epoch lost ownership counts.
-    raised = next(
-        (
-            ev.k
-            for ev in events
-            if ev.offset == finding.event_offset
-            and ev.seq == finding.event_seq
-            and _TYPE_CODES[ev.code] == finding.event_type
-        ),
-        disp.get(finding.stale_epoch),
-    )
+    raised = disp.get(stale_epoch)
+    for ev in events:
+        if ev.offset == event_offset and ev.seq == event_seq and _TYPE_CODES[ev.code] == event_type:
+            raised = ev.k
+            break
     verification = None
     for ev in events:
         if ev.code != _VER or (raised is not None and not ev.k > raised):
             continue
-        if finding.effect_key is not None and ev.ek != finding.effect_key:
+        if effect_key is not None and ev.ek != effect_key:
             continue
         t = disp.get(ev.epoch)
         if t is None or ev.k < t:  # its owner was current when it verified

@@ -54,11 +54,18 @@ from live_support import (
 )
 from results import Figure, add_json_arg, emit
 
+#: --modes: the signal that takes a worker out, and how the output names it.
+MODES = {
+    "kill": (signal.SIGKILL, "kill -9"),
+    "freeze": (signal.SIGSTOP, "a freeze (SIGSTOP)"),
+}
+
 
 def failover(args: argparse.Namespace, bs: str, engine: str, mode: str) -> float | None:
     """Seconds from the kill (``mode`` "kill") or the freeze ("freeze") to
     the slowest victim partition's first finding (``None`` if a partition
     never came back), two workers of ``engine``."""
+    sig, what = MODES[mode]
     events, findings, dlq, app_id = names(f"bench-failover-{engine}-{mode}")
     create_topics(bs, [events, findings, dlq], args.partitions)
     n = int(args.rate * (args.before + args.after))
@@ -103,10 +110,7 @@ def failover(args: argparse.Namespace, bs: str, engine: str, mode: str) -> float
             for i, k in enumerate(keys):
                 due = start + i / args.rate
                 if not killed_at and due - start >= args.before:
-                    if mode == "freeze":
-                        a.proc.send_signal(signal.SIGSTOP)
-                    else:
-                        a.proc.kill()
+                    a.proc.send_signal(sig)
                     killed_at = time.monotonic()
                 delay = due - time.monotonic()
                 if delay > 0:
@@ -125,11 +129,10 @@ def failover(args: argparse.Namespace, bs: str, engine: str, mode: str) -> float
             out.wait_for(n, 60)
             out.close()
         finally:
-            if mode == "freeze" and a.proc.poll() is None:
+            if sig == signal.SIGSTOP and a.proc.poll() is None:
                 a.proc.send_signal(signal.SIGCONT)  # so that it can stop
             for w in workers:
                 w.stop()
-    what = "SIGSTOP" if mode == "freeze" else "kill -9"
     print(
         f"{engine} engine: input {args.rate}/s, {what} after {args.before:.0f} s; session "
         f"timeout {args.session_timeout} s, heartbeat {args.heartbeat_interval} s; findings seen "
@@ -142,7 +145,7 @@ def failover(args: argparse.Namespace, bs: str, engine: str, mode: str) -> float
             firsts[part] = min(firsts.get(part, float("inf")), seen[k] - killed_at)
     for part in sorted(victim):
         shown = f"{firsts[part]:.1f} s" if part in firsts else "never"
-        print(f"{what} worker's partition {part}: first finding visible {shown} after it")
+        print(f"victim partition {part}: first finding visible {shown} after {what}")
     # The survivor's own partitions may stop too (an eager rebalance revokes all).
     gaps = []
     times = sorted(seen[k] for k, (_t, part) in sent.items() if part not in victim and k in seen)
@@ -151,13 +154,13 @@ def failover(args: argparse.Namespace, bs: str, engine: str, mode: str) -> float
             gaps.append(y - x)
     if gaps:
         print(
-            f"survivor's own partitions: longest pause in findings after the {what} "
+            f"survivor's own partitions: longest pause in findings after {what} "
             f"{max(gaps):.1f} s"
         )
     if firsts and len(firsts) == len(victim):
         took = max(firsts.values())
         print(f"{engine} engine: failover time after {what} (slowest partition): {took:.1f} s")
-        return max(firsts.values())
+        return took
     return None
 
 
@@ -182,8 +185,8 @@ def main() -> int:
     figures = []
     failed = []
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not modes or set(modes) - {"kill", "freeze"}:
-        ap.error("--modes takes kill and/or freeze")
+    if not modes or set(modes) - MODES.keys():
+        ap.error(f"--modes takes {' and/or '.join(MODES)}")
     for mode in modes:
         for engine in engines:
             took = failover(args, bs, engine, mode)
@@ -192,10 +195,9 @@ def main() -> int:
                 continue
             # The faust engine's kill figure keeps the name results.json has always had.
             tag = "" if engine == "faust" else f", {engine} engine"
-            what = "a freeze (SIGSTOP)" if mode == "freeze" else "kill -9"
             figures.append(
                 Figure(
-                    f"failover after {what} (slowest partition){tag}",
+                    f"failover after {MODES[mode][1]} (slowest partition){tag}",
                     took,
                     "s",
                     "the session timeout (the group cannot notice sooner)",

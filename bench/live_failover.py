@@ -154,8 +154,7 @@ def failover(args: argparse.Namespace, bs: str, engine: str, mode: str) -> float
             gaps.append(y - x)
     if gaps:
         print(
-            f"survivor's own partitions: longest pause in findings after {what} "
-            f"{max(gaps):.1f} s"
+            f"survivor's own partitions: longest pause in findings after {what} {max(gaps):.1f} s"
         )
     if firsts and len(firsts) == len(victim):
         took = max(firsts.values())

@@ -7,9 +7,10 @@ same one), with the same output topics, changelog topic and record format, so
 a deployment switches engine by restarting with the other ``--engine``.
 
 Loop (one thread): ``consume(MAX_BATCH, timeout)`` -> ``process_batch`` ->
-findings and dead letters produced into the open transaction, state applied
-to the in-memory table -> every ``commit_interval`` (or :data:`COMMIT_EVENTS`
-events) the deferred changelog and status records (latest per key), then
+findings, dead letters and (a small batch's) status records produced into the
+open transaction, state applied to the in-memory table -> every
+``commit_interval`` (or :data:`COMMIT_EVENTS` events) the deferred changelog
+records (latest per key; big batches' status records too), then
 ``send_offsets_to_transaction(offsets, consumer_group_metadata())`` and one
 ``commit_transaction`` in a thread of their own (:class:`_Pending`): one
 EndTxn per commit whatever the number of partitions. The loop processes on
@@ -33,7 +34,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,7 +45,7 @@ from streams.errors import BrokerError
 from streams.live.changelog import changelog_topic, load_changelog
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionChange, PartitionGuard, PartitionsChanged
-from streams.live.processor import Outgoing, OutRecord, processor_for
+from streams.live.processor import Outgoing, StatusRecord, processor_for
 from streams.live.settings import LiveSettings
 from streams.live.table import MemoryTable, StateTable, open_table
 
@@ -55,6 +56,8 @@ __all__ = [
     "COMMIT_EVENTS",
     "CONSUME_SLICE_S",
     "COUNT_CHECK_S",
+    "ENCODE_AT_ONCE_BELOW",
+    "FINAL_SLICE_S",
     "MAX_BATCH",
     "TRANSACTION_TIMEOUT_MS",
     "FailureAction",
@@ -72,16 +75,24 @@ log = logging.getLogger(__name__)
 #: 5,000, a loaded machine, 2026-12-02). A quiet worker's batches are what
 #: one CONSUME_SLICE_S brings, whatever this bound.
 MAX_BATCH = 5_000
-#: A batch smaller than this has its status records encoded as soon as it is
-#: processed, while the loop waits out the commit interval anyway, rather than
-#: at the commit, where the encoding of every changed key's status (~20 µs
-#: for a key with a finding: the findings are rebuilt from the state) held
-#: the commit's start by 7-87 ms at 2,000 events/s (~250 keys a
-#: transaction; 2026-12-03), and every finding with it. A small batch means
-#: the worker keeps up; a worker catching up takes batches of up to
-#: MAX_BATCH and keeps encoding each key once per transaction, at the commit
-#: (a key changed again later in the transaction has its earlier record,
-#: encoded for nothing, replaced: at most once per batch).
+#: A batch smaller than this has its status records encoded and produced
+#: into the open transaction as soon as it is processed (held, like its
+#: findings, while a commit is pending), while the loop waits out the commit
+#: interval anyway, rather than at the commit. At the commit they cost twice:
+#: encoding every changed key's status (~20 µs for a key with a finding: the
+#: findings are rebuilt from the state) held the commit's start by 7-87 ms at
+#: 2,000 events/s (~250 keys a transaction; 2026-12-03); and the status
+#: partitions' registration in the transaction and the records' own produce
+#: request then went to the broker ahead of the offsets, one after the other
+#: on the producer's connection: send_offsets_to_transaction took 6.0 / 7.0
+#: ms against 3.4 / 3.5 (paired runs, 2,000 events/s, p99 131 / 129 against
+#: 122 / 124 ms; 2026-12-04). A small batch means the worker keeps up, and a
+#: key changed in several of a transaction's batches gets one record per
+#: batch, the newest last (on a compacted topic, extra records of a key cost
+#: only bytes). A worker catching up takes batches of up to MAX_BATCH and
+#: writes each changed key's status once per transaction, at the commit. The
+#: changelog's records stay at the commit whatever the batch (see
+#: RdkafkaEngine._changes).
 ENCODE_AT_ONCE_BELOW = 1_000
 #: A commit after this many events at the latest, whatever the interval (the
 #: bound of the outputs held while a commit is pending). 5,000 made a busy
@@ -98,6 +109,14 @@ COMMIT_EVENTS = 50_000
 #: events/s against 103,172 / 92,858 with 20 ms, and no better p99 at
 #: 2,000 events/s (docs/performance.md).
 CONSUME_SLICE_S = 0.02
+#: The last consume() call before a commit is due waits at most this long,
+#: so the batch processed just before the commit is a few ms of records.
+#: With CONSUME_SLICE_S up to the due time, the commit started 3.0 ms after
+#: it at the median (processing a 20 ms slice of stale checkpoints, each with
+#: a finding and a status), and every finding of the transaction waited
+#: that long: p99 123 against 117 ms, p50 71 against 66 (2,000 events/s,
+#: paired runs, 2026-12-04). The relay consumes in 5 ms slices throughout.
+FINAL_SLICE_S = 0.005
 #: The events topic's partition count is re-read this often, in a thread of
 #: its own: a metadata round trip to the broker (seconds when it is away) that
 #: the loop's thread made every 2 s, holding up the records consumed meanwhile.
@@ -387,8 +406,12 @@ class RdkafkaEngine:
         self._wait_began = 0.0
         self._txn_events = 0
         self._txn_offsets: dict[int, int] = {}
-        #: The transaction's status records, the latest per key.
+        #: The transaction's status records from big batches, the latest per
+        #: key, produced at the commit (ENCODE_AT_ONCE_BELOW).
         self._deferred: dict[bytes | None, Outgoing] = {}
+        #: Status records of small batches, produced (or held) at once: counted
+        #: in the status metric once the transaction commits.
+        self._txn_status = 0
         #: The transaction's changelog: the latest state per (key, source
         #: partition), produced at the commit. A key changed in several
         #: batches of one transaction is written once (the bench's keys
@@ -402,9 +425,10 @@ class RdkafkaEngine:
         #: worker test, session 12); produced at the commit, the window is
         #: the commit's few milliseconds.
         self._changes: dict[tuple[bytes, int], bytes] = {}
-        #: Findings and dead letters of events processed while the previous
-        #: transaction's commit is pending: produced once it has committed.
-        self._held: list[OutRecord] = []
+        #: Findings, dead letters and small batches' status records of events
+        #: processed while the previous transaction's commit is pending:
+        #: produced once it has committed.
+        self._held: list[Outgoing] = []
         #: The commit running in its thread, if any (_Pending).
         self._pending: _Pending | None = None
         #: The commits' thread (started with the first commit; a new one
@@ -537,6 +561,9 @@ class RdkafkaEngine:
                 self._rewind()
             if self._txn_open:
                 timeout = max(0.0, self._due(interval) - time.monotonic())
+                if timeout > FINAL_SLICE_S:
+                    # Ends FINAL_SLICE_S before the due time, the last slice after it.
+                    timeout = min(timeout - FINAL_SLICE_S, CONSUME_SLICE_S)
                 if self._pending is not None:
                     # Its commit is due but waits for the pending one: go
                     # on consuming meanwhile, without spinning.
@@ -702,16 +729,18 @@ class RdkafkaEngine:
                     for r in records:
                         self._produce(r)
             if outcome.status:
-                early = len(recs) < ENCODE_AT_ONCE_BELOW
-                for statuses in outcome.status.values():
-                    for sr in statuses:
-                        if self.eos:
-                            if early:
-                                sr.value  # noqa: B018 -- encoded now, kept in the record
-                            self._deferred[sr.key] = sr  # once per key per transaction
-                        else:
+                if not self.eos:
+                    for statuses in outcome.status.values():
+                        for sr in statuses:
                             self._produce(sr)
                             self.metrics.status_records.inc()
+                elif len(recs) < ENCODE_AT_ONCE_BELOW:
+                    self._status_now(outcome.status.values())
+                else:
+                    deferred = self._deferred
+                    for statuses in outcome.status.values():
+                        for sr in statuses:
+                            deferred[sr.key] = sr  # once per key per transaction
         except KafkaException as exc:
             self._failed(exc, "sending")
             return
@@ -729,6 +758,26 @@ class RdkafkaEngine:
             # "Open" = processed events whose offsets are not committed yet.
             self._txn_open = True
             self._txn_began = self._wait_began
+
+    def _status_now(self, batches: Iterable[list[StatusRecord]]) -> None:
+        """A small batch's status records (see ENCODE_AT_ONCE_BELOW),
+        produced into the open transaction now, or held with the findings
+        while a commit is pending; encoded now either way (a pending status
+        read after its key's next batch raises)."""
+        deferred, pending = self._deferred, self._pending is not None
+        n = 0
+        for statuses in batches:
+            for sr in statuses:
+                # A record deferred by an earlier batch of this transaction
+                # is older: it must not be produced after this one.
+                deferred.pop(sr.key, None)
+                if pending:
+                    sr.value  # noqa: B018 -- encoded now, kept in the record
+                    self._held.append(sr)
+                else:
+                    self._produce(sr)
+                n += 1
+        self._txn_status += n
 
     def _produce(self, r: Outgoing) -> None:
         self._send(r.topic, r.value, r.key, r.partition, list(r.headers) if r.headers else None)
@@ -812,7 +861,7 @@ class RdkafkaEngine:
             timeout,
             timeout + _HANG_GRACE_S,
             events=self._txn_events,
-            status=len(deferred),
+            status=len(deferred) + self._txn_status,
         )
         if self._committer is None:
             self._committer = _Committer()
@@ -918,6 +967,7 @@ class RdkafkaEngine:
         self._txn_events = 0
         self._txn_offsets = {}
         self._deferred = {}
+        self._txn_status = 0
         self._changes = {}
         self._held = []
 

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
+from streams.core.pending import PendingStatus
 from streams.kafka.admin import TopicAdmin
 from streams.live.prepare import ensure_topics
-from streams.live.rdkafka_engine import RdkafkaEngine, failure_action
+from streams.live.rdkafka_engine import ENCODE_AT_ONCE_BELOW, RdkafkaEngine, failure_action
 from streams.live.rdkafka_run import _ensure_changelog
 from streams.live.settings import settings_from_env
 from tests.live.conftest import LiveHarness
-from tests.live.test_live_kafka import assert_exactly_once_and_audit
+from tests.live.test_live_kafka import assert_exactly_once_and_audit, assert_status_equals_audit
 
 pytestmark = pytest.mark.kafka
 
@@ -244,3 +245,119 @@ def test_a_count_read_failing_otherwise_is_handed_to_the_loop(
     engine._watch_count(PartitionGuard("ev", 2))
     assert engine._count_failure is boom
     assert engine._count_change is None
+
+
+class _SlowOffsets:
+    """The engine's producer, its ``send_offsets_to_transaction`` held for
+    ``delay`` s: a commit stays pending long enough for batches to come in
+    meanwhile."""
+
+    def __init__(self, real: Any, delay: float) -> None:
+        self.real, self.delay = real, delay
+
+    def send_offsets_to_transaction(self, *args: Any, **kwargs: Any) -> None:
+        time.sleep(self.delay)
+        self.real.send_offsets_to_transaction(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+class _ShapedBatches:
+    """The engine's consumer, its batches shaped: one record first (the
+    first transaction commits at once, and its commit stays pending: see
+    :class:`_SlowOffsets`), a few small batches while it is pending (their
+    status records held with their findings), then one batch of ``big``
+    records (its status records kept for the commit), then small batches
+    (produced at once, replacing what the big batch kept for those keys)."""
+
+    def __init__(self, engine: RdkafkaEngine, big: int) -> None:
+        self.engine, self.real, self.big = engine, engine.consumer, big
+        self.phase = 0
+        self.buffer: list[Any] = []
+        self.held_status = 0
+        self.deferred_most = 0
+        self.while_pending = 0
+        self.big_keys: set[bytes] = set()
+        self.small_keys: set[bytes] = set()
+
+    def _fill(self, n: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.buffer) < n and time.monotonic() < deadline:
+            self.buffer.extend(m for m in self.real.consume(n, 0.2) if m.error() is None)
+
+    def _take(self, n: int) -> list[Any]:
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        e = self.engine
+        self.held_status = max(self.held_status, sum(isinstance(r, PendingStatus) for r in e._held))
+        self.deferred_most = max(self.deferred_most, len(e._deferred))
+        if self.phase == 0:
+            self._fill(1, timeout)
+            self.phase = 1 if self.buffer else 0
+            return self._take(1)
+        pending = e._pending
+        if self.phase == 1 and pending is not None and self.while_pending < 4:
+            self.while_pending += 1
+            self._fill(5, 0.05)
+            return self._take(5)  # processed while the first commit is pending
+        if pending is not None:
+            pending.done.wait(20)  # settled at the loop's next turn
+        if self.phase == 1:
+            self._fill(self.big, 20)
+            self.phase = 2
+            out = self._take(self.big)
+            self.big_keys.update(m.key() for m in out)
+            return out
+        self._fill(5, min(timeout, 0.05))
+        out = self._take(5)
+        self.small_keys.update(m.key() for m in out)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def test_status_records_of_small_batches_produced_at_once_held_and_kept_end_with_the_latest(
+    live: Live, tmp_path: Path
+) -> None:
+    """Status records take all three ways within the run (held while a commit
+    is pending, kept for the commit from a big batch, produced at once from
+    small batches, keys of the big batch among them): the status topic's
+    last record of every key equals the audit, and the findings are exact."""
+    h = live(partitions=2, engine="rdkafka")
+    events = h.scenario_events(n_keys=150, epochs=4, seed=9)
+    big = ENCODE_AT_ONCE_BELOW + 100
+    assert len(events) > big + 300
+    h.produce(events)
+    settings = settings_from_env(
+        {
+            **h.env(),
+            "FENCEWATCH_DATA_DIR": str(tmp_path / "data"),
+            "FENCEWATCH_COMMIT_INTERVAL": "60",
+        }
+    )
+    admin = TopicAdmin(settings.connection)
+    partitions, _ = ensure_topics(settings, admin)
+    _ensure_changelog(settings, partitions, admin)
+    engine = RdkafkaEngine(settings, partitions=partitions)
+    engine.producer = _SlowOffsets(engine.producer, 1.0)
+    shaped = _ShapedBatches(engine, big)
+    engine.consumer = shaped
+    with _running(engine):
+        deadline = time.monotonic() + 60
+        while engine.processed < len(events) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engine.processed == len(events)
+        # Everything after the first record is one transaction (the
+        # interval is a minute): the big batch's status records were kept,
+        # and the small batches after it replaced those of their keys.
+        assert engine._txn_events == len(events) - 1
+        assert engine._txn_status > 0
+        assert len(engine._deferred) < shaped.deferred_most
+    assert shaped.held_status > 0
+    assert len(shaped.big_keys & shaped.small_keys) > 50
+    assert len(assert_exactly_once_and_audit(h)) > 20
+    assert_status_equals_audit(h)

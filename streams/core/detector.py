@@ -579,6 +579,33 @@ class KeyState:
     def __len__(self) -> int:
         return len(self.events)
 
+    def epoch_count(self) -> int:
+        """How many epochs the retained evidence spans (for reports: counted
+        here, compiled, rather than over a :meth:`timeline` built for it)."""
+        return len({ev.epoch for ev in self.events})
+
+    def timeline_columns(self) -> tuple[list[int], list[int], list[str], list[str]]:
+        """The positions, epochs, worker ids and types of :meth:`timeline`'s
+        evidence, as four lists in its order: what a report reads of every
+        retained event, built here (compiled) rather than attribute by
+        attribute from 100,000 Evidence records."""
+        pos: list[int] = []
+        ep: list[int] = []
+        wk: list[str] = []
+        ty: list[str] = []
+        for ev in self.events:
+            pos.append(ev.position)
+            ep.append(ev.epoch)
+            wk.append(ev.worker)
+            ty.append(_TYPE_CODES[ev.code])
+        return pos, ep, wk, ty
+
+    def evidence(self, i: int) -> Evidence:
+        """The ``i``-th record of :meth:`timeline`, built alone (a report
+        draws a few hundred of a long workflow's events)."""
+        ev = self.events[i]
+        return Evidence(ev.position, ev.epoch, ev.worker, _TYPE_CODES[ev.code], ev.ek)
+
     def timeline(self) -> list[Evidence]:
         """The retained evidence in position order (for reports)."""
         return [

@@ -31,8 +31,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from html import escape
-from itertools import groupby
-from typing import Any
+from itertools import compress, groupby, pairwise
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -42,6 +42,9 @@ from streams.core.health import CLEARED, Health
 from streams.core.records import EventType, Severity
 from streams.core.replay import Replay
 from streams.core.whatif import ADDED, REMOVED, WhatIf
+
+if TYPE_CHECKING:
+    from streams.core.detector import KeyState
 from streams.report.coverage import INTERRUPTED, Coverage
 from streams.report.html_assets import CSS as _CSS
 from streams.report.html_assets import JS as _JS
@@ -61,6 +64,8 @@ __all__ = [
     "SECTIONS_BYTES",
     "SECTION_ROWS",
     "WINDOW",
+    "Events",
+    "LazyTimeline",
     "rank_for_timelines",
     "render_html",
     "render_timeline",
@@ -159,7 +164,7 @@ class _Workflow:
         self.cleared = sum(1 for f in findings if health[f.finding_id].status == CLEARED)
         state = replay.states.get(key)
         self.events = state.n_events if state is not None else 0
-        self.epochs = len({e.epoch for e in state.timeline()}) if state is not None else 0
+        self.epochs = state.epoch_count() if state is not None else 0
 
     @property
     def open(self) -> int:
@@ -588,7 +593,11 @@ def _workflow_section(
     # below says what each numbered mark is and what to do.
     state = replay.states.get(wf.key)
     if state is not None:
-        out.append(render_timeline(state.timeline(), wf.findings, health))
+        out.append(
+            render_timeline(
+                LazyTimeline(state), wf.findings, health, columns=state.timeline_columns()
+            )
+        )
     out.append(
         "<div class='tscroll'><table class='findings cardable'><tr><th class='nw'>#</th>"
         "<th>severity</th><th>kind</th>"
@@ -640,28 +649,79 @@ def _title(e: Evidence) -> str:
     )
 
 
+class Events(Protocol):
+    """What :func:`render_timeline` reads of a workflow's evidence: its
+    length and its records by index (a list, or :class:`LazyTimeline`)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int, /) -> Evidence: ...
+
+
+class LazyTimeline:
+    """A key's :meth:`~streams.core.detector.KeyState.timeline`, each record
+    built when it is read: a page draws at most ``MAX_MARKS`` of a
+    workflow's events, and building all of them was a tenth of the HTML
+    report of one 100,000-event workflow."""
+
+    __slots__ = ("_n", "_state")
+
+    def __init__(self, state: KeyState) -> None:
+        self._state = state
+        self._n = len(state)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int, /) -> Evidence:
+        return self._state.evidence(i)
+
+
 def render_timeline(
-    events: list[Evidence], findings: list[Finding], health: Mapping[str, Health]
+    events: Events,
+    findings: list[Finding],
+    health: Mapping[str, Health],
+    *,
+    columns: tuple[list[int], list[int], list[str], list[str]] | None = None,
 ) -> str:
     """One workflow's ownership timeline (a ``<div class='tl'>``): ``events``
     its retained evidence in position order (``KeyState.timeline()``),
     ``findings`` its findings in report order (their marks are numbered in
     that order), ``health`` the health of each by finding id. Styled by
     :data:`~streams.report.html_assets.CSS`; its buttons work with
-    :data:`~streams.report.html_assets.JS`."""
+    :data:`~streams.report.html_assets.JS`. ``columns``: the same events'
+    positions, epochs, worker ids and types
+    (``KeyState.timeline_columns()``), when the caller has them."""
     if not events:
         return "<p class='note'>No evidence retained for this workflow.</p>"
     n = len(events)
+    # Per-event columns, built once: the passes below over every retained
+    # event (100,000 in one workflow) are C calls on these lists (Counter,
+    # set, dict, zip), not Python loops over Evidence objects.
+    if columns is None:
+        every = [events[i] for i in range(n)]
+        columns = (
+            [e.position for e in every],
+            [e.epoch for e in every],
+            [e.worker_id for e in every],
+            [e.type for e in every],
+        )
+    pos_l, ep_l, worker_l, type_l = columns
+    # Event indices by position, for the positions findings name only (a
+    # position can hold several events; positions are not in index order:
+    # an event without a seq sits at its offset).
+    wanted = {_position(f) for f in findings}
+    wanted.update(ev.position for f in findings for ev in f.evidence)
     by_pos: dict[int, list[int]] = {}
-    for i, e in enumerate(events):
-        by_pos.setdefault(e.position, []).append(i)
+    for i in compress(range(n), map(wanted.__contains__, pos_l)):
+        by_pos.setdefault(pos_l[i], []).append(i)
 
     # Where each finding sits: its raising event (by position and type).
     raising: dict[int, list[tuple[int, Finding]]] = {}
     unplaced: list[tuple[int, Finding]] = []
     for num, f in enumerate(findings, 1):
         idxs = by_pos.get(_position(f), [])
-        idx = next((i for i in idxs if events[i].type == f.event_type), None)
+        idx = next((i for i in idxs if type_l[i] == f.event_type), None)
         if idx is None and idxs:
             idx = idxs[0]
         if idx is None:
@@ -669,24 +729,27 @@ def render_timeline(
         else:
             raising.setdefault(idx, []).append((num, f))
     hits = len(raising) + (1 if unplaced else 0)
+    # Each epoch's first event: reversed, the lowest index is written last.
+    firsts = dict(zip(reversed(ep_l), range(n - 1, -1, -1), strict=True))
     # Draw the windows around findings when the marks then fit the width
     # (a column with findings keeps 22 px, a collapsed run 22 px, the others
     # shrink); else "dense": only the raising events and acquisitions in full,
     # smaller marks (15 px). When even that does not fit, the timeline
     # scrolls inside itself (never the page) and says so.
-    keep, acq = _kept(events, raising, by_pos, dense=False)
-    dense = 22 * (hits + _runs(keep, n)) > FIT_PX
+    keep = _kept(n, raising, by_pos, firsts, dense=False)
+    dense = 22 * (hits + _runs(keep)) > FIT_PX
     if dense:
-        keep, acq = _kept(events, raising, by_pos, dense=True)
+        keep = _kept(n, raising, by_pos, firsts, dense=True)
+    acq = set(firsts.values())
     overflow = dense and 15 * hits > FIT_PX
-    seen = {e.epoch for e in events}
-    epochs = sorted(seen, reverse=True)
+    epochs = sorted(firsts, reverse=True)
     lane = {ep: k for k, ep in enumerate(epochs)}
     workers: dict[int, list[str]] = {}
-    for e in events:
-        ws = workers.setdefault(e.epoch, [])
-        if e.worker_id not in ws and len(ws) < 4:
-            ws.append(e.worker_id)
+    # Each epoch's first four workers, in order (the distinct pairs, in C).
+    for ep, w in dict.fromkeys(zip(ep_l, worker_l, strict=True)):
+        ws = workers.setdefault(ep, [])
+        if len(ws) < 4:
+            ws.append(w)
 
     stack = max([len(v) for v in raising.values()] + [len(unplaced), 1])
     fh = 10 + 18 * stack
@@ -723,25 +786,21 @@ def render_timeline(
             + "</div><span class='pos'>…</span></div>"
         )
     capped = False
-    i = 0
-    while i < n:
-        if i in keep:
+    prev = -1
+    for k in [*sorted(keep), n]:
+        i = prev + 1  # the events between two kept ones: one drawn, or a run
+        if k - i == 1:
             cols.append(col(i))
-            i += 1
-            continue
-        j = i
-        while j < n and j not in keep:
-            j += 1
-        if j - i == 1:
-            cols.append(col(i))
-        else:
-            expandable = j - i <= budget
+        elif k - i > 1:
+            expandable = k - i <= budget
             if expandable:
-                budget -= j - i
+                budget -= k - i
             else:
                 capped = True
-            cols.append(_run(events, i, j, lane, expandable, col))
-        i = j
+            cols.append(_run(pos_l, ep_l, type_l, i, k, lane, expandable, col))
+        if k < n:
+            cols.append(col(k))
+        prev = k
 
     note = (
         f"<p class='note'>This workflow retains {n:,} events; {MAX_MARKS:,} are drawn at most. "
@@ -786,15 +845,17 @@ def render_timeline(
 
 
 def _kept(
-    events: list[Evidence],
+    n: int,
     raising: Mapping[int, list[tuple[int, Finding]]],
     by_pos: Mapping[int, list[int]],
+    firsts: Mapping[int, int],
     *,
     dense: bool,
-) -> tuple[set[int], set[int]]:
-    """The events drawn in full (the rest collapse into runs), and where each
-    epoch first appears (its acquisition, or its first act)."""
-    n = len(events)
+) -> set[int]:
+    """The indices of the events drawn in full (the rest collapse into
+    runs): the ends, around each finding's raising event (and, unless
+    ``dense``, its evidence), and around where each epoch first appears
+    (``firsts``: epoch -> index of its acquisition, or its first act)."""
     window, around = (0, 0) if dense else (WINDOW, 1)
     keep: set[int] = {0, n - 1}
     for idx, marks in raising.items():
@@ -803,27 +864,17 @@ def _kept(
             for _, f in marks:
                 for ev in f.evidence:
                     keep.update(by_pos.get(ev.position, ()))
-    acq: set[int] = set()
-    seen: set[int] = set()
-    for i, e in enumerate(events):
-        if e.epoch not in seen:
-            seen.add(e.epoch)
-            acq.add(i)
-            keep.update(range(max(0, i - around), min(n, i + around + 1)))
-    return keep, acq
+    for i in firsts.values():
+        keep.update(range(max(0, i - around), min(n, i + around + 1)))
+    return keep
 
 
-def _runs(keep: set[int], n: int) -> int:
-    """How many collapsed runs (two or more events not kept) there are."""
-    runs = 0
-    length = 0
-    for i in range(n + 1):
-        if i < n and i not in keep:
-            length += 1
-            continue
-        runs += length > 1
-        length = 0
-    return runs
+def _runs(keep: set[int]) -> int:
+    """How many collapsed runs (two or more events not kept) there are: gaps
+    of two or more between consecutive kept indices (the first and last
+    event are always kept)."""
+    ks = sorted(keep)
+    return sum(1 for a, b in pairwise(ks) if b - a > 2)
 
 
 _VAR = {
@@ -848,7 +899,9 @@ def _badge(num: int, f: Finding, health: Mapping[str, Health]) -> str:
 
 
 def _run(
-    events: list[Evidence],
+    pos_l: list[int],
+    ep_l: list[int],
+    type_l: list[str],
     start: int,
     end: int,
     lane: Mapping[int, int],
@@ -859,9 +912,9 @@ def _run(
     lane; its events, while the budget lasts, in a ``<template>`` (parsed but
     not in the page until a click expands the run: a large page stays quick
     to lay out)."""
-    per_lane: Counter[int] = Counter(events[k].epoch for k in range(start, end))
-    types = Counter(events[k].type for k in range(start, end))
-    span = f"positions {events[start].position}-{events[end - 1].position}"
+    per_lane: Counter[int] = Counter(ep_l[start:end])
+    types = Counter(type_l[start:end])
+    span = f"positions {pos_l[start]}-{pos_l[end - 1]}"
     what = ", ".join(f"{c} {t}" for t, c in types.most_common())
     counts = "".join(
         f"<span class='n' style='top:calc(var(--fh) + {lane[ep]} * var(--lh))'>{c:,}</span>"

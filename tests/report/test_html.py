@@ -7,12 +7,16 @@ import re
 from pathlib import Path
 
 import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, Detector, DetectorConfig
 from streams.core.replay import Replay
 from streams.report import render_html
 from streams.report.html import MAX_MARKS
-from tests.strategies import takeover_workflow
+from tests.core.conftest import replay_events
+from tests.strategies import multi_workflow_events, takeover_workflow, with_sinks
 
 
 def _replay(docs: list[dict], max_events_per_key: int = DEFAULT_MAX_EVENTS_PER_KEY) -> Replay:
@@ -231,3 +235,47 @@ def test_render_timeline_draws_one_workflow_on_its_own() -> None:
     html = render_timeline(state.timeline(), findings, health)
     assert html.startswith("<div class='tl")
     assert len(re.findall(r"data-finding='", html)) == len(findings)
+
+
+@pytest.mark.parametrize(
+    ("n_events", "takeovers", "kept"),
+    [(5_000, 3, None), (2_000, 100, None), (300, 7, 100), (20_000, 1, 6_000), (60, 2, 20)],
+)
+def test_a_lazy_timeline_with_columns_draws_what_the_full_timeline_draws(
+    n_events: int, takeovers: int, kept: int | None
+) -> None:
+    """Drawn from KeyState's columns and a lazy timeline, the page's timeline
+    is byte for byte the one drawn from the whole Evidence list (long runs,
+    dense marks, evicted evidence)."""
+    from streams.report.html import LazyTimeline, render_timeline
+
+    docs = takeover_workflow(n_events=n_events, takeovers=takeovers)
+    replay = _replay(docs, max_events_per_key=kept or len(docs))
+    findings = replay.latest_findings()
+    health = {h.finding_id: h for h in replay.health()}
+    (state,) = replay.states.values()
+    full = state.timeline()
+    positions, epochs, workers, types = state.timeline_columns()
+    assert positions == [e.position for e in full] and epochs == [e.epoch for e in full]
+    assert workers == [e.worker_id for e in full] and types == [e.type for e in full]
+    lazy = LazyTimeline(state)
+    assert len(lazy) == len(full) and [lazy[i] for i in range(len(full))] == full
+    drawn = render_timeline(lazy, findings, health, columns=state.timeline_columns())
+    assert drawn == render_timeline(full, findings, health)
+    assert len(re.findall(r"data-finding='", drawn)) == len(findings)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_any_workflow_draws_the_same_timeline_lazily(data: st.DataObject) -> None:
+    """For any evidence, each workflow's timeline drawn lazily from columns equals the list's."""
+    from streams.report.html import LazyTimeline, render_timeline
+
+    replay: Replay = replay_events(data.draw(with_sinks(data.draw(multi_workflow_events()))))
+    health = {h.finding_id: h for h in replay.health()}
+    for key, state in replay.states.items():
+        findings = [f for f in replay.latest_findings() if f.workflow_key == key]
+        lazy = render_timeline(
+            LazyTimeline(state), findings, health, columns=state.timeline_columns()
+        )
+        assert lazy == render_timeline(state.timeline(), findings, health)

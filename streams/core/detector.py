@@ -238,6 +238,10 @@ class _Ev:
     def position(self) -> int:
         return self.seq if self.seq is not None else self.offset
 
+    def evidence(self) -> Evidence:
+        """This event as a finding's or a report's evidence record."""
+        return Evidence(self.position, self.epoch, self.worker, _TYPE_CODES[self.code], self.ek)
+
     def row(self) -> list[Any]:
         return [
             self.major,
@@ -603,15 +607,11 @@ class KeyState:
     def evidence(self, i: int) -> Evidence:
         """The ``i``-th record of :meth:`timeline`, built alone (a report
         draws a few hundred of a long workflow's events)."""
-        ev = self.events[i]
-        return Evidence(ev.position, ev.epoch, ev.worker, _TYPE_CODES[ev.code], ev.ek)
+        return self.events[i].evidence()
 
     def timeline(self) -> list[Evidence]:
         """The retained evidence in position order (for reports)."""
-        return [
-            Evidence(ev.position, ev.epoch, ev.worker, _TYPE_CODES[ev.code], ev.ek)
-            for ev in self.events
-        ]
+        return [ev.evidence() for ev in self.events]
 
 
 class Detector:

@@ -60,10 +60,6 @@ class Health:
         }
 
 
-def _evidence(ev: Any) -> Evidence:
-    return Evidence(ev.position, ev.epoch, ev.worker, _TYPE_CODES[ev.code], ev.ek)
-
-
 def assess(finding: Finding, state: KeyState) -> Health:
     """The health of ``finding`` given its key's current ``state``."""
     disp = state.displaced_at()
@@ -87,7 +83,7 @@ def assess(finding: Finding, state: KeyState) -> Health:
                     refusal = ev
                     break
         fenced = refusal is not None
-        fenced_by = None if refusal is None else _evidence(refusal)
+        fenced_by = None if refusal is None else refusal.evidence()
     # The raising event, found by its arrival (unique) and type; if it has been
     # evicted, any verification after the stale epoch lost ownership counts.
     raised = disp.get(stale_epoch)
@@ -105,7 +101,7 @@ def assess(finding: Finding, state: KeyState) -> Health:
         if t is None or ev.k < t:  # its owner was current when it verified
             verification = ev
             break
-    verified_by = None if verification is None else _evidence(verification)
+    verified_by = None if verification is None else verification.evidence()
     cleared = fenced is not False and verified_by is not None
     return Health(
         finding.finding_id,

@@ -593,11 +593,7 @@ def _workflow_section(
     # below says what each numbered mark is and what to do.
     state = replay.states.get(wf.key)
     if state is not None:
-        out.append(
-            render_timeline(
-                LazyTimeline(state), wf.findings, health, columns=state.timeline_columns()
-            )
-        )
+        out.append(render_timeline(LazyTimeline(state), wf.findings, health))
     out.append(
         "<div class='tscroll'><table class='findings cardable'><tr><th class='nw'>#</th>"
         "<th>severity</th><th>kind</th>"
@@ -676,37 +672,37 @@ class LazyTimeline:
     def __getitem__(self, i: int, /) -> Evidence:
         return self._state.evidence(i)
 
+    def columns(self) -> tuple[list[int], list[int], list[str], list[str]]:
+        """The positions, epochs, worker ids and types of every event
+        (``KeyState.timeline_columns()``, built compiled)."""
+        return self._state.timeline_columns()
+
 
 def render_timeline(
     events: Events,
     findings: list[Finding],
     health: Mapping[str, Health],
-    *,
-    columns: tuple[list[int], list[int], list[str], list[str]] | None = None,
 ) -> str:
     """One workflow's ownership timeline (a ``<div class='tl'>``): ``events``
     its retained evidence in position order (``KeyState.timeline()``),
     ``findings`` its findings in report order (their marks are numbered in
     that order), ``health`` the health of each by finding id. Styled by
     :data:`~streams.report.html_assets.CSS`; its buttons work with
-    :data:`~streams.report.html_assets.JS`. ``columns``: the same events'
-    positions, epochs, worker ids and types
-    (``KeyState.timeline_columns()``), when the caller has them."""
+    :data:`~streams.report.html_assets.JS`."""
     if not events:
         return "<p class='note'>No evidence retained for this workflow.</p>"
     n = len(events)
     # Per-event columns, built once: the passes below over every retained
     # event (100,000 in one workflow) are C calls on these lists (Counter,
     # set, dict, zip), not Python loops over Evidence objects.
-    if columns is None:
+    if isinstance(events, LazyTimeline):
+        pos_l, ep_l, worker_l, type_l = events.columns()
+    else:
         every = [events[i] for i in range(n)]
-        columns = (
-            [e.position for e in every],
-            [e.epoch for e in every],
-            [e.worker_id for e in every],
-            [e.type for e in every],
-        )
-    pos_l, ep_l, worker_l, type_l = columns
+        pos_l = [e.position for e in every]
+        ep_l = [e.epoch for e in every]
+        worker_l = [e.worker_id for e in every]
+        type_l = [e.type for e in every]
     # Event indices by position, for the positions findings name only (a
     # position can hold several events; positions are not in index order:
     # an event without a seq sits at its offset).

@@ -260,7 +260,7 @@ def test_a_lazy_timeline_with_columns_draws_what_the_full_timeline_draws(
     assert workers == [e.worker_id for e in full] and types == [e.type for e in full]
     lazy = LazyTimeline(state)
     assert len(lazy) == len(full) and [lazy[i] for i in range(len(full))] == full
-    drawn = render_timeline(lazy, findings, health, columns=state.timeline_columns())
+    drawn = render_timeline(lazy, findings, health)
     assert drawn == render_timeline(full, findings, health)
     assert len(re.findall(r"data-finding='", drawn)) == len(findings)
 
@@ -275,7 +275,5 @@ def test_any_workflow_draws_the_same_timeline_lazily(data: st.DataObject) -> Non
     health = {h.finding_id: h for h in replay.health()}
     for key, state in replay.states.items():
         findings = [f for f in replay.latest_findings() if f.workflow_key == key]
-        lazy = render_timeline(
-            LazyTimeline(state), findings, health, columns=state.timeline_columns()
-        )
+        lazy = render_timeline(LazyTimeline(state), findings, health)
         assert lazy == render_timeline(state.timeline(), findings, health)

@@ -45,6 +45,13 @@ from streams.core.errors import ConfigError, StateError
 from streams.core.findings import ACTIONS, Evidence, Finding, confidence_of
 from streams.core.records import SEVERITY_RANK, Confidence, Event, EventType, Family, Kind
 
+try:
+    # A machine integer when compiled (mypyc, which brings mypy_extensions);
+    # interpreted, an int.
+    from mypy_extensions import i64
+except ImportError:  # pragma: no cover - interpreted, without mypy installed
+    i64 = int  # type: ignore[misc]
+
 __all__ = [
     "DEFAULT_MAX_EVENTS_PER_KEY",
     "DEFAULT_MAX_FINDINGS_PER_KEY",
@@ -111,6 +118,36 @@ def _code_of(t: EventType) -> int:
     return _VER
 
 
+#: A key's event ids are kept in a set only past this many retained events.
+#: Below it a filter of two 61-bit ints inside the state
+#: (:attr:`KeyState.id_bits`, :attr:`KeyState.id_bits2`, one bit each per id)
+#: answers "certainly new" for most ids, and a scan of the retained events
+#: answers the rest exactly (for a 10-event key, ~1 % of its events on
+#: average; with one int, 7 %). A set is two more cache lines on every
+#: event (its object and its table) and 728 bytes for a 10-event key; on
+#: a file audit that interleaves 10,000 workflows each of them is a miss
+#: (docs/performance.md).
+ID_SET_ABOVE: Final = 16
+#: Bits of each filter int: ``hash(id) % 61`` picks the first one, the next
+#: digit in base 61 the second (a prime, so the low bits of the hash do not
+#: decide alone; under 2**62, so each stays a machine int).
+_ID_BITS: Final = 61
+#: Distinct worker ids :class:`Detector` keeps one string of (see there);
+#: past it the table starts again, empty.
+MAX_SHARED_WORKERS: Final = 4096
+
+
+def _id_bits(eid: str) -> tuple[int, int]:
+    # i64: compiled, the hash's arithmetic is C's rather than on a boxed int
+    # (three quarters of string hashes do not fit a tagged int).
+    h: i64 = hash(eid)
+    return 1 << (h % _ID_BITS), 1 << ((h // _ID_BITS) % _ID_BITS)
+
+
+def _retains_id(events: list[_Ev], eid: str) -> bool:
+    return any(ev.eid == eid for ev in events)
+
+
 # Kinds of checkpoint that no finding depends on unless stale: forgotten first.
 _CHEAP = frozenset({_REL, _PROG, _VER})
 
@@ -136,6 +173,7 @@ if Family.STALE_ACTIVITY.value != _FAM_V_ACTIVITY:  # pragma: no cover - records
 _ASTUPLE: Final = msgspec.structs.astuple
 # Positions in msgspec.structs.astuple(event); checked against Event at import.
 _F_TYPE: Final = 0
+_F_WKEY: Final = 1
 _F_EPOCH: Final = 2
 _F_WORKER: Final = 3
 _F_SEQ: Final = 4
@@ -144,6 +182,7 @@ _F_SINK: Final = 6
 _F_EVENT_ID: Final = 7
 _F_NAMES: Final = (
     (_F_TYPE, "type"),
+    (_F_WKEY, "workflow_key"),
     (_F_EPOCH, "epoch"),
     (_F_WORKER, "worker_id"),
     (_F_SEQ, "seq"),
@@ -327,13 +366,14 @@ class KeyState:
         "_enc_rows",
         "_stale_memo",
         "_t_cache",
-        "_worker",
         "acq",
         "emitted",
         "event_ids",
         "events",
         "groups",
         "horizon",
+        "id_bits",
+        "id_bits2",
         "max_epoch",
         "max_major",
         "n_events",
@@ -361,7 +401,13 @@ class KeyState:
         # stale exactly when its epoch is below it, no index needed.
         self.max_epoch = -1
         self.groups: dict[tuple[str, int | None, str | None], list[_Ev]] = {}
-        self.event_ids: set[str] = set()
+        # The ids of the retained events: a set past ID_SET_ABOVE events,
+        # before that None and the filter ``id_bits`` (see ID_SET_ABOVE). A
+        # bit stays set after its event is dropped or evicted: it only costs
+        # a scan.
+        self.event_ids: set[str] | None = None
+        self.id_bits = 0
+        self.id_bits2 = 0
         self._t_cache: dict[int, tuple[Any, ...] | None] | None = None
         # The encoded rows of ``events[:_enc_n]`` (see :meth:`to_bytes`), valid
         # while ``events`` is the list ``_enc_list`` and ``_enc_last`` is still
@@ -373,10 +419,6 @@ class KeyState:
         # The last :meth:`stale_epochs` scan (see there); one slot, not five:
         # a restored idle key pays 8 bytes for it.
         self._stale_memo: _StaleMemo | None = None
-        # The worker id of the last event retained: a key's events name one or
-        # two workers, so an equal id reuses this string and the decoded copy
-        # is freed at once (see Detector.process).
-        self._worker = ""
 
     @property
     def counters(self) -> dict[str, int]:
@@ -423,8 +465,24 @@ class KeyState:
             self._t_cache = None
             if epoch > self.max_epoch:
                 self.max_epoch = epoch
-        if ev.eid is not None:
-            self.event_ids.add(ev.eid)
+        eid = ev.eid
+        if eid is not None:
+            ids = self.event_ids
+            if ids is not None:
+                ids.add(eid)
+            else:
+                b1, b2 = _id_bits(eid)
+                self.id_bits |= b1
+                self.id_bits2 |= b2
+
+    def retains_id(self, eid: str) -> bool:
+        """Whether a retained event carries the event id ``eid`` (a copy of it
+        would be a redelivery)."""
+        ids = self.event_ids
+        if ids is not None:
+            return eid in ids
+        b1, b2 = _id_bits(eid)
+        return bool(self.id_bits & b1 and self.id_bits2 & b2) and _retains_id(self.events, eid)
 
     def _add(self, gk: tuple[str, int | None, str | None], ev: _Ev, tail: bool) -> None:
         lst = self.groups.get(gk)
@@ -439,7 +497,9 @@ class KeyState:
         self.acq = {}
         self.max_epoch = -1
         self.groups = {}
-        self.event_ids = set()
+        self.event_ids = set() if len(self.events) > ID_SET_ABOVE else None
+        self.id_bits = 0
+        self.id_bits2 = 0
         self._t_cache = None
         for ev in self.events:
             self._index(ev, tail=True)
@@ -619,6 +679,13 @@ class Detector:
 
     def __init__(self, config: DetectorConfig | None = None) -> None:
         self.config = config or DetectorConfig()
+        # worker id -> the one string kept for it (see process); at most
+        # MAX_SHARED_WORKERS, then emptied. Only saves memory: results never
+        # depend on it.
+        self._workers: dict[str, str] = {}
+        # Read on every event: a native attribute, where the frozen config's
+        # is a generic look-up from compiled code.
+        self._max_events = self.config.max_events_per_key
 
     def new_state(self) -> KeyState:
         return KeyState()
@@ -627,35 +694,61 @@ class Detector:
         """Apply ``event`` (arrived at ``offset``: partition offset or line
         number) to ``state`` in place; return the finding records whose content
         changed (a new finding at revision 1, or a new revision)."""
-        st = state
-        st.n_events += 1
         # All the fields in one C call: compiled, reading eight attributes of a
         # msgspec Struct one by one is a generic attribute look-up each.
-        fields = _ASTUPLE(event)
+        return self.process_fields(state, _ASTUPLE(event), offset)
+
+    def process_fields(
+        self, state: KeyState, fields: tuple[Any, ...], offset: int
+    ) -> list[Finding]:
+        """:meth:`process` of the event whose fields are ``fields``
+        (``msgspec.structs.astuple(event)``, as
+        :func:`~streams.core.validate.decode_event` returns them)."""
+        st = state
+        st.n_events += 1
+        wkey: str = fields[_F_WKEY]
         eid: str | None = fields[_F_EVENT_ID]
         ids = st.event_ids
         if eid is not None:
-            # One set operation for the test and the insertion: the set did
-            # not grow, so the id was there. Taken out again below if the
-            # event turns out to be dropped after all (the set then holds
-            # exactly the ids of the retained events, as _reindex builds it).
-            n_ids = len(ids)
-            ids.add(eid)
-            if len(ids) == n_ids:
-                st.n_redeliveries += 1
-                return []
+            if ids is None:
+                # A small key: the filter, then (rarely) a scan; see ID_SET_ABOVE.
+                b1, b2 = _id_bits(eid)
+                if st.id_bits & b1 and st.id_bits2 & b2 and _retains_id(st.events, eid):
+                    st.n_redeliveries += 1
+                    return []
+                st.id_bits |= b1
+                st.id_bits2 |= b2
+                if len(st.events) >= ID_SET_ABOVE:
+                    ids = st.event_ids = {ev.eid for ev in st.events if ev.eid is not None}
+                    ids.add(eid)
+            else:
+                # One set operation for the test and the insertion: the set
+                # did not grow, so the id was there. Taken out again below if
+                # the event turns out to be dropped after all (the set then
+                # holds exactly the ids of the retained events, as _reindex
+                # builds it).
+                n_ids = len(ids)
+                ids.add(eid)
+                if len(ids) == n_ids:
+                    st.n_redeliveries += 1
+                    return []
         code = _code_of(fields[_F_TYPE])
         seq: int | None = fields[_F_SEQ]
         epoch: int = fields[_F_EPOCH]
         worker: str = fields[_F_WORKER]
-        # One string per run of a worker's events, not one per event: a
-        # retained event is ~120 bytes and its own copy of the worker id added
-        # ~60 more (measured: the file audit's page faults, ~12% of its time,
-        # follow the bytes retained per event).
-        if worker == st._worker:
-            worker = st._worker
+        # One string per worker id, not one per event: a retained event is
+        # ~120 bytes and its own copy of the worker id added ~50 more
+        # (measured: the file audit's page faults follow the bytes retained
+        # per event). Shared by every key, so the table is small and in cache,
+        # where the key's own last worker id was one more cold read per event.
+        workers = self._workers
+        shared = workers.get(worker)
+        if shared is not None:
+            worker = shared
         else:
-            st._worker = worker
+            if len(workers) >= MAX_SHARED_WORKERS:
+                workers.clear()
+            workers[worker] = worker
         ek: str | None = fields[_F_EFFECT_KEY]
         sink: str | None = fields[_F_SINK]
         at_tail = False
@@ -664,9 +757,9 @@ class Detector:
                 # Beyond every retained position: the tail, no comparison needed.
                 at_tail = True
                 st.max_major = seq
-            elif self._is_redelivery(st, seq, code, event):
+            elif self._is_redelivery(st, seq, code, epoch, ek):
                 st.n_redeliveries += 1
-                if eid is not None:
+                if eid is not None and ids is not None:
                     ids.discard(eid)
                 return []
             ev = _Ev(seq, 0, seq, offset, epoch, code, worker, ek, sink, eid)
@@ -710,9 +803,9 @@ class Detector:
                 if (
                     code == _PROG
                     and stale
-                    and _fid(_FAM_V_ACTIVITY, event.workflow_key, epoch, None) not in st.emitted
+                    and _fid(_FAM_V_ACTIVITY, wkey, epoch, None) not in st.emitted
                 ):
-                    out = self._emit(st, [(_FAM_ACTIVITY, epoch, None)], event.workflow_key)
+                    out = self._emit(st, [(_FAM_ACTIVITY, epoch, None)], wkey)
                 else:
                     out = []
             else:
@@ -730,32 +823,27 @@ class Detector:
                         touched.append((_FAM_COMMIT_REPEAT, None, ek))
                 elif stale:  # attempted, rejected
                     touched.append((_FAM_ATTEMPT, epoch, ek))
-                out = self._emit(st, touched, event.workflow_key) if touched else []
+                out = self._emit(st, touched, wkey) if touched else []
         else:
             if st.horizon is not None and ev.k <= st.horizon:
                 st.n_late += 1
             insort(events, ev, key=_key)
             st._index(ev, tail=False)
             # Late evidence can restate anything of this key: rebuild it all.
-            out = self._emit(st, self._all_identities(st), event.workflow_key)
-        if len(events) > self.config.max_events_per_key:
+            out = self._emit(st, self._all_identities(st), wkey)
+        if len(events) > self._max_events:
             self._evict(st)
         return out
 
     # -- redelivery --------------------------------------------------------
     @staticmethod
-    def _is_redelivery(st: KeyState, seq: int, code: int, event: Event) -> bool:
+    def _is_redelivery(st: KeyState, seq: int, code: int, epoch: int, ek: str | None) -> bool:
         events = st.events
         i = bisect_right(events, (seq, 0), key=_major_minor)
         j = i - 1
         while j >= 0 and events[j].major == seq:
             other = events[j]
-            if (
-                other.minor == 0
-                and other.code == code
-                and other.epoch == event.epoch
-                and other.ek == event.effect_key
-            ):
+            if other.minor == 0 and other.code == code and other.epoch == epoch and other.ek == ek:
                 return True
             j -= 1
         return False

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streams.core import Detector, DetectorConfig, Event, EventType, KeyState
-from streams.core.detector import StateError
+from streams.core.detector import ID_SET_ABOVE, MAX_SHARED_WORKERS, StateError
 
 
 def _e(t: str, epoch: int, seq: int | None, worker: str = "w", ek: str | None = None) -> Event:
@@ -97,16 +97,102 @@ def test_config_rejects_nonsense_bounds() -> None:
         DetectorConfig(max_events_per_key=2)
 
 
-def test_a_run_of_one_workers_events_keeps_one_copy_of_its_id() -> None:
-    """Consecutive events of one worker retain one worker-id string, not one per event."""
+def test_events_of_one_worker_keep_one_copy_of_its_id_across_keys() -> None:
+    """Every retained event of a worker, on any key, shares one worker-id string."""
     det = Detector()
-    st = det.new_state()
+    a, b = det.new_state(), det.new_state()
     # Separate string objects, as each decoded event carries its own.
     ids = ["".join(["w-", c]) for c in "aaabba"]
     for seq, w in enumerate(ids, start=1):
-        det.process(st, _e("progress" if seq > 1 else "lease_acquired", 1, seq, w), seq)
-    workers = [ev.worker for ev in st.events]
-    assert workers == ids
-    assert workers[0] is workers[1] is workers[2]
-    assert workers[3] is workers[4] and workers[3] is not workers[2]
-    assert len({id(w) for w in workers}) == 3
+        det.process(a, _e("progress" if seq > 1 else "lease_acquired", 1, seq, w), seq)
+        det.process(
+            b, _e("progress" if seq > 1 else "lease_acquired", 1, seq, "".join([w[:2], w[2:]])), seq
+        )
+    workers = [ev.worker for ev in a.events] + [ev.worker for ev in b.events]
+    assert workers == ids + ids
+    assert len({id(w) for w in workers}) == 2
+
+
+def test_the_shared_worker_ids_are_bounded() -> None:
+    """Past MAX_SHARED_WORKERS distinct worker ids the table starts again: it never outgrows it."""
+    det = Detector()
+    st = det.new_state()
+    for seq in range(1, MAX_SHARED_WORKERS + 50):
+        det.process(st, _e("progress" if seq > 1 else "lease_acquired", 1, seq, f"w-{seq}"), seq)
+        assert len(det._workers) <= MAX_SHARED_WORKERS
+    assert [ev.worker for ev in st.events][-3:] == [
+        f"w-{s}" for s in range(MAX_SHARED_WORKERS + 47, MAX_SHARED_WORKERS + 50)
+    ]
+
+
+def _p(seq: int | None, eid: str) -> Event:
+    return Event(
+        type=EventType.PROGRESS, workflow_key="wf", epoch=1, worker_id="w", seq=seq, event_id=eid
+    )
+
+
+@pytest.mark.parametrize("size", [3, ID_SET_ABOVE, ID_SET_ABOVE + 1, 3 * ID_SET_ABOVE])
+def test_a_redelivered_event_id_is_dropped_below_and_past_the_id_set(size: int) -> None:
+    """Every second copy of an event id is dropped, whether the key keeps its ids in the
+    filter (few events) or in a set (past ID_SET_ABOVE), and across the switch."""
+    det = Detector()
+    st = det.new_state()
+    for n in range(1, size + 1):
+        assert det.process(st, _p(None, f"id-{n}"), n) == []
+        # An earlier id again, at every size on the way.
+        det.process(st, _p(None, f"id-{(n + 1) // 2}"), 10_000 + n)
+    assert len(st) == size
+    assert st.counters["redeliveries_dropped"] == size
+    assert (st.event_ids is None) == (size <= ID_SET_ABOVE)
+
+
+def _filter_bits(eid: str) -> tuple[int, int]:
+    h = hash(eid)
+    return h % 61, (h // 61) % 61
+
+
+def test_ids_that_share_the_filter_bits_are_different_events() -> None:
+    """Two ids on the same bits of the filter are both kept: the filter only sends the
+    second to a scan of the retained events, which decides."""
+    first = "id-0"
+    bits = _filter_bits(first)
+    twin = next(f"id-{n}" for n in range(1, 100_000) if _filter_bits(f"id-{n}") == bits)
+    det = Detector()
+    st = det.new_state()
+    det.process(st, _p(None, first), 1)
+    det.process(st, _p(None, twin), 2)
+    det.process(st, _p(None, twin), 3)
+    assert [ev.eid for ev in st.events] == [first, twin]
+    assert st.counters["redeliveries_dropped"] == 1
+
+
+@pytest.mark.parametrize("size", [4, 3 * ID_SET_ABOVE])
+def test_an_id_dropped_with_its_seq_redelivery_is_free_again(size: int) -> None:
+    """An event dropped as a redelivery by its seq leaves its own new id unretained: a later
+    event with that id is kept (filter or set alike)."""
+    det = Detector()
+    st = det.new_state()
+    for n in range(1, size + 1):
+        det.process(st, _p(n, f"id-{n}"), n)
+    det.process(st, _p(2, "fresh"), size + 1)  # seq 2 again: a redelivery, dropped
+    det.process(st, _p(size + 1, "fresh"), size + 2)
+    assert [ev.eid for ev in st.events][-1] == "fresh"
+    assert st.counters["redeliveries_dropped"] == 1
+
+
+def test_after_eviction_and_restore_only_retained_ids_are_redeliveries() -> None:
+    """Eviction and a restore from bytes rebuild the ids from the retained events: a retained
+    id's copy is dropped, an evicted id's is a new (late) event."""
+    det = Detector(DetectorConfig(max_events_per_key=16))
+    st = det.new_state()
+    for n in range(1, 40):
+        det.process(st, _p(None, f"id-{n}"), n)
+    kept = [ev.eid for ev in st.events]
+    assert "id-2" not in kept  # (id-1 stays: the epoch's first evidence)
+    for state in (st, KeyState.from_bytes(st.to_bytes())):
+        before = state.counters["redeliveries_dropped"]
+        det.process(state, _p(None, kept[-1]), 100)
+        assert state.counters["redeliveries_dropped"] == before + 1
+        det.process(state, _p(None, "id-2"), 101)
+        assert state.counters["redeliveries_dropped"] == before + 1
+        assert [ev.eid for ev in state.events].count("id-2") == 1

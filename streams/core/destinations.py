@@ -33,7 +33,7 @@ from typing import Any
 
 from streams.core.detector import _G_ATTEMPT, _G_COMMIT, _REJ, KeyState
 
-__all__ = ["UNNAMED", "Destination", "Verdict", "destinations"]
+__all__ = ["UNNAMED", "Destination", "Tally", "Verdict", "destinations", "key_counts"]
 
 #: The sink under which effect events that name none are counted.
 UNNAMED = "(unnamed)"
@@ -75,60 +75,129 @@ class Destination:
         }
 
 
+def key_counts(st: KeyState) -> dict[str, list[int]]:
+    """One key's share of :func:`destinations`: sink -> ``[stale_rejected,
+    stale_committed, current_committed]``, with an entry (zeros allowed)
+    for every sink its retained effect events name."""
+    counts: dict[str, list[int]] = {}
+    top = st.max_epoch
+    disp: dict[int, Any] | None = None  # computed only when needed (it sorts)
+    # Effect events are exactly the attempt and commit groups, and each
+    # group is one effect (its key, epoch and effect key): counting each
+    # group once per sink counts distinct effects, with no set of them.
+    for (tag, epoch, _ek), group in st.groups.items():
+        if tag == _G_COMMIT:
+            assert epoch is not None
+            t = None
+            if epoch < top:  # the highest epoch is never displaced
+                if disp is None:
+                    disp = st.displaced_at()
+                t = disp.get(epoch)
+            if len(group) == 1:  # the common case: one commit of the effect
+                ev = group[0]
+                sink = UNNAMED if ev.sink is None else ev.sink
+                c = counts.get(sink)
+                if c is None:
+                    c = counts[sink] = [0, 0, 0]
+                c[1 if t is not None and ev.k > t else 2] += 1
+                continue
+            stale: set[str] = set()
+            current: set[str] = set()
+            for ev in group:
+                sink = UNNAMED if ev.sink is None else ev.sink
+                (stale if t is not None and ev.k > t else current).add(sink)
+            for sink in stale | current:
+                c = counts.get(sink)
+                if c is None:
+                    c = counts[sink] = [0, 0, 0]
+                c[1] += sink in stale
+                c[2] += sink in current
+        elif tag == _G_ATTEMPT:
+            assert epoch is not None
+            t = None
+            if epoch < top:
+                if disp is None:
+                    disp = st.displaced_at()
+                t = disp.get(epoch)
+            refused: set[str] = set()
+            for ev in group:
+                sink = UNNAMED if ev.sink is None else ev.sink
+                if sink not in counts:
+                    counts[sink] = [0, 0, 0]
+                if ev.code == _REJ and t is not None and ev.k > t:
+                    refused.add(sink)
+            for sink in refused:
+                counts[sink][0] += 1
+    return counts
+
+
 def destinations(states: Iterable[KeyState]) -> list[Destination]:
     """Every sink named on the retained effect events of ``states``, worst
-    verdict first, then by sink name."""
-    # sink -> [stale_rejected, stale_committed, current_committed]
-    counts: dict[str, list[int]] = {}
+    verdict first, then by sink name (a walk of every key's effects; a
+    :class:`Tally` keeps the same figures as the keys change)."""
+    tally = Tally()
     for st in states:
-        top = st.max_epoch
-        disp: dict[int, Any] | None = None  # computed only when needed (it sorts)
-        # Effect events are exactly the attempt and commit groups, and each
-        # group is one effect (its key, epoch and effect key): counting each
-        # group once per sink counts distinct effects, with no set of them.
-        for (tag, epoch, _ek), group in st.groups.items():
-            if tag == _G_COMMIT:
-                assert epoch is not None
-                t = None
-                if epoch < top:  # the highest epoch is never displaced
-                    if disp is None:
-                        disp = st.displaced_at()
-                    t = disp.get(epoch)
-                if len(group) == 1:  # the common case: one commit of the effect
-                    ev = group[0]
-                    sink = UNNAMED if ev.sink is None else ev.sink
-                    c = counts.get(sink)
-                    if c is None:
-                        c = counts[sink] = [0, 0, 0]
-                    c[1 if t is not None and ev.k > t else 2] += 1
-                    continue
-                stale: set[str] = set()
-                current: set[str] = set()
-                for ev in group:
-                    sink = UNNAMED if ev.sink is None else ev.sink
-                    (stale if t is not None and ev.k > t else current).add(sink)
-                for sink in stale | current:
-                    c = counts.get(sink)
-                    if c is None:
-                        c = counts[sink] = [0, 0, 0]
-                    c[1] += sink in stale
-                    c[2] += sink in current
-            elif tag == _G_ATTEMPT:
-                assert epoch is not None
-                t = None
-                if epoch < top:
-                    if disp is None:
-                        disp = st.displaced_at()
-                    t = disp.get(epoch)
-                refused: set[str] = set()
-                for ev in group:
-                    sink = UNNAMED if ev.sink is None else ev.sink
-                    if sink not in counts:
-                        counts[sink] = [0, 0, 0]
-                    if ev.code == _REJ and t is not None and ev.k > t:
-                        refused.add(sink)
-                for sink in refused:
-                    counts[sink][0] += 1
-    out = [Destination(sink, c[0], c[1], c[2]) for sink, c in counts.items()]
-    out.sort(key=lambda d: (_VERDICT_ORDER[d.verdict], d.sink))
-    return out
+        tally.add(key_counts(st))
+    return tally.destinations()
+
+
+class Tally:
+    """:func:`destinations` kept up to date key by key: the sum of every
+    key's :func:`key_counts`, and how many keys name each sink (a sink no
+    retained event names any more is not listed, as the walk would not
+    list it). The replay recounts a key while its state is in the cache,
+    just after an event that may have changed its effects (the detector
+    sets ``KeyState.dests_dirty``), rather than walking 10,000 cold key
+    states for the report (docs/performance.md)."""
+
+    __slots__ = ("_sums",)
+
+    def __init__(self) -> None:
+        # sink -> [stale_rejected, stale_committed, current_committed, keys naming it]
+        self._sums: dict[str, list[int]] = {}
+
+    def add(self, counts: dict[str, list[int]]) -> None:
+        sums = self._sums
+        for sink, c in counts.items():
+            t = sums.get(sink)
+            if t is None:
+                sums[sink] = [c[0], c[1], c[2], 1]
+            else:
+                t[0] += c[0]
+                t[1] += c[1]
+                t[2] += c[2]
+                t[3] += 1
+
+    def recount(self, st: KeyState) -> None:
+        """Replace ``st``'s share with its counts now, kept in ``st.dests``
+        as one flat tuple (``sink, stale_rejected, stale_committed,
+        current_committed`` per sink: most keys name one sink, and a tuple
+        is a fifth of a dict of lists), and clear ``st.dests_dirty``."""
+        sums = self._sums
+        old = st.dests
+        if old is not None:
+            for i in range(0, len(old), 4):
+                sink: str = old[i]
+                t = sums[sink]
+                if t[3] == 1:
+                    del sums[sink]
+                else:
+                    t[0] -= old[i + 1]
+                    t[1] -= old[i + 2]
+                    t[2] -= old[i + 3]
+                    t[3] -= 1
+        counts = key_counts(st) if st.groups else None
+        if counts:
+            self.add(counts)
+            flat: list[Any] = []
+            for sink, c in counts.items():
+                flat.extend((sink, c[0], c[1], c[2]))
+            st.dests = tuple(flat)
+        else:
+            st.dests = None
+        st.dests_dirty = False
+
+    def destinations(self) -> list[Destination]:
+        out = [Destination(sink, t[0], t[1], t[2]) for sink, t in self._sums.items()]
+        out.sort(key=lambda d: (_VERDICT_ORDER[d.verdict], d.sink))
+        return out

@@ -367,6 +367,8 @@ class KeyState:
         "_stale_memo",
         "_t_cache",
         "acq",
+        "dests",
+        "dests_dirty",
         "emitted",
         "event_ids",
         "events",
@@ -408,6 +410,13 @@ class KeyState:
         self.event_ids: set[str] | None = None
         self.id_bits = 0
         self.id_bits2 = 0
+        # This key's share of the report's destinations, kept by
+        # destinations.Tally (the replay's), and whether an event may have
+        # changed it since: an effect event, an insert before the tail, an
+        # eviction or a restore. (At the tail an acquisition lies after
+        # every effect, so it makes none of them stale.)
+        self.dests: tuple[Any, ...] | None = None
+        self.dests_dirty = False
         self._t_cache: dict[int, tuple[Any, ...] | None] | None = None
         # The encoded rows of ``events[:_enc_n]`` (see :meth:`to_bytes`), valid
         # while ``events`` is the list ``_enc_list`` and ``_enc_last`` is still
@@ -501,6 +510,7 @@ class KeyState:
         self.id_bits = 0
         self.id_bits2 = 0
         self._t_cache = None
+        self.dests_dirty = True
         for ev in self.events:
             self._index(ev, tail=True)
 
@@ -780,8 +790,10 @@ class Detector:
             elif code == _COM:
                 n_group = _append(st.groups, (_G_KEYCOMMITS, None, ek), ev)
                 _append(st.groups, (_G_COMMIT, epoch, ek), ev)
+                st.dests_dirty = True
             elif code in (_ATT, _REJ):
                 _append(st.groups, (_G_ATTEMPT, epoch, ek), ev)
+                st.dests_dirty = True
             if epoch > st.max_epoch:
                 st.acq[epoch] = ev
                 st._t_cache = None
@@ -829,6 +841,7 @@ class Detector:
                 st.n_late += 1
             insort(events, ev, key=_key)
             st._index(ev, tail=False)
+            st.dests_dirty = True
             # Late evidence can restate anything of this key: rebuild it all.
             out = self._emit(st, self._all_identities(st), wkey)
         if len(events) > self._max_events:

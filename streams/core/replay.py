@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import msgspec
 
-from streams.core.destinations import Destination, destinations
+from streams.core.destinations import Destination, Tally
 from streams.core.detector import Detector, KeyState
 from streams.core.errors import RECORD_FIELD
 from streams.core.findings import Finding
@@ -96,6 +96,8 @@ class Replay:
         self.max_event_bytes = max_event_bytes
         self.max_invalid_kept = max_invalid_kept
         self.states: dict[str, KeyState] = {}
+        # The destinations report, kept as keys change (see Tally).
+        self._tally = Tally()
         self.latest: dict[str, Finding] = {}
         self.invalid: list[Invalid] = []
         self.invalid_count = 0
@@ -236,6 +238,8 @@ class Replay:
         if state is None:
             state = self.states[wkey] = self.detector.new_state()
         out = self.detector.process_fields(state, fields, offset)
+        if state.dests_dirty:
+            self._tally.recount(state)
         if out:
             self.revisions += len(out)
             latest = self.latest
@@ -252,7 +256,7 @@ class Replay:
 
     def destinations(self) -> list[Destination]:
         """Per-sink fence coverage (SPEC §6) over every key's evidence."""
-        return destinations(self.states.values())
+        return self._tally.destinations()
 
     def worst_severity(self) -> Severity | None:
         if not self.latest:

@@ -6,11 +6,18 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.destinations import UNNAMED
+from streams.core.destinations import UNNAMED, destinations
+from streams.core.detector import Detector, DetectorConfig
 from streams.core.replay import Replay
 from streams.report import render_json, render_text
 from tests.core.conftest import acq, att, com, prog, rej, replay_events, replay_fixture
-from tests.strategies import arrival_orders, multi_workflow_events, with_sinks
+from tests.strategies import (
+    arrival_orders,
+    multi_workflow_events,
+    partly_sequenced,
+    redelivery,
+    with_sinks,
+)
 
 
 def _table(replay: Replay) -> list[tuple[str, int, int, int, str]]:
@@ -122,3 +129,36 @@ def test_destinations_do_not_depend_on_arrival_order(data: st.DataObject) -> Non
     shuffled = data.draw(arrival_orders(events))
     in_order = sorted(events, key=lambda e: (e.workflow_key, e.seq))
     assert _table(replay_events(shuffled)) == _table(replay_events(in_order))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_the_kept_tally_is_a_walk_of_every_key_after_each_event(data: st.DataObject) -> None:
+    """Replay.destinations, kept key by key as events arrive, equals destinations() walked
+    over every key state after each event: any arrival order, partly without seq, with
+    redelivered copies, and past a per-key bound small enough to evict."""
+    events = data.draw(with_sinks(data.draw(multi_workflow_events())))
+    events = data.draw(arrival_orders(data.draw(partly_sequenced(events))))
+    i, j = data.draw(redelivery(events))
+    events = [*events[:j], events[i], *events[j:]]
+    cap = data.draw(st.sampled_from([8, 1024]))
+    replay = Replay(Detector(DetectorConfig(max_events_per_key=cap)))
+    for n, event in enumerate(events, start=1):
+        replay.feed_event(event, n)
+        assert replay.destinations() == destinations(replay.states.values())
+
+
+def test_a_sink_no_retained_event_names_any_more_is_not_listed() -> None:
+    """A sink named only on effects that were evicted drops out of the kept tally, as
+    it drops out of a walk."""
+    replay = Replay(Detector(DetectorConfig(max_events_per_key=8)))
+    feed = [
+        acq(1, "a", 1),
+        com(1, "a", 2, "E1", sink="old-bucket"),
+        acq(2, "b", 3),
+        *[com(2, "b", n, f"E{n}", sink="new-bucket") for n in range(4, 30)],
+    ]
+    for n, event in enumerate(feed, start=1):
+        replay.feed_event(event, n)
+    assert [d.sink for d in replay.destinations()] == ["new-bucket"]
+    assert replay.destinations() == destinations(replay.states.values())

@@ -237,15 +237,9 @@ def parse_event(
     ``key`` is the Kafka message key when there is one: present and different
     from ``workflow_key`` makes the event invalid. Raises :class:`InvalidEvent`.
     """
-    if len(data) > max_bytes:
-        raise InvalidEvent(RECORD_FIELD, f"event is {len(data)} bytes, the limit is {max_bytes}")
-    try:
-        event = _DECODE(data)
-    except _FAST_ERRORS:
-        pass
-    else:
-        if _accept(event, key):
-            return event
+    event = _fast(data, max_bytes)
+    if event is not None and _accept(event, key):
+        return event
     return _slow(data, key)
 
 
@@ -260,18 +254,24 @@ def decode_event(
     compiled callers on the hot path: a msgspec Struct's attributes are a
     generic look-up each from there (~110 instructions), the tuple one C
     call, and the checks here read the same tuple."""
-    if len(data) > max_bytes:
-        raise InvalidEvent(RECORD_FIELD, f"event is {len(data)} bytes, the limit is {max_bytes}")
-    try:
-        event = _DECODE(data)
-    except _FAST_ERRORS:
-        pass
-    else:
+    event = _fast(data, max_bytes)
+    if event is not None:
         fields = _ASTUPLE(event)
         if _accept_fields(fields, key):
             return event, fields
     event = _slow(data, key)
     return event, _ASTUPLE(event)
+
+
+def _fast(data: bytes | bytearray | memoryview | str, max_bytes: int) -> Event | None:
+    """The size check, then msgspec's decode and type checks in C: the
+    event, or None for the slow path to explain."""
+    if len(data) > max_bytes:
+        raise InvalidEvent(RECORD_FIELD, f"event is {len(data)} bytes, the limit is {max_bytes}")
+    try:
+        return _DECODE(data)
+    except _FAST_ERRORS:
+        return None
 
 
 def _slow(data: bytes | bytearray | memoryview | str, key: bytes | None) -> Event:

@@ -34,7 +34,8 @@ __all__ = ["DEFAULT_MAX_INVALID_KEPT", "Invalid", "Replay", "sort_findings"]
 DEFAULT_MAX_INVALID_KEPT = 10_000
 #: Bytes read at a time by :meth:`Replay.feed_stream`. Small enough that a
 #: chunk's lines (split all at once) are still in the CPU's cache when each is
-#: decoded: 64 KiB audited ~7 % faster than 1 MiB (docs/performance.md).
+#: decoded (64 KiB against 1 MiB: the feed 5-8 % faster alternating in one
+#: process, within the noise across processes; docs/performance.md).
 DEFAULT_CHUNK_BYTES = 1 << 16
 _BOM = b"\xef\xbb\xbf"
 #: ``workflow_key``'s position in ``msgspec.structs.astuple(event)``.

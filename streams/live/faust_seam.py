@@ -778,7 +778,10 @@ class _BrokerGoneTraceback(logging.Filter):
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None and connection_lost(exc):
             record.msg = f"{record.getMessage()}: {describe_failure(exc)}"
-            record.args = None
+            # An empty tuple, not None: mode's formatter wraps a non-tuple as
+            # (None,), and "msg" % (None,) fails ("--- Logging error ---" and
+            # a traceback in the worker's log; fault test, 2026-12-05).
+            record.args = ()
             record.exc_info = None
             record.exc_text = None
         return True

@@ -877,3 +877,35 @@ def test_any_other_sender_error_keeps_its_traceback() -> None:
     """An exception with no lost connection in its chain (a bug) keeps its traceback."""
     text = _sender_error_lines(lambda: ValueError("a bug"))
     assert "Traceback" in text and "ValueError: a bug" in text, text
+
+
+def test_a_lost_connection_record_formats_through_modes_formatter_as_one_line() -> None:
+    """aiokafka's sender error on a dead broker, rewritten to one line by the seam's
+    filter, formats through mode's own formatter (which wraps non-tuple args)."""
+    import logging
+
+    from aiokafka.errors import KafkaConnectionError, KafkaError
+    from mode.utils.logging import ExtensionFormatter
+
+    try:
+        try:
+            raise KafkaConnectionError("Connection at 127.0.0.1:1 closed")
+        except KafkaConnectionError as lost:
+            raise KafkaError(repr(lost)) from lost
+    except KafkaError:
+        import sys
+
+        exc_info = sys.exc_info()
+    record = logging.LogRecord(
+        "aiokafka.producer.sender",
+        logging.ERROR,
+        __file__,
+        1,
+        "Unexpected error in sender routine",
+        (),
+        exc_info,
+    )
+    assert faust_seam._BrokerGoneTraceback().filter(record)
+    text = ExtensionFormatter(fmt="%(message)s").format(record)
+    assert text.startswith("Unexpected error in sender routine: ")
+    assert "\n" not in text and "Traceback" not in text

@@ -19,10 +19,10 @@ from streams.core.detector import Detector, KeyState
 from streams.core.errors import InvalidEvent
 from streams.core.findings import Finding
 from streams.core.pending import PendingStatus
-from streams.core.records import Event, Kind
+from streams.core.records import WORKFLOW_KEY_FIELD, Event, Kind
 from streams.core.status import stale_effects, stale_seen
 from streams.core.stored import SEP, StatusMeta, encode_meta, split_value
-from streams.core.validate import parse_event
+from streams.core.validate import decode_event
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -289,7 +289,7 @@ class BatchCore:
             partition = record.partition
             offset = record.offset
             try:
-                event = parse_event(value, key=rkey, max_bytes=max_bytes)
+                event, fields = decode_event(value, key=rkey, max_bytes=max_bytes)
             except InvalidEvent as exc:
                 rej = Rejection(record, value, exc.field, exc.reason, None)
                 _out(outputs, partition).append(rej)
@@ -297,7 +297,8 @@ class BatchCore:
                 continue
             # A valid event's Kafka key, when present, is its workflow key's
             # UTF-8 (validation checked it): no need to encode it again.
-            key = rkey if type(rkey) is bytes else event.workflow_key.encode("utf-8")
+            wkey: str = fields[WORKFLOW_KEY_FIELD]
+            key = rkey if type(rkey) is bytes else wkey.encode("utf-8")
             w = work.get(key)
             if w is None:
                 stored = load_state(key)
@@ -315,7 +316,7 @@ class BatchCore:
                 w.partition = partition
             try:
                 if native is not None:
-                    found = native.process(w.state, event, offset)
+                    found = native.process_fields(w.state, fields, offset)
                 else:
                     found = detector.process(w.state, event, offset)
             except Exception as exc:  # a detector bug must not stop the partition

@@ -474,15 +474,38 @@ class KeyState:
             self._t_cache = None
             if epoch > self.max_epoch:
                 self.max_epoch = epoch
-        eid = ev.eid
-        if eid is not None:
-            ids = self.event_ids
-            if ids is not None:
-                ids.add(eid)
-            else:
-                b1, b2 = _id_bits(eid)
-                self.id_bits |= b1
-                self.id_bits2 |= b2
+        if ev.eid is not None:
+            self._add_id(ev.eid)
+
+    def _add_id(self, eid: str) -> None:
+        ids = self.event_ids
+        if ids is not None:
+            ids.add(eid)
+        else:
+            b1, b2 = _id_bits(eid)
+            self.id_bits |= b1
+            self.id_bits2 |= b2
+
+    def _admit_id(self, eid: str) -> bool:
+        """False when a retained event carries ``eid`` (a redelivery);
+        otherwise record it and return True. Past ID_SET_ABOVE retained
+        events the ids move to a set, tested and added in one operation
+        (the set did not grow: the id was there)."""
+        ids = self.event_ids
+        if ids is not None:
+            n_ids = len(ids)
+            ids.add(eid)
+            return len(ids) != n_ids
+        # A small key: the filter, then (rarely) a scan; see ID_SET_ABOVE.
+        b1, b2 = _id_bits(eid)
+        if self.id_bits & b1 and self.id_bits2 & b2 and _retains_id(self.events, eid):
+            return False
+        self.id_bits |= b1
+        self.id_bits2 |= b2
+        if len(self.events) >= ID_SET_ABOVE:
+            self.event_ids = {ev.eid for ev in self.events if ev.eid is not None}
+            self.event_ids.add(eid)
+        return True
 
     def retains_id(self, eid: str) -> bool:
         """Whether a retained event carries the event id ``eid`` (a copy of it
@@ -718,30 +741,12 @@ class Detector:
         st.n_events += 1
         wkey: str = fields[_F_WKEY]
         eid: str | None = fields[_F_EVENT_ID]
-        ids = st.event_ids
-        if eid is not None:
-            if ids is None:
-                # A small key: the filter, then (rarely) a scan; see ID_SET_ABOVE.
-                b1, b2 = _id_bits(eid)
-                if st.id_bits & b1 and st.id_bits2 & b2 and _retains_id(st.events, eid):
-                    st.n_redeliveries += 1
-                    return []
-                st.id_bits |= b1
-                st.id_bits2 |= b2
-                if len(st.events) >= ID_SET_ABOVE:
-                    ids = st.event_ids = {ev.eid for ev in st.events if ev.eid is not None}
-                    ids.add(eid)
-            else:
-                # One set operation for the test and the insertion: the set
-                # did not grow, so the id was there. Taken out again below if
-                # the event turns out to be dropped after all (the set then
-                # holds exactly the ids of the retained events, as _reindex
-                # builds it).
-                n_ids = len(ids)
-                ids.add(eid)
-                if len(ids) == n_ids:
-                    st.n_redeliveries += 1
-                    return []
+        # Recorded at once; taken out of a set again below if the event turns
+        # out to be dropped after all (a set then holds exactly the ids of the
+        # retained events, as _reindex builds it; a filter bit only costs a scan).
+        if eid is not None and not st._admit_id(eid):
+            st.n_redeliveries += 1
+            return []
         code = _code_of(fields[_F_TYPE])
         seq: int | None = fields[_F_SEQ]
         epoch: int = fields[_F_EPOCH]
@@ -769,8 +774,8 @@ class Detector:
                 st.max_major = seq
             elif self._is_redelivery(st, seq, code, epoch, ek):
                 st.n_redeliveries += 1
-                if eid is not None and ids is not None:
-                    ids.discard(eid)
+                if eid is not None and st.event_ids is not None:
+                    st.event_ids.discard(eid)
                 return []
             ev = _Ev(seq, 0, seq, offset, epoch, code, worker, ek, sink, eid)
         else:

@@ -7,7 +7,7 @@ processor, replay, the SDK, the fences) speaks these types.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 import msgspec
 
@@ -15,6 +15,7 @@ __all__ = [
     "EFFECT_TYPES",
     "MAX_INT63",
     "SEVERITY_RANK",
+    "WORKFLOW_KEY_FIELD",
     "Confidence",
     "Event",
     "EventType",
@@ -172,3 +173,10 @@ def event_to_dict(event: Event) -> dict[str, Any]:
     if event.v != 1:
         out["v"] = event.v
     return out
+
+
+#: ``workflow_key``'s position in ``msgspec.structs.astuple(event)``: compiled
+#: callers read an event's fields from that tuple (validate.decode_event).
+WORKFLOW_KEY_FIELD: Final = 1
+if Event.__struct_fields__[WORKFLOW_KEY_FIELD] != "workflow_key":  # pragma: no cover
+    raise ImportError("Event fields moved; update records.WORKFLOW_KEY_FIELD")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
@@ -20,13 +20,8 @@ from streams.core.detector import Detector, KeyState
 from streams.core.errors import RECORD_FIELD
 from streams.core.findings import Finding
 from streams.core.health import CLEARED, Health, assess
-from streams.core.records import SEVERITY_RANK, Event, Kind, Severity
-from streams.core.validate import (
-    DEFAULT_MAX_EVENT_BYTES,
-    InvalidEvent,
-    decode_event,
-    parse_event,
-)
+from streams.core.records import SEVERITY_RANK, WORKFLOW_KEY_FIELD, Event, Kind, Severity
+from streams.core.validate import DEFAULT_MAX_EVENT_BYTES, InvalidEvent, decode_event
 
 __all__ = ["DEFAULT_MAX_INVALID_KEPT", "Invalid", "Replay", "sort_findings"]
 
@@ -38,10 +33,6 @@ DEFAULT_MAX_INVALID_KEPT = 10_000
 #: process, within the noise across processes; docs/performance.md).
 DEFAULT_CHUNK_BYTES = 1 << 16
 _BOM = b"\xef\xbb\xbf"
-#: ``workflow_key``'s position in ``msgspec.structs.astuple(event)``.
-_F_WKEY: Final = 1
-if Event.__struct_fields__[_F_WKEY] != "workflow_key":  # pragma: no cover - records.py changed
-    raise ImportError("streams.core.records.Event fields moved; update replay._F_WKEY")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +109,11 @@ class Replay:
         records are recorded (never raised) and yield no findings."""
         self.records += 1
         try:
-            event = parse_event(data, key=key, max_bytes=self.max_event_bytes)
+            _event, fields = decode_event(data, key=key, max_bytes=self.max_event_bytes)
         except InvalidEvent as exc:
             self.reject(source, offset, exc.field, exc.reason, line=line)
             return []
-        return self.feed_event(event, offset)
+        return self._feed_fields(fields, offset)
 
     def feed_stream(
         self,
@@ -234,7 +225,7 @@ class Replay:
     def _feed_fields(self, fields: tuple[Any, ...], offset: int) -> list[Finding]:
         """:meth:`feed_event` of the event whose fields are ``fields``
         (:func:`~streams.core.validate.decode_event`)."""
-        wkey: str = fields[_F_WKEY]
+        wkey: str = fields[WORKFLOW_KEY_FIELD]
         state = self.states.get(wkey)
         if state is None:
             state = self.states[wkey] = self.detector.new_state()

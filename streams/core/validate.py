@@ -16,7 +16,7 @@ import msgspec
 import orjson
 
 from streams.core.errors import RECORD_FIELD, InvalidEvent
-from streams.core.records import EFFECT_TYPES, MAX_INT63, Event, EventType
+from streams.core.records import EFFECT_TYPES, MAX_INT63, WORKFLOW_KEY_FIELD, Event, EventType
 
 __all__ = [
     "DEFAULT_MAX_EVENT_BYTES",
@@ -166,11 +166,9 @@ _FAST_ERRORS = (msgspec.ValidationError, msgspec.DecodeError, RecursionError)
 _ASTUPLE: Final = msgspec.structs.astuple
 # Positions in msgspec.structs.astuple(event); checked against Event at import.
 _F_TYPE: Final = 0
-_F_WKEY: Final = 1
 _F_EFFECT_KEY: Final = 5
 if (
     Event.__struct_fields__[_F_TYPE] != "type"
-    or Event.__struct_fields__[_F_WKEY] != "workflow_key"
     or Event.__struct_fields__[_F_EFFECT_KEY] != "effect_key"
 ):  # pragma: no cover - records.py changed
     raise ImportError("streams.core.records.Event fields moved; update validate._F_*")
@@ -180,11 +178,12 @@ _T_COM: Final = EventType.EFFECT_COMMITTED
 _T_REJ: Final = EventType.EFFECT_REJECTED
 _T_VER: Final = EventType.OUTCOME_VERIFIED
 if {_T_ATT, _T_COM, _T_REJ, _T_VER} != EFFECT_TYPES:  # pragma: no cover - records.py changed
-    raise ImportError("streams.core.records.EFFECT_TYPES changed; update validate._accept")
+    raise ImportError("streams.core.records.EFFECT_TYPES changed; update validate._accept_fields")
 
 
-def _accept(event: Event, key: bytes | None) -> bool:
-    """The rules the Struct's annotations cannot state.
+def _accept_fields(fields: tuple[Any, ...], key: bytes | None) -> bool:
+    """The rules the Struct's annotations cannot state, on the event's fields
+    (``msgspec.structs.astuple(event)``, see :func:`decode_event`).
 
     Every event passes here, so the effect-key rule is identity tests against
     the four members (compiled: a few C comparisons) rather than a set
@@ -192,22 +191,13 @@ def _accept(event: Event, key: bytes | None) -> bool:
     took as one expression); the type is read only when the key is absent.
     The record version is not read: Event.v's annotation limits it, so
     msgspec has refused any other and the slow path said why."""
-    if event.effect_key is None:
-        t = event.type
-        if t is _T_COM or t is _T_ATT or t is _T_REJ or t is _T_VER:
-            return False
-    return key is None or key == event.workflow_key.encode()
-
-
-def _accept_fields(fields: tuple[Any, ...], key: bytes | None) -> bool:
-    """:func:`_accept` on the event's fields (see :func:`decode_event`)."""
     if fields[_F_EFFECT_KEY] is None:
         t = fields[_F_TYPE]
         if t is _T_COM or t is _T_ATT or t is _T_REJ or t is _T_VER:
             return False
     if key is None:
         return True
-    wkey: str = fields[_F_WKEY]
+    wkey: str = fields[WORKFLOW_KEY_FIELD]
     return key == wkey.encode()
 
 
@@ -221,7 +211,7 @@ def to_event(doc: Any, *, key: bytes | None = None) -> Event:
         event = msgspec.convert(doc, Event)
     except _FAST_ERRORS:
         return _explain(doc, key)
-    if _accept(event, key):
+    if _accept_fields(_ASTUPLE(event), key):
         return event
     return _explain(doc, key)
 
@@ -237,10 +227,7 @@ def parse_event(
     ``key`` is the Kafka message key when there is one: present and different
     from ``workflow_key`` makes the event invalid. Raises :class:`InvalidEvent`.
     """
-    event = _fast(data, max_bytes)
-    if event is not None and _accept(event, key):
-        return event
-    return _slow(data, key)
+    return decode_event(data, key=key, max_bytes=max_bytes)[0]
 
 
 def decode_event(

@@ -326,6 +326,15 @@ def _append(
     return len(lst)
 
 
+def _effect_at_tail(st: KeyState, ev: _Ev, n_group: int) -> None:
+    """Mark ``st``'s destinations changed by the effect event ``ev``, just
+    appended at the tail to its effect's group (now ``n_group`` long): see
+    ``KeyState.dests_tail``. A second change before the count, or a later
+    event of the same effect, makes it a full recount."""
+    st.dests_tail = ev if n_group == 1 and not st.dests_dirty else None
+    st.dests_dirty = True
+
+
 def _key(ev: _Ev) -> tuple[int, int, int, int, str, str]:
     return ev.k
 
@@ -369,6 +378,7 @@ class KeyState:
         "acq",
         "dests",
         "dests_dirty",
+        "dests_tail",
         "emitted",
         "event_ids",
         "events",
@@ -417,6 +427,11 @@ class KeyState:
         # every effect, so it makes none of them stale.)
         self.dests: tuple[Any, ...] | None = None
         self.dests_dirty = False
+        # When the one change since the last count is an effect event
+        # appended at the tail as its effect's first event: that event. The
+        # tally then adds it alone (a commit counts once, stale exactly when
+        # a higher epoch was acquired) instead of recounting the key.
+        self.dests_tail: _Ev | None = None
         self._t_cache: dict[int, tuple[Any, ...] | None] | None = None
         # The encoded rows of ``events[:_enc_n]`` (see :meth:`to_bytes`), valid
         # while ``events`` is the list ``_enc_list`` and ``_enc_last`` is still
@@ -534,6 +549,7 @@ class KeyState:
         self.id_bits2 = 0
         self._t_cache = None
         self.dests_dirty = True
+        self.dests_tail = None
         for ev in self.events:
             self._index(ev, tail=True)
 
@@ -794,11 +810,9 @@ class Detector:
                 n_group = _append(st.groups, (_G_ACQUIRE, epoch, None), ev)
             elif code == _COM:
                 n_group = _append(st.groups, (_G_KEYCOMMITS, None, ek), ev)
-                _append(st.groups, (_G_COMMIT, epoch, ek), ev)
-                st.dests_dirty = True
+                _effect_at_tail(st, ev, _append(st.groups, (_G_COMMIT, epoch, ek), ev))
             elif code in (_ATT, _REJ):
-                _append(st.groups, (_G_ATTEMPT, epoch, ek), ev)
-                st.dests_dirty = True
+                _effect_at_tail(st, ev, _append(st.groups, (_G_ATTEMPT, epoch, ek), ev))
             if epoch > st.max_epoch:
                 st.acq[epoch] = ev
                 st._t_cache = None
@@ -847,6 +861,7 @@ class Detector:
             insort(events, ev, key=_key)
             st._index(ev, tail=False)
             st.dests_dirty = True
+            st.dests_tail = None
             # Late evidence can restate anything of this key: rebuild it all.
             out = self._emit(st, self._all_identities(st), wkey)
         if len(events) > self._max_events:

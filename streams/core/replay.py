@@ -137,6 +137,8 @@ class Replay:
 
         Lines are split here, in bulk, rather than by one ``readline`` call
         each: this loop is compiled with the detector and is most of the audit.
+        A chunk's lines are decoded first, then fed (see :meth:`_decode_lines`),
+        so its decoded fields are held as well.
         """
         max_bytes = self.max_event_bytes
         limit = max_bytes + 1
@@ -144,29 +146,43 @@ class Replay:
         skipping = False  # inside an oversize line, reading on to its end
         first = True
         line_no = 0
-        while True:
+        eof = False
+        while not eof:
             data = read(chunk_bytes)
-            if not data:
+            if data:
+                if first:
+                    first = False
+                    if data.startswith(_BOM):
+                        data = data[3:]
+                if skipping:
+                    nl = data.find(b"\n")
+                    if nl < 0:
+                        continue
+                    data = data[nl + 1 :]
+                    skipping = False
+                if pending:
+                    data = pending + data
+                lines = data.split(b"\n")
+                pending = lines.pop()
+            elif pending:
+                eof = True
+                lines = [pending]  # the last line, with no newline after it
+                pending = b""
+            else:
                 break
-            if first:
-                first = False
-                if data.startswith(_BOM):
-                    data = data[3:]
-            if skipping:
-                nl = data.find(b"\n")
-                if nl < 0:
-                    continue
-                data = data[nl + 1 :]
-                skipping = False
-            if pending:
-                data = pending + data
-            lines = data.split(b"\n")
-            pending = lines.pop()
-            for line in lines:
+            for item in self._decode_lines(lines, limit, stop_on_invalid):
                 offset += 1
                 line_no += 1
-                if self._feed_line(line, limit, source, offset, line_no) and stop_on_invalid:
-                    return offset
+                if isinstance(item, tuple):  # an event's fields
+                    # :meth:`feed`, inlined: this runs once per line of every audit.
+                    self.records += 1
+                    self._feed_fields(item, offset)
+                elif item is not None:  # None: a blank line, counted, not a record
+                    self.records += 1
+                    invalid: InvalidEvent = item
+                    self.reject(source, offset, invalid.field, invalid.reason, line=line_no)
+                    if stop_on_invalid:
+                        return offset
             if len(pending) > limit:
                 offset += 1
                 line_no += 1
@@ -175,34 +191,50 @@ class Replay:
                 self._oversize(source, offset, line_no)
                 if stop_on_invalid:
                     return offset
-        if pending:
-            offset += 1
-            line_no += 1
-            self._feed_line(pending, limit, source, offset, line_no)
         return offset
 
-    def _feed_line(self, line: bytes, limit: int, source: str, offset: int, line_no: int) -> bool:
-        """One line of :meth:`feed_stream`; True when it was invalid."""
-        if len(line) > limit:
-            self._oversize(source, offset, line_no)
-            return True
-        # Blank lines are skipped but still counted. An event line starts with
-        # "{": checking that byte first spares every real line a strip().
-        if not line or (line[0] != 0x7B and not line.strip()):
-            return False
-        # :meth:`feed`, inlined: this runs once per line of every audit.
-        self.records += 1
-        try:
-            _event, fields = decode_event(line, max_bytes=self.max_event_bytes)
-        except InvalidEvent as exc:
-            self.reject(source, offset, exc.field, exc.reason, line=line_no)
-            return True
-        self._feed_fields(fields, offset)
-        return False
+    def _decode_lines(self, lines: list[bytes], limit: int, stop_on_invalid: bool) -> list[Any]:
+        """:meth:`feed_stream`'s first pass over a chunk's lines: for each, in
+        order, the event's fields (as :func:`~streams.core.validate.decode_event`
+        gives them), its :class:`InvalidEvent`, or None for a blank line; up
+        to the first invalid line when ``stop_on_invalid``.
+
+        Decoding a chunk's ~300 lines, then feeding them to the detector, is
+        faster than decoding and feeding line by line: in an A/B alternating
+        the two builds, the 100,000-event audit bench went from 3.10 to 2.90
+        times a bare ``orjson.loads`` loop (medians of 6 runs). The cause is
+        not isolated (this machine exposes no hardware counters); likely each
+        pass's code, msgspec's decoder and the detector, stays in the
+        instruction cache and the branch predictor across the chunk rather
+        than taking turns every line. Looking up the keys' states in this
+        pass as well measured no faster.
+        """
+        max_bytes = self.max_event_bytes
+        items: list[Any] = []
+        for line in lines:
+            if len(line) > limit:
+                items.append(InvalidEvent(RECORD_FIELD, self._over_limit()))
+                if stop_on_invalid:
+                    break
+                continue
+            # Blank lines are skipped but still counted. An event line starts
+            # with "{": checking that byte first spares every real line a strip().
+            if not line or (line[0] != 0x7B and not line.strip()):
+                items.append(None)
+                continue
+            try:
+                items.append(decode_event(line, max_bytes=max_bytes)[1])
+            except InvalidEvent as exc:
+                items.append(exc)
+                if stop_on_invalid:
+                    break
+        return items
 
     def _oversize(self, source: str, offset: int, line_no: int) -> None:
-        reason = f"event is over the limit of {self.max_event_bytes} bytes"
-        self.feed_rejected(source, offset, RECORD_FIELD, reason, line=line_no)
+        self.feed_rejected(source, offset, RECORD_FIELD, self._over_limit(), line=line_no)
+
+    def _over_limit(self) -> str:
+        return f"event is over the limit of {self.max_event_bytes} bytes"
 
     def feed_rejected(
         self, source: str, offset: int, field: str | None, reason: str, *, line: int | None = None

@@ -77,3 +77,40 @@ def test_offsets_count_on_from_the_previous_source() -> None:
     end = replay.feed_stream(io.BytesIO(data).read, source="a")
     end2 = replay.feed_stream(io.BytesIO(data).read, source="b", offset=end)
     assert end == data.count(b"\n") and end2 == 2 * end
+
+
+def _messy() -> bytes:
+    """The fixture with blank and whitespace lines, bad JSON, an invalid field, a
+    CRLF line end and two events on one line between its events."""
+    lines = FIXTURE.read_bytes().splitlines()
+    out: list[bytes] = []
+    for n, line in enumerate(lines):
+        out.append(line)
+        out.append([b"", b"   ", b"{bad", b'{"type":"progress"}', line + b"\r", line + line][n % 6])
+    return b"\n".join(out) + b"\n"
+
+
+@pytest.mark.parametrize("chunk", [5, 200, 1 << 16])
+def test_the_stream_feeds_as_one_feed_call_a_line_does(chunk: int) -> None:
+    """feed_stream (each chunk's lines decoded, then fed) leaves the same findings,
+    invalid records and summary as Replay.feed called line by line."""
+    data = _messy()
+    by_line = Replay()
+    for n, line in enumerate(data.split(b"\n")[:-1], start=1):
+        if line.strip():
+            by_line.feed(line, offset=n, source="s", line=n)
+    by_stream = _audit(data, chunk=chunk)
+    assert by_line.invalid_count > 0 and len(by_line.latest) == 4
+    assert _decided(by_stream) == _decided(by_line)
+    assert by_stream.records == by_line.records
+
+
+def test_stop_on_invalid_feeds_nothing_after_the_bad_line_in_its_chunk() -> None:
+    """With stop_on_invalid, a key named only after the first invalid line is not
+    known to the replay, though the two lines were read in one chunk."""
+    lines = FIXTURE.read_bytes().splitlines()
+    after = lines[0].replace(b'"export-ledger"', b'"after-the-stop"')
+    data = b"\n".join([*lines[:3], b"[]", after, *lines[3:]]) + b"\n"
+    replay = Replay()
+    replay.feed_stream(io.BytesIO(data).read, source="s", stop_on_invalid=True)
+    assert "export-ledger" in replay.states and "after-the-stop" not in replay.states

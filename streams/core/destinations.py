@@ -85,7 +85,7 @@ def key_counts(st: KeyState) -> dict[str, list[int]]:
     # Effect events are exactly the attempt and commit groups, and each
     # group is one effect (its key, epoch and effect key): counting each
     # group once per sink counts distinct effects, with no set of them.
-    for (tag, epoch, _ek), group in st.groups.items():
+    for (tag, epoch, _ek), g in st.groups.items():
         if tag == _G_COMMIT:
             assert epoch is not None
             t = None
@@ -93,8 +93,8 @@ def key_counts(st: KeyState) -> dict[str, list[int]]:
                 if disp is None:
                     disp = st.displaced_at()
                 t = disp.get(epoch)
-            if len(group) == 1:  # the common case: one commit of the effect
-                ev = group[0]
+            if isinstance(g, _Ev):  # the common case: one commit of the effect
+                ev = g
                 sink = UNNAMED if ev.sink is None else ev.sink
                 c = counts.get(sink)
                 if c is None:
@@ -103,7 +103,7 @@ def key_counts(st: KeyState) -> dict[str, list[int]]:
                 continue
             stale: set[str] = set()
             current: set[str] = set()
-            for ev in group:
+            for ev in g:
                 sink = UNNAMED if ev.sink is None else ev.sink
                 (stale if t is not None and ev.k > t else current).add(sink)
             for sink in stale | current:
@@ -120,7 +120,7 @@ def key_counts(st: KeyState) -> dict[str, list[int]]:
                     disp = st.displaced_at()
                 t = disp.get(epoch)
             refused: set[str] = set()
-            for ev in group:
+            for ev in [g] if isinstance(g, _Ev) else g:
                 sink = UNNAMED if ev.sink is None else ev.sink
                 if sink not in counts:
                     counts[sink] = [0, 0, 0]

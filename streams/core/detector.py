@@ -312,18 +312,28 @@ def _gt(a: _Ev, b: _Ev) -> bool:
 
 
 def _append(
-    groups: dict[tuple[str, int | None, str | None], list[_Ev]],
+    groups: dict[tuple[str, int | None, str | None], _Ev | list[_Ev]],
     gk: tuple[str, int | None, str | None],
     ev: _Ev,
 ) -> int:
     """Append ``ev`` (at the tail: after everything in the group) to group
     ``gk``; the group's new length."""
-    lst = groups.get(gk)
-    if lst is None:
-        groups[gk] = [ev]
+    g = groups.get(gk)
+    if g is None:
+        groups[gk] = ev
         return 1
-    lst.append(ev)
-    return len(lst)
+    if isinstance(g, _Ev):
+        groups[gk] = [g, ev]
+        return 2
+    g.append(ev)
+    return len(g)
+
+
+def _as_list(g: _Ev | list[_Ev] | None) -> list[_Ev] | None:
+    """A group's events as a list (a group of one holds the event itself)."""
+    if g is None or isinstance(g, list):
+        return g
+    return [g]
 
 
 def _effect_at_tail(st: KeyState, ev: _Ev, n_group: int) -> None:
@@ -412,7 +422,10 @@ class KeyState:
         # The highest epoch in ``acq`` (-1: none). At the tail an event is
         # stale exactly when its epoch is below it, no index needed.
         self.max_epoch = -1
-        self.groups: dict[tuple[str, int | None, str | None], list[_Ev]] = {}
+        # A group of one event holds the event itself, not a list of it:
+        # most groups never grow (one acquisition an epoch, one commit an
+        # effect), and a list of one is ~70 bytes a group (see group()).
+        self.groups: dict[tuple[str, int | None, str | None], _Ev | list[_Ev]] = {}
         # The ids of the retained events: a set past ID_SET_ABOVE events,
         # before that None and the filter ``id_bits`` (see ID_SET_ABOVE). A
         # bit stays set after its event is dropped or evicted: it only costs
@@ -532,13 +545,20 @@ class KeyState:
         return bool(self.id_bits & b1 and self.id_bits2 & b2) and _retains_id(self.events, eid)
 
     def _add(self, gk: tuple[str, int | None, str | None], ev: _Ev, tail: bool) -> None:
-        lst = self.groups.get(gk)
-        if lst is None:
-            self.groups[gk] = [ev]
-        elif tail or _gt(ev, lst[-1]):
-            lst.append(ev)
+        g = self.groups.get(gk)
+        if g is None:
+            self.groups[gk] = ev
+        elif isinstance(g, _Ev):
+            # As insort would place it: after an equal key.
+            self.groups[gk] = [ev, g] if not tail and _gt(g, ev) else [g, ev]
+        elif tail or _gt(ev, g[-1]):
+            g.append(ev)
         else:
-            insort(lst, ev, key=_key)
+            insort(g, ev, key=_key)
+
+    def group(self, gk: tuple[str, int | None, str | None]) -> list[_Ev] | None:
+        """The events of group ``gk`` in order, or None when it has none."""
+        return _as_list(self.groups.get(gk))
 
     def _reindex(self) -> None:
         self.acq = {}
@@ -1043,11 +1063,11 @@ def _stale_attempt(
     st: KeyState, epoch: int, ek: str | None, disp: dict[int, Any]
 ) -> _Raised | None:
     t = disp.get(epoch)
-    attempts = st.groups.get((_G_ATTEMPT, epoch, ek))
+    attempts = st.group((_G_ATTEMPT, epoch, ek))
     raising = _first_after(attempts, t)
     if raising is None:
         return None
-    commit = _first_after(st.groups.get((_G_COMMIT, epoch, ek)), t)
+    commit = _first_after(st.group((_G_COMMIT, epoch, ek)), t)
     if commit is not None:
         outcome, extra = "committed", [commit]
     else:
@@ -1064,7 +1084,7 @@ def _stale_attempt(
 
 # ---- stale_commit: the first stale commit of an effect by an epoch ---------
 def _stale_commit(st: KeyState, epoch: int, ek: str | None, disp: dict[int, Any]) -> _Raised | None:
-    raising = _first_after(st.groups.get((_G_COMMIT, epoch, ek)), disp.get(epoch))
+    raising = _first_after(st.group((_G_COMMIT, epoch, ek)), disp.get(epoch))
     if raising is None:
         return None
     return _Raised(Kind.STALE_COMMIT, raising, epoch, raising.worker, sink_outcome="committed")
@@ -1072,7 +1092,7 @@ def _stale_commit(st: KeyState, epoch: int, ek: str | None, disp: dict[int, Any]
 
 # ---- commit_repeat: duplicate_commit, escalating to conflicting_commit -----
 def _commit_repeat(st: KeyState, ek: str | None, disp: dict[int, Any]) -> _Raised | None:
-    commits = st.groups.get((_G_KEYCOMMITS, None, ek))
+    commits = st.group((_G_KEYCOMMITS, None, ek))
     if not commits or len(commits) < 2:
         return None
     first = commits[0]
@@ -1096,7 +1116,7 @@ def _commit_repeat(st: KeyState, ek: str | None, disp: dict[int, Any]) -> _Raise
 
 # ---- epoch_reuse: one epoch acquired by two workers ------------------------
 def _epoch_reuse(st: KeyState, epoch: int) -> _Raised | None:
-    acqs = st.groups.get((_G_ACQUIRE, epoch, None))
+    acqs = st.group((_G_ACQUIRE, epoch, None))
     if not acqs or len(acqs) < 2:
         return None
     w0 = acqs[0].worker
@@ -1108,7 +1128,7 @@ def _epoch_reuse(st: KeyState, epoch: int) -> _Raised | None:
 
 # ---- epoch_regression: an acquisition after a higher epoch's ---------------
 def _epoch_regression(st: KeyState, epoch: int, disp: dict[int, Any]) -> _Raised | None:
-    raising = _first_after(st.groups.get((_G_ACQUIRE, epoch, None)), disp.get(epoch))
+    raising = _first_after(st.group((_G_ACQUIRE, epoch, None)), disp.get(epoch))
     if raising is None:
         return None
     return _Raised(Kind.EPOCH_REGRESSION, raising, epoch, raising.worker)

@@ -37,6 +37,7 @@ from streams.core.detector import (
     Detector,
     KeyState,
     _build,
+    _Ev,
     _finding,
 )
 from streams.core.document import StatusDocument
@@ -425,13 +426,13 @@ def stale_effects(workflow_key: str, state: KeyState) -> set[tuple[str, str, int
     (within the detector's retention bound), so a caller counts what is new."""
     out: set[tuple[str, str, int, str | None]] = set()
     disp = state.displaced_at()
-    for (tag, epoch, ek), group in state.groups.items():
+    for (tag, epoch, ek), g in state.groups.items():
         if tag != _G_ATTEMPT and tag != _G_COMMIT:
             continue
         t = disp.get(epoch) if epoch is not None else None
         if t is None or epoch is None:
             continue
-        for ev in group:
+        for ev in [g] if isinstance(g, _Ev) else g:
             if not ev.k > t:
                 continue
             sink = UNNAMED_SINK if ev.sink is None else ev.sink

@@ -27,11 +27,12 @@ __all__ = ["DEFAULT_MAX_INVALID_KEPT", "Invalid", "Replay", "sort_findings"]
 
 #: Invalid records kept with their reasons; past this they are only counted.
 DEFAULT_MAX_INVALID_KEPT = 10_000
-#: Bytes read at a time by :meth:`Replay.feed_stream`. Small enough that a
-#: chunk's lines (split all at once) are still in the CPU's cache when each is
-#: decoded (64 KiB against 1 MiB: the feed 5-8 % faster alternating in one
-#: process, within the noise across processes; docs/performance.md).
-DEFAULT_CHUNK_BYTES = 1 << 16
+#: Bytes read at a time by :meth:`Replay.feed_stream`: a chunk's lines are
+#: decoded, then fed (see Replay._decode_lines). Since that split, 256 KiB
+#: (~1,200 lines) measured a little faster than 64 KiB in alternating runs of
+#: the audit bench (medians 2.64 against 2.81 and 2.62 against 2.68 times the
+#: bare loop; 1 MiB 2.73 against 2.82): within the machine's noise, not worse.
+DEFAULT_CHUNK_BYTES = 1 << 18
 _BOM = b"\xef\xbb\xbf"
 
 

@@ -33,10 +33,12 @@ from typing import Any
 
 from streams.core.detector import _COM, _G_ATTEMPT, _G_COMMIT, _REJ, KeyState, _Ev
 
-__all__ = ["UNNAMED", "Destination", "Tally", "Verdict", "destinations", "key_counts"]
+__all__ = ["MAX_SHARES", "UNNAMED", "Destination", "Tally", "Verdict", "destinations", "key_counts"]
 
 #: The sink under which effect events that name none are counted.
 UNNAMED = "(unnamed)"
+#: Distinct per-key shares a :class:`Tally` keeps one tuple of.
+MAX_SHARES = 4096
 
 
 class Verdict(StrEnum):
@@ -150,11 +152,27 @@ class Tally:
     sets ``KeyState.dests_dirty``), rather than walking 10,000 cold key
     states for the report (docs/performance.md)."""
 
-    __slots__ = ("_sums",)
+    __slots__ = ("_shares", "_sums")
 
     def __init__(self) -> None:
         # sink -> [stale_rejected, stale_committed, current_committed, keys naming it]
         self._sums: dict[str, list[int]] = {}
+        # One tuple kept for each distinct share (see _shared).
+        self._shares: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+    def _shared(self, share: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``share``, or the equal tuple another key already holds: most keys
+        hold the same share (one sink, one current commit), ~70 bytes a key
+        saved. At most MAX_SHARES kept, then the table starts again, empty
+        (memory only: the counts never depend on it)."""
+        shares = self._shares
+        got = shares.get(share)
+        if got is not None:
+            return got
+        if len(shares) >= MAX_SHARES:
+            shares.clear()
+        shares[share] = share
+        return share
 
     def add(self, counts: dict[str, list[int]]) -> None:
         sums = self._sums
@@ -202,7 +220,7 @@ class Tally:
             flat: list[Any] = []
             for sink, c in counts.items():
                 flat.extend((sink, c[0], c[1], c[2]))
-            st.dests = tuple(flat)
+            st.dests = self._shared(tuple(flat))
         else:
             st.dests = None
         st.dests_dirty = False
@@ -229,11 +247,11 @@ class Tally:
                     if col:
                         share = list(old)
                         share[i + col] += 1
-                        st.dests = tuple(share)
+                        st.dests = self._shared(tuple(share))
                         self._sums[sink][col - 1] += 1
                     return
         added = (sink, int(col == 1), int(col == 2), int(col == 3))
-        st.dests = added if old is None else old + added
+        st.dests = self._shared(added if old is None else old + added)
         t = self._sums.get(sink)
         if t is None:
             self._sums[sink] = [added[1], added[2], added[3], 1]

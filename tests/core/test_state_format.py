@@ -18,6 +18,7 @@ import pytest
 
 from streams.core import Detector, KeyState, parse_event
 from streams.core.detector import DetectorConfig
+from streams.core.errors import StateError
 from streams.live.processor import Processor, SourceRecord, split_value
 
 DATA = Path(__file__).resolve().parent / "data" / "changelog-v1.jsonl"
@@ -63,6 +64,17 @@ def test_an_old_changelog_value_is_written_back_byte_for_byte() -> None:
     """Restored and encoded again, a v1 state is the same bytes (the format is unchanged)."""
     state_bytes, _meta = split_value(_values()[0])
     assert KeyState.from_bytes(state_bytes).to_bytes() == state_bytes
+
+
+def test_a_stored_event_whose_seq_contradicts_its_position_is_corrupt() -> None:
+    """An event row's seq is implied by its position (the event keeps only the
+    position): a row where they disagree is refused as corrupt, not restored."""
+    state_bytes, _meta = split_value(_values()[0])
+    doc = orjson.loads(state_bytes)
+    row = next(r for r in doc["e"] if r[1] == 0)
+    row[2] = row[0] + 1
+    with pytest.raises(StateError, match="seq does not match its position"):
+        KeyState.from_bytes(orjson.dumps(doc))
 
 
 def test_a_restored_old_state_carries_on_detecting() -> None:

@@ -424,8 +424,9 @@ class KeyState:
     def __init__(self) -> None:
         self.events: list[_Ev] = []
         self.max_major = -1
-        # finding id -> [revision, content hash, severity rank]
-        self.emitted: dict[str, list[Any]] = {}
+        # finding id -> [revision, content hash, severity rank]; None until
+        # the key's first finding (most keys have none: ~70 bytes each).
+        self.emitted: dict[str, list[Any]] | None = None
         self.horizon: tuple[Any, ...] | None = None
         # Counters (see :attr:`counters`): plain ints, bumped on every event.
         self.n_events = 0
@@ -714,7 +715,7 @@ class KeyState:
             st = cls()
             st.events = [_ev_of_row(row) for row in doc["e"]]
             st.max_major = int(doc["m"])
-            st.emitted = dict(doc["f"])
+            st.emitted = dict(doc["f"]) or None
             h = doc["h"]
             st.horizon = None if h is None else tuple(h)
             st._set_counters(doc["c"])
@@ -879,7 +880,10 @@ class Detector:
                 if (
                     code == _PROG
                     and stale
-                    and _fid(_FAM_V_ACTIVITY, wkey, epoch, None) not in st.emitted
+                    and (
+                        st.emitted is None
+                        or _fid(_FAM_V_ACTIVITY, wkey, epoch, None) not in st.emitted
+                    )
                 ):
                     out = self._emit(st, [(_FAM_ACTIVITY, epoch, None)], wkey)
                 else:
@@ -952,6 +956,9 @@ class Detector:
             return []
         out: list[Finding] = []
         cap = self.config.max_findings_per_key
+        emitted = st.emitted
+        if emitted is None:
+            emitted = st.emitted = {}
         for ident in identities:
             built = _build(st, ident, wkey)
             if built is None:
@@ -961,17 +968,17 @@ class Detector:
                 orjson.dumps(content, option=orjson.OPT_SORT_KEYS), digest_size=12
             ).hexdigest()
             sev = _RANK_OF[content["kind"]]
-            prev = st.emitted.get(fid)
+            prev = emitted.get(fid)
             if prev is None:
                 rev = 1
-                if len(st.emitted) >= cap:
-                    del st.emitted[next(iter(st.emitted))]
+                if len(emitted) >= cap:
+                    del emitted[next(iter(emitted))]
                     st.n_forgotten += 1
             else:
                 if prev[1] == digest or sev < prev[2]:
                     continue
                 rev = prev[0] + 1
-            st.emitted[fid] = [rev, digest, sev]
+            emitted[fid] = [rev, digest, sev]
             out.append(_finding(fid, rev, content))
         return out
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from streams.core.detector import _COM, _G_ATTEMPT, _G_COMMIT, _REJ, KeyState, _Ev
+from streams.core.detector import _COM, _G_ATTEMPT, _G_COMMIT, _REJ, KeyState, _Ev, _kept_one
 
 __all__ = ["MAX_SHARES", "UNNAMED", "Destination", "Tally", "Verdict", "destinations", "key_counts"]
 
@@ -165,14 +165,8 @@ class Tally:
         hold the same share (one sink, one current commit), ~70 bytes a key
         saved. At most MAX_SHARES kept, then the table starts again, empty
         (memory only: the counts never depend on it)."""
-        shares = self._shares
-        got = shares.get(share)
-        if got is not None:
-            return got
-        if len(shares) >= MAX_SHARES:
-            shares.clear()
-        shares[share] = share
-        return share
+        kept: tuple[Any, ...] = _kept_one(self._shares, share, MAX_SHARES)
+        return kept
 
     def add(self, counts: dict[str, list[int]]) -> None:
         sums = self._sums

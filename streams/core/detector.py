@@ -303,6 +303,20 @@ class _Ev:
         ]
 
 
+def _kept_one(table: dict[Any, Any], value: Any, cap: int) -> Any:
+    """``value``, or the equal value ``table`` already keeps (an immutable
+    one: a string, a tuple), kept from now on. At ``cap`` values the table
+    starts again, empty: it only saves memory, and no result depends on
+    which of two equal objects a caller holds."""
+    kept = table.get(value)
+    if kept is not None:
+        return kept
+    if len(table) >= cap:
+        table.clear()
+    table[value] = value
+    return value
+
+
 def _ev_of_row(row: list[Any]) -> _Ev:
     """The event a stored row (:meth:`_Ev.row`) holds; ValueError when its
     ``seq`` is not the one its position implies (a corrupt row)."""
@@ -804,30 +818,11 @@ class Detector:
         seq: int | None = fields[_F_SEQ]
         epoch: int = fields[_F_EPOCH]
         worker: str = fields[_F_WORKER]
-        # One string per worker id, not one per event: a retained event is
-        # ~120 bytes and its own copy of the worker id added ~50 more
-        # (measured: the file audit's page faults follow the bytes retained
-        # per event). Shared by every key, so the table is small and in cache,
-        # where the key's own last worker id was one more cold read per event.
-        workers = self._workers
-        shared = workers.get(worker)
-        if shared is not None:
-            worker = shared
-        else:
-            if len(workers) >= MAX_SHARED_WORKERS:
-                workers.clear()
-            workers[worker] = worker
+        worker = self._shared(worker)
         ek: str | None = fields[_F_EFFECT_KEY]
         sink: str | None = fields[_F_SINK]
         if sink is not None:
-            # Sinks are few and named on every effect event: shared the same way.
-            shared = workers.get(sink)
-            if shared is not None:
-                sink = shared
-            else:
-                if len(workers) >= MAX_SHARED_WORKERS:
-                    workers.clear()
-                workers[sink] = sink
+            sink = self._shared(sink)
         at_tail = False
         if seq is not None:
             if seq > st.max_major:
@@ -916,6 +911,17 @@ class Detector:
         if len(events) > self._max_events:
             self._evict(st)
         return out
+
+    def _shared(self, name: str) -> str:
+        """The one string kept for the worker id or sink name ``name``.
+
+        One string per name, not one per event: a retained event is ~110
+        bytes and its own copy of the worker id added ~50 more (measured:
+        the file audit's page faults follow the bytes retained per event).
+        Shared by every key, so the table is small and in cache, where the
+        key's own last worker id was one more cold read per event."""
+        kept: str = _kept_one(self._workers, name, MAX_SHARED_WORKERS)
+        return kept
 
     # -- redelivery --------------------------------------------------------
     @staticmethod

@@ -31,7 +31,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from streams.core.detector import _COM, _G_ATTEMPT, _G_COMMIT, _REJ, KeyState, _Ev, _kept_one
+from streams.core.detector import (
+    _COM,
+    _G_ATTEMPT,
+    _G_COMMIT,
+    _REJ,
+    KeyState,
+    _as_list,
+    _Ev,
+    _kept_one,
+)
 
 __all__ = ["MAX_SHARES", "UNNAMED", "Destination", "Tally", "Verdict", "destinations", "key_counts"]
 
@@ -122,7 +131,7 @@ def key_counts(st: KeyState) -> dict[str, list[int]]:
                     disp = st.displaced_at()
                 t = disp.get(epoch)
             refused: set[str] = set()
-            for ev in [g] if isinstance(g, _Ev) else g:
+            for ev in _as_list(g):
                 sink = UNNAMED if ev.sink is None else ev.sink
                 if sink not in counts:
                     counts[sink] = [0, 0, 0]
@@ -169,16 +178,19 @@ class Tally:
         return kept
 
     def add(self, counts: dict[str, list[int]]) -> None:
-        sums = self._sums
         for sink, c in counts.items():
-            t = sums.get(sink)
-            if t is None:
-                sums[sink] = [c[0], c[1], c[2], 1]
-            else:
-                t[0] += c[0]
-                t[1] += c[1]
-                t[2] += c[2]
-                t[3] += 1
+            self._add_sink(sink, c[0], c[1], c[2])
+
+    def _add_sink(self, sink: str, rejected: int, committed: int, current: int) -> None:
+        """One more key naming ``sink``, with these counts."""
+        t = self._sums.get(sink)
+        if t is None:
+            self._sums[sink] = [rejected, committed, current, 1]
+        else:
+            t[0] += rejected
+            t[1] += committed
+            t[2] += current
+            t[3] += 1
 
     def recount(self, st: KeyState) -> None:
         """Replace ``st``'s share with its counts now, kept in ``st.dests``
@@ -246,14 +258,7 @@ class Tally:
                     return
         added = (sink, int(col == 1), int(col == 2), int(col == 3))
         st.dests = self._shared(added if old is None else old + added)
-        t = self._sums.get(sink)
-        if t is None:
-            self._sums[sink] = [added[1], added[2], added[3], 1]
-        else:
-            t[0] += added[1]
-            t[1] += added[2]
-            t[2] += added[3]
-            t[3] += 1
+        self._add_sink(sink, added[1], added[2], added[3])
 
     def destinations(self) -> list[Destination]:
         out = [Destination(sink, t[0], t[1], t[2]) for sink, t in self._sums.items()]

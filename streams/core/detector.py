@@ -359,11 +359,9 @@ def _append(
     return len(g)
 
 
-def _as_list(g: _Ev | list[_Ev] | None) -> list[_Ev] | None:
+def _as_list(g: _Ev | list[_Ev]) -> list[_Ev]:
     """A group's events as a list (a group of one holds the event itself)."""
-    if g is None or isinstance(g, list):
-        return g
-    return [g]
+    return g if isinstance(g, list) else [g]
 
 
 def _effect_at_tail(st: KeyState, ev: _Ev, n_group: int) -> None:
@@ -577,19 +575,19 @@ class KeyState:
 
     def _add(self, gk: tuple[str, int | None, str | None], ev: _Ev, tail: bool) -> None:
         g = self.groups.get(gk)
-        if g is None:
-            self.groups[gk] = ev
+        # Appended unless the group's last event lies after it (an equal key
+        # goes after, as insort places it).
+        if tail or g is None or not _gt(g if isinstance(g, _Ev) else g[-1], ev):
+            _append(self.groups, gk, ev)
         elif isinstance(g, _Ev):
-            # As insort would place it: after an equal key.
-            self.groups[gk] = [ev, g] if not tail and _gt(g, ev) else [g, ev]
-        elif tail or _gt(ev, g[-1]):
-            g.append(ev)
+            self.groups[gk] = [ev, g]
         else:
             insort(g, ev, key=_key)
 
     def group(self, gk: tuple[str, int | None, str | None]) -> list[_Ev] | None:
         """The events of group ``gk`` in order, or None when it has none."""
-        return _as_list(self.groups.get(gk))
+        g = self.groups.get(gk)
+        return None if g is None else _as_list(g)
 
     def _reindex(self) -> None:
         self.acq = {}

@@ -174,12 +174,13 @@ class Replay:
             for item in self._decode_lines(lines, limit, stop_on_invalid):
                 offset += 1
                 line_no += 1
+                if item is None:  # a blank line: counted, not a record
+                    continue
+                self.records += 1
                 if isinstance(item, tuple):  # an event's fields
                     # :meth:`feed`, inlined: this runs once per line of every audit.
-                    self.records += 1
                     self._feed_fields(item, offset)
-                elif item is not None:  # None: a blank line, counted, not a record
-                    self.records += 1
+                else:
                     invalid: InvalidEvent = item
                     self.reject(source, offset, invalid.field, invalid.reason, line=line_no)
                     if stop_on_invalid:

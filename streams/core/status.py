@@ -36,8 +36,8 @@ from streams.core.detector import (
     _REL,
     Detector,
     KeyState,
+    _as_list,
     _build,
-    _Ev,
     _finding,
 )
 from streams.core.document import StatusDocument
@@ -432,7 +432,7 @@ def stale_effects(workflow_key: str, state: KeyState) -> set[tuple[str, str, int
         t = disp.get(epoch) if epoch is not None else None
         if t is None or epoch is None:
             continue
-        for ev in [g] if isinstance(g, _Ev) else g:
+        for ev in _as_list(g):
             if not ev.k > t:
                 continue
             sink = UNNAMED_SINK if ev.sink is None else ev.sink

@@ -65,6 +65,11 @@ def register(subparsers: Any) -> None:
     )
     a("--session-timeout", type=float, help="consumer session timeout, s (default 10)")
     a("--heartbeat-interval", type=float, help="consumer heartbeat, s (default 3)")
+    a(
+        "--transaction-timeout",
+        type=float,
+        help="s the broker keeps a frozen worker's transaction open (rdkafka engine; default 10)",
+    )
     a("--max-events-per-key", type=int, help="detector evidence kept per workflow key")
     a("--log-level", help="debug, info (default), warning, error; debug shows client logs")
     a("--metrics-port", type=int, help="port of /metrics and /health; 0 disables (default)")
@@ -99,6 +104,7 @@ _SETTING_ARGS = (
     "data_dir",
     "session_timeout",
     "heartbeat_interval",
+    "transaction_timeout",
     "max_events_per_key",
     "log_level",
     "metrics_port",

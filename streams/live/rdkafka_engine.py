@@ -22,7 +22,11 @@ the session timeout) cannot commit: its transaction fails and is aborted.
 A producer fenced outright (its transaction timed out while it was paused)
 is replaced. Either way the worker drops every partition's in-memory state,
 goes back to the committed offsets (or rejoins the group, which assigns and
-restores), and carries on: one log line, no traceback.
+restores), and carries on: one log line, no traceback. The other way round,
+the worker that takes a departed worker's partitions fences that worker's
+transactional id, named by the committed offsets' metadata, so its open
+transaction is aborted at the takeover rather than at the broker's
+transaction timeout (:mod:`streams.live.takeover`).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from streams.live.partitions import PartitionChange, PartitionGuard, PartitionsC
 from streams.live.processor import Outgoing, StatusRecord, processor_for
 from streams.live.settings import LiveSettings
 from streams.live.table import MemoryTable, StateTable, open_table
+from streams.live.takeover import DepartedOwners, owner_metadata
 
 if TYPE_CHECKING:
     from streams.kafka.admin import TopicAdmin
@@ -59,7 +64,6 @@ __all__ = [
     "ENCODE_AT_ONCE_BELOW",
     "FINAL_SLICE_S",
     "MAX_BATCH",
-    "TRANSACTION_TIMEOUT_MS",
     "FailureAction",
     "RdkafkaEngine",
     "failure_action",
@@ -121,10 +125,6 @@ FINAL_SLICE_S = 0.005
 #: its own: a metadata round trip to the broker (seconds when it is away) that
 #: the loop's thread made every 2 s, holding up the records consumed meanwhile.
 COUNT_CHECK_S = 2.0
-#: The broker aborts a transaction left open this long (a killed or paused
-#: worker's): the read_committed outputs of its partitions wait at most this
-#: long for it. Kafka Streams uses the same 10 s under exactly-once v2.
-TRANSACTION_TIMEOUT_MS = 10_000
 #: Bound of one transactional call while running.
 _CALL_TIMEOUT_S = 10.0
 #: Past its own bound, a transactional call is given this long before it is
@@ -382,6 +382,7 @@ class RdkafkaEngine:
         #: group generation to Python; this numbers ours).
         self.generation = 0
         self.txn_id = transactional_id(settings)
+        self._txn_timeout_ms = int(settings.transaction_timeout * 1000)
         #: The member id of the current assignment (librdkafka forgets it
         #: once the member is fenced, when it is worth logging).
         self.member = "-"
@@ -456,6 +457,9 @@ class RdkafkaEngine:
         conf.update(
             {
                 "group.id": settings.app_id,
+                # The group's members by transactional id: the next owner of
+                # a departed worker's partitions fences it (streams/live/takeover.py).
+                "client.id": self.txn_id,
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
                 "enable.auto.offset.store": False,
@@ -470,6 +474,15 @@ class RdkafkaEngine:
             }
         )
         self.consumer = Consumer(conf)
+        self._takeover = DepartedOwners(
+            self._client,
+            group=settings.app_id,
+            topic=self.events_topic,
+            own=self.txn_id,
+            transaction_timeout_ms=self._txn_timeout_ms,
+        )
+        #: Each commit's offsets name this worker (takeover.owner_metadata).
+        self._owner = owner_metadata(self.txn_id)
         self.producer: Any = self._new_producer()
         #: Producers given up while a call of theirs still runs in another
         #: thread (_Pending): kept referenced, never destroyed under it.
@@ -492,7 +505,7 @@ class RdkafkaEngine:
         )
         if self.eos:
             conf["transactional.id"] = self.txn_id
-            conf["transaction.timeout.ms"] = TRANSACTION_TIMEOUT_MS
+            conf["transaction.timeout.ms"] = self._txn_timeout_ms
         producer = Producer(conf)
         if self.eos:
             producer.init_transactions(60)
@@ -839,7 +852,11 @@ class RdkafkaEngine:
         from confluent_kafka import KafkaException, TopicPartition
 
         self._last_start = time.monotonic()
-        offsets = [TopicPartition(self.events_topic, p, o) for p, o in self._txn_offsets.items()]
+        owner = self._owner
+        offsets = [
+            TopicPartition(self.events_topic, p, o, metadata=owner)
+            for p, o in self._txn_offsets.items()
+        ]
         deferred = list(self._deferred.values())
         try:
             if not self._begun:
@@ -1075,7 +1092,8 @@ class RdkafkaEngine:
                 Consumer({**base, "isolation.level": "read_uncommitted"}),
             )
         stable, raw = self._probes
-        deadline = time.monotonic() + TRANSACTION_TIMEOUT_MS / 1000 + 20
+        bound = self._txn_timeout_ms / 1000 + 20
+        deadline = time.monotonic() + bound
         tps = [TopicPartition(self.changelog, p) for p in partitions]
         told = False
         while True:
@@ -1126,7 +1144,7 @@ class RdkafkaEngine:
                 # single replica whose broker was down; docs/live.md).
                 raise BrokerError(
                     f"changelog partitions {sorted(open_)} still have an open transaction "
-                    f"after {TRANSACTION_TIMEOUT_MS / 1000 + 20:.0f} s (if it never ends, "
+                    f"after {bound:.0f} s (if it never ends, "
                     "its markers were lost: kafka-transactions.sh find-hanging)",
                     code="TIMEOUT",
                     retriable=True,
@@ -1188,6 +1206,10 @@ class RdkafkaEngine:
         self._drop_state()
         self.recovering = True
         try:
+            if self.eos:
+                # Before the committed offsets are read: a departed owner's
+                # commit in flight then either completes or is aborted.
+                self._takeover.fence(parts)
             committed = self._committed(parts)
             self._restore(parts)
         except Exception as exc:  # retried by the loop's rewind

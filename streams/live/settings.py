@@ -90,6 +90,13 @@ class LiveSettings:
     data_dir: str = DEFAULT_DATA_DIR
     session_timeout: float = 10.0
     heartbeat_interval: float = 3.0
+    #: Seconds the broker keeps a worker's transaction open before aborting
+    #: it (``transaction.timeout.ms``; rdkafka engine). read_committed readers
+    #: see nothing past an open transaction on its partitions, so this bounds
+    #: how long a frozen worker's outputs hold them back when no other worker
+    #: takes its partitions; one that does fences it at once
+    #: (streams/live/takeover.py). Kafka Streams uses 10 s under exactly-once v2.
+    transaction_timeout: float = 10.0
     max_events_per_key: int = 1024
     max_event_bytes: int = 64 * 1024
     #: Decoded key states kept between events (an LRU; the table holds the truth).
@@ -141,6 +148,15 @@ class LiveSettings:
             raise ConfigError("commit interval must be within 0.01..60 seconds")
         if self.store_kind not in _STORES or "://" not in self.store:
             raise ConfigError("store must be memory:// or rocksdb://")
+        if not 1 <= self.transaction_timeout <= 900:
+            # 900 s: the broker's default transaction.max.timeout.ms.
+            raise ConfigError("transaction timeout must be within 1..900 seconds")
+        if self.engine == "rdkafka" and self.transaction_timeout <= self.commit_interval:
+            # The broker would abort every transaction before its commit.
+            raise ConfigError(
+                "transaction timeout must be longer than the commit interval "
+                "(the broker aborts a transaction open longer)"
+            )
         if not 1 <= self.heartbeat_interval < self.session_timeout:
             raise ConfigError("heartbeat interval must be >= 1 s and below the session timeout")
         if self.max_events_per_key < 8:  # the detector's minimum (streams.core.detector)
@@ -189,6 +205,7 @@ _ENV: tuple[tuple[str, str, Any], ...] = (
     ("data_dir", "DATA_DIR", str),
     ("session_timeout", "SESSION_TIMEOUT", float),
     ("heartbeat_interval", "HEARTBEAT_INTERVAL", float),
+    ("transaction_timeout", "TRANSACTION_TIMEOUT", float),
     ("max_events_per_key", "MAX_EVENTS_PER_KEY", int),
     ("max_event_bytes", "MAX_EVENT_BYTES", int),
     ("log_level", "LOG_LEVEL", str),

@@ -38,10 +38,54 @@ def _wait(predicate: Callable[[], bool], timeout: float, what: str, h: LiveHarne
     raise AssertionError(f"{what} not within {timeout} s\n{logs}")
 
 
-def _paused_worker_rejoins(h: LiveHarness) -> None:
+def _stable_offsets(h: LiveHarness) -> dict[tuple[str, int], tuple[int, int]]:
+    """(last stable offset, high watermark) of each output partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    base = {"bootstrap.servers": h.bootstrap, "group.id": "probe"}
+    stable = Consumer({**base, "isolation.level": "read_committed"})
+    raw = Consumer({**base, "isolation.level": "read_uncommitted"})
+    try:
+        return {
+            (t, p): (
+                stable.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1],
+                raw.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1],
+            )
+            for t in (h.findings, h.status)
+            for p in range(h.partitions)
+        }
+    finally:
+        stable.close()
+        raw.close()
+
+
+def _freeze_with_open_transaction(h: LiveHarness, pid: int) -> None:
+    """SIGSTOP ``pid`` at a moment its transaction is open on an output
+    partition: one whose last stable offset stays put below its high
+    watermark across 0.5 s (the live worker's transactions move theirs every
+    commit interval). A brief freeze that missed is thawed and tried again,
+    well within the session timeout."""
+    for _ in range(10):
+        os.kill(pid, signal.SIGSTOP)
+        first = _stable_offsets(h)
+        time.sleep(0.5)
+        second = _stable_offsets(h)
+        held = [tp for tp, (lso, hw) in second.items() if lso < hw and first[tp][0] == lso]
+        if held:
+            return
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.3)
+    raise AssertionError("the frozen worker never had a transaction open on the outputs")
+
+
+def _paused_worker_rejoins(h: LiveHarness, *, fenced_while_frozen: bool = False) -> None:
     """Worker a frozen under load until b holds every partition and has
-    processed past it, then thawed; the assertions of both engines' tests."""
-    a = h.start("a")
+    processed past it, then thawed; the assertions of both engines' tests.
+    ``fenced_while_frozen``: a's transactions time out only after 120 s, and
+    while a is still frozen every event fed must be committed by b with no
+    transaction left open on the outputs (b fenced a's transactional id)."""
+    extra = {"FENCEWATCH_TRANSACTION_TIMEOUT": "120"} if fenced_while_frozen else {}
+    a = h.start("a", extra=extra)
     b = h.start("b")
     a.wait_ready()
     b.wait_ready()
@@ -50,7 +94,10 @@ def _paused_worker_rejoins(h: LiveHarness) -> None:
     feeder = threading.Thread(target=feed, args=(h, events[:half], 20.0))
     feeder.start()
     a.wait_processed(200, timeout=60)
-    os.kill(a.proc.pid, signal.SIGSTOP)
+    if fenced_while_frozen:
+        _freeze_with_open_transaction(h, a.proc.pid)
+    else:
+        os.kill(a.proc.pid, signal.SIGSTOP)
     try:
         paused_at = b.health() or {}
         _wait(
@@ -66,6 +113,12 @@ def _paused_worker_rejoins(h: LiveHarness) -> None:
             "b processing a's partitions",
             h,
         )
+        if fenced_while_frozen:
+            feeder.join()
+            # Outputs stable: a's open transaction was aborted, long before
+            # its 120 s timeout (without the fence this waits for it).
+            h.wait_all_committed(timeout=60)
+            assert "fenced transactional id" in b.tail(400_000), b.tail()
     finally:
         os.kill(a.proc.pid, signal.SIGCONT)
     feeder.join()
@@ -111,10 +164,13 @@ def test_a_paused_rdkafka_worker_rejoins_with_exact_findings_and_no_duplicates(
 ) -> None:
     """Worker a is frozen (SIGSTOP) under load until b holds every partition
     (past the session timeout) and has committed in the new generation, then
-    thawed: a's stale transaction never becomes visible, both processes stay
-    up, both hold partitions and consume again, and every (finding id,
-    revision) is seen exactly once, equal to the audit."""
-    _paused_worker_rejoins(live(partitions=4, engine="rdkafka"))
+    thawed: b fenced a's transactional id when it took a's partitions, so
+    with a 120 s transaction timeout every event is committed and no
+    transaction is open on the outputs while a is still frozen; a's stale
+    transaction never becomes visible, both processes stay up, both hold
+    partitions and consume again, and every (finding id, revision) is seen
+    exactly once, equal to the audit."""
+    _paused_worker_rejoins(live(partitions=4, engine="rdkafka"), fenced_while_frozen=True)
 
 
 @pytest.mark.timeout(300)

@@ -337,6 +337,8 @@ def test_status_records_of_small_batches_produced_at_once_held_and_kept_end_with
             **h.env(),
             "FENCEWATCH_DATA_DIR": str(tmp_path / "data"),
             "FENCEWATCH_COMMIT_INTERVAL": "60",
+            # Outlasts the interval (settings refuse a shorter one).
+            "FENCEWATCH_TRANSACTION_TIMEOUT": "120",
         }
     )
     admin = TopicAdmin(settings.connection)

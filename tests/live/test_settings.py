@@ -49,6 +49,40 @@ def test_bad_values_are_refused(name: str, value: str) -> None:
         settings_from_env({"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1", name: value})
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0.5", "transaction timeout must be within 1..900 seconds"),
+        ("901", "transaction timeout must be within 1..900 seconds"),
+        ("ten", "FENCEWATCH_TRANSACTION_TIMEOUT"),
+    ],
+)
+def test_a_bad_transaction_timeout_is_refused_by_name(value: str, message: str) -> None:
+    """The transaction timeout is checked when the settings are made, the error naming it."""
+    env = {"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1", "FENCEWATCH_TRANSACTION_TIMEOUT": value}
+    with pytest.raises(ConfigError, match=message):
+        settings_from_env(env)
+
+
+def test_the_transaction_timeout_must_outlast_the_commit_interval() -> None:
+    """On the rdkafka engine a commit interval as long as the transaction
+    timeout is refused (the broker would abort every transaction); the faust
+    engine, whose producers keep their own timeout, takes it."""
+    env = {"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1"}
+    longer = {"transaction_timeout": 5.0, "commit_interval": 5.0}
+    with pytest.raises(ConfigError, match="longer than the commit interval"):
+        settings_from_env(env, {**longer, "engine": "rdkafka"})
+    assert settings_from_env(env, {**longer, "engine": "faust"}).commit_interval == 5.0
+
+
+def test_the_transaction_timeout_is_read_from_flag_and_environment() -> None:
+    """--transaction-timeout wins over FENCEWATCH_TRANSACTION_TIMEOUT; default 10 s."""
+    env = {"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1", "FENCEWATCH_TRANSACTION_TIMEOUT": "30"}
+    assert settings_from_env({"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1"}).transaction_timeout == 10.0
+    assert settings_from_env(env).transaction_timeout == 30.0
+    assert settings_from_env(env, {"transaction_timeout": 60.0}).transaction_timeout == 60.0
+
+
 def test_credentials_never_appear_in_repr() -> None:
     """The SASL password and SSL key password are redacted in repr/str."""
     env = {

@@ -475,7 +475,7 @@ class RdkafkaEngine:
         )
         self.consumer = Consumer(conf)
         self._takeover = DepartedOwners(
-            self._client,
+            settings.connection,
             group=settings.app_id,
             topic=self.events_topic,
             own=self.txn_id,

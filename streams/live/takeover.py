@@ -40,6 +40,11 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from streams.errors import BrokerError
+from streams.kafka.clients import TransactionalProducer
+from streams.kafka.connection import KafkaConnection
+from streams.kafka.errors import kafka_errors
+
 __all__ = [
     "OWNER_PREFIX",
     "DepartedOwners",
@@ -91,19 +96,18 @@ def departed(
 
 class DepartedOwners:
     """Fences the departed previous owners of the partitions a worker is
-    assigned (see the module's docstring). ``client`` is the librdkafka
-    configuration of the connection (servers, security)."""
+    assigned (see the module's docstring), over ``connection``."""
 
     def __init__(
         self,
-        client: Mapping[str, Any],
+        connection: KafkaConnection,
         *,
         group: str,
         topic: str,
         own: str,
         transaction_timeout_ms: int,
     ) -> None:
-        self._client = dict(client)
+        self.connection = connection
         self.group, self.topic, self.own = group, topic, own
         self._timeout_ms = transaction_timeout_ms
         self._admin: Any = None
@@ -114,7 +118,7 @@ class DepartedOwners:
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
-            self._admin = AdminClient(self._client)
+            self._admin = AdminClient(self.connection.librdkafka())
         return self._admin
 
     def owners(self, partitions: list[int]) -> dict[int, str | None]:
@@ -124,18 +128,20 @@ class DepartedOwners:
         request = ConsumerGroupTopicPartitions(
             self.group, [TopicPartition(self.topic, p) for p in partitions]
         )
-        futures = self._admin_client().list_consumer_group_offsets(
-            [request], require_stable=False, request_timeout=CALL_TIMEOUT_S
-        )
-        answer = futures[self.group].result()
+        with kafka_errors(f"committed offsets of group {self.group}"):
+            futures = self._admin_client().list_consumer_group_offsets(
+                [request], require_stable=False, request_timeout=CALL_TIMEOUT_S
+            )
+            answer = futures[self.group].result()
         return {tp.partition: owner_of(tp.metadata) for tp in answer.topic_partitions}
 
     def members(self) -> set[str]:
         """The client ids of the group's members now."""
-        futures = self._admin_client().describe_consumer_groups(
-            [self.group], request_timeout=CALL_TIMEOUT_S
-        )
-        return {m.client_id for m in futures[self.group].result().members}
+        with kafka_errors(f"members of group {self.group}"):
+            futures = self._admin_client().describe_consumer_groups(
+                [self.group], request_timeout=CALL_TIMEOUT_S
+            )
+            return {m.client_id for m in futures[self.group].result().members}
 
     def fence(self, partitions: list[int]) -> list[str]:
         """Fence the departed previous owners of ``partitions``; the ids
@@ -145,10 +151,10 @@ class DepartedOwners:
             return []
         try:
             owners = self.owners(partitions)
-            if not any(o is not None and o != self.own for o in owners.values()):
-                return []
+            if not departed(owners, (), self.own):
+                return []  # only this worker, or no one, committed them
             members = self.members()
-        except Exception as exc:  # any client failure: best effort
+        except BrokerError as exc:  # best effort
             log.warning(
                 "could not look up the previous owners of partitions %s (%s); a departed "
                 "owner's open transaction is left to the broker's transaction timeout",
@@ -169,18 +175,14 @@ class DepartedOwners:
         return done
 
     def _init(self, owner: str, partitions: list[int]) -> bool:
-        from confluent_kafka import Producer
-
         try:
-            producer = Producer(
-                {
-                    **self._client,
-                    "transactional.id": owner,
-                    "transaction.timeout.ms": self._timeout_ms,
-                }
-            )
-            producer.init_transactions(CALL_TIMEOUT_S)
-        except Exception as exc:  # any client failure: best effort
+            TransactionalProducer(
+                self.connection,
+                owner,
+                settings={"transaction.timeout.ms": self._timeout_ms},
+                op_timeout_s=CALL_TIMEOUT_S,
+            ).init()
+        except BrokerError as exc:  # best effort
             log.warning(
                 "could not fence transactional id %s, the previous owner of partitions %s "
                 "(%s); its open transaction, if any, ends at the broker's transaction timeout",

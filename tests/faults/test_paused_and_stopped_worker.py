@@ -38,27 +38,6 @@ def _wait(predicate: Callable[[], bool], timeout: float, what: str, h: LiveHarne
     raise AssertionError(f"{what} not within {timeout} s\n{logs}")
 
 
-def _stable_offsets(h: LiveHarness) -> dict[tuple[str, int], tuple[int, int]]:
-    """(last stable offset, high watermark) of each output partition."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    base = {"bootstrap.servers": h.bootstrap, "group.id": "probe"}
-    stable = Consumer({**base, "isolation.level": "read_committed"})
-    raw = Consumer({**base, "isolation.level": "read_uncommitted"})
-    try:
-        return {
-            (t, p): (
-                stable.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1],
-                raw.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1],
-            )
-            for t in (h.findings, h.status)
-            for p in range(h.partitions)
-        }
-    finally:
-        stable.close()
-        raw.close()
-
-
 def _freeze_with_open_transaction(h: LiveHarness, pid: int) -> None:
     """SIGSTOP ``pid`` at a moment its transaction is open on an output
     partition: one whose last stable offset stays put below its high
@@ -67,9 +46,9 @@ def _freeze_with_open_transaction(h: LiveHarness, pid: int) -> None:
     well within the session timeout."""
     for _ in range(10):
         os.kill(pid, signal.SIGSTOP)
-        first = _stable_offsets(h)
+        first = h.output_marks()
         time.sleep(0.5)
-        second = _stable_offsets(h)
+        second = h.output_marks()
         held = [tp for tp, (lso, hw) in second.items() if lso < hw and first[tp][0] == lso]
         if held:
             return

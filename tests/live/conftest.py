@@ -219,12 +219,9 @@ class LiveHarness:
         logs = "\n".join(w.tail() for w in self.workers)
         raise AssertionError(f"committed {last} never reached {end}\n{logs}")
 
-    def wait_outputs_stable(self, deadline: float) -> None:
-        """Until no transaction is open on the output topics (last stable
-        offset = high watermark): a worker killed mid-transaction leaves one
-        open until the broker times it out, and read_committed readers see
-        nothing past it meanwhile (the rdkafka engine's transactional id
-        belongs to the dead worker's slot; docs/live.md)."""
+    def output_marks(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """(last stable offset, high watermark) of each output partition
+        (findings, status, dead letters): below it, a transaction is open."""
         from confluent_kafka import Consumer, TopicPartition
 
         base = {"bootstrap.servers": self.bootstrap, "group.id": "probe"}
@@ -235,28 +232,33 @@ class LiveHarness:
         counts = TopicAdmin(KafkaConnection(self.bootstrap)).partitions(
             [self.findings, self.status, self.dlq]
         )
-        tps = [
-            TopicPartition(t, p)
-            for t in (self.findings, self.status, self.dlq)
-            for p in range(counts.get(t, self.partitions))
-        ]
         try:
-            while True:
-                behind = [
-                    (tp.topic, tp.partition)
-                    for tp in tps
-                    if stable.get_watermark_offsets(tp, timeout=10, cached=False)[1]
-                    < raw.get_watermark_offsets(tp, timeout=10, cached=False)[1]
-                ]
-                if not behind:
-                    return
-                if time.monotonic() > deadline:
-                    logs = "\n".join(w.tail() for w in self.workers)
-                    raise AssertionError(f"transactions still open on {behind}\n{logs}")
-                time.sleep(0.2)
+            return {
+                (t, p): (
+                    stable.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1],
+                    raw.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1],
+                )
+                for t in (self.findings, self.status, self.dlq)
+                for p in range(counts.get(t, self.partitions))
+            }
         finally:
             stable.close()
             raw.close()
+
+    def wait_outputs_stable(self, deadline: float) -> None:
+        """Until no transaction is open on the output topics (last stable
+        offset = high watermark): a worker killed mid-transaction leaves one
+        open until the broker times it out, and read_committed readers see
+        nothing past it meanwhile (the rdkafka engine's transactional id
+        belongs to the dead worker's slot; docs/live.md)."""
+        while True:
+            behind = [tp for tp, (lso, hw) in self.output_marks().items() if lso < hw]
+            if not behind:
+                return
+            if time.monotonic() > deadline:
+                logs = "\n".join(w.tail() for w in self.workers)
+                raise AssertionError(f"transactions still open on {behind}\n{logs}")
+            time.sleep(0.2)
 
     def read(self, topic: str) -> list[Any]:
         """Every committed record of ``topic`` (read_committed, to the end)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from streams.kafka.connection import KafkaConnection
 from streams.live.takeover import (
     OWNER_PREFIX,
     DepartedOwners,
@@ -141,7 +142,7 @@ def test_a_departed_owner_is_fenced_and_its_open_transaction_aborted(
     me = f"{group}-rdkafka-me"
     with _member(kafka_bootstrap, group, topic, me):
         fence = DepartedOwners(
-            {"bootstrap.servers": kafka_bootstrap},
+            KafkaConnection(kafka_bootstrap),
             group=group,
             topic=topic,
             own=me,
@@ -170,7 +171,7 @@ def test_a_previous_owner_still_in_the_group_is_not_fenced(
             kafka_bootstrap, alive, out, _committer(member, topic, [0], alive)
         )
         fence = DepartedOwners(
-            {"bootstrap.servers": kafka_bootstrap},
+            KafkaConnection(kafka_bootstrap),
             group=group,
             topic=topic,
             own=f"{group}-rdkafka-me",
@@ -188,7 +189,7 @@ def test_a_fence_that_cannot_reach_the_broker_says_so_and_returns(
     """With no broker, the fence logs one warning and fences no one (the
     broker's timeout is left to abort, as before); it never raises."""
     fence = DepartedOwners(
-        {"bootstrap.servers": "127.0.0.1:9", "socket.connection.setup.timeout.ms": 1000},
+        KafkaConnection("127.0.0.1:9", connect_timeout=1.0),
         group="g",
         topic="t",
         own="me",

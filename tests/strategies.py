@@ -22,6 +22,7 @@ __all__ = [
     "SINKS",
     "WORKERS",
     "arrival_orders",
+    "epoch_worker_columns",
     "multi_workflow_events",
     "partly_sequenced",
     "random_clocks",
@@ -258,6 +259,14 @@ def with_sinks(draw: st.DrawFn, events: list[Event]) -> list[Event]:
             chosen[ident] = draw(st.sampled_from(SINKS))
         out.append(_with(e, sink=chosen[ident]))
     return out
+
+
+def epoch_worker_columns() -> st.SearchStrategy[tuple[list[int], list[str]]]:
+    """A timeline's epoch and worker columns, equal lengths: few epochs and
+    workers so that epochs repeat, come back after others, and have more
+    than four workers (the HTML lanes name four)."""
+    pairs = st.lists(st.tuples(st.integers(0, 3), st.sampled_from("abcdefg")), max_size=80)
+    return pairs.map(lambda ps: ([e for e, _ in ps], [w for _, w in ps]))
 
 
 def takeover_workflow(

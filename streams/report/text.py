@@ -73,6 +73,11 @@ def describe(f: Finding) -> str:
     return f"{who} acquired after a higher epoch; {_owner(f)}"
 
 
+#: Each confidence's value as a plain str (``.value`` is a Python-level
+#: property call; the HTML report asks for thousands of these).
+_CONFIDENCE: dict[str, str] = {c: c.value for c in Confidence}
+
+
 def confidence_reason(f: Finding) -> str:
     """The finding's confidence and the SPEC §4 reason for it, in a phrase."""
     if f.confidence is Confidence.LOW:
@@ -93,7 +98,7 @@ def confidence_reason(f: Finding) -> str:
             if f.sink_outcome == "rejected"
             else ""
         )
-    return f"{f.confidence.value} ({why})"
+    return f"{_CONFIDENCE[f.confidence]} ({why})"
 
 
 def _where(e: Evidence) -> str:

@@ -4,6 +4,7 @@ collapsed runs, caps, the partial banner, escaping."""
 from __future__ import annotations
 
 import re
+from html import escape
 from pathlib import Path
 
 import orjson
@@ -11,12 +12,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.detector import DEFAULT_MAX_EVENTS_PER_KEY, Detector, DetectorConfig
+from streams.core.detector import (
+    DEFAULT_MAX_EVENTS_PER_KEY,
+    Detector,
+    DetectorConfig,
+    epoch_starts,
+)
 from streams.core.replay import Replay
 from streams.report import render_html
 from streams.report.html import MAX_MARKS
 from tests.core.conftest import replay_events
-from tests.strategies import multi_workflow_events, takeover_workflow, with_sinks
+from tests.strategies import (
+    epoch_worker_columns,
+    multi_workflow_events,
+    takeover_workflow,
+    with_sinks,
+)
+
+#: One lease_acquired: a workflow with no finding (give it a workflow_key).
+CLEAN_EVENT = {"type": "lease_acquired", "epoch": 1, "worker_id": "w", "seq": 1}
 
 
 def _replay(docs: list[dict], max_events_per_key: int = DEFAULT_MAX_EVENTS_PER_KEY) -> Replay:
@@ -277,3 +291,48 @@ def test_any_workflow_draws_the_same_timeline_lazily(data: st.DataObject) -> Non
         findings = [f for f in replay.latest_findings() if f.workflow_key == key]
         lazy = render_timeline(LazyTimeline(state), findings, health)
         assert lazy == render_timeline(state.timeline(), findings, health)
+
+
+@given(epoch_worker_columns())
+def test_epoch_starts_gives_each_epochs_first_index_and_first_four_workers(
+    columns: tuple[list[int], list[str]],
+) -> None:
+    """epoch_starts gives each epoch's first index and its first four distinct workers."""
+    epochs, workers = columns
+    firsts, names = epoch_starts(epochs, workers, 4)
+    assert firsts == {ep: epochs.index(ep) for ep in epochs}
+    expected: dict[int, list[str]] = {}
+    for ep, w in zip(epochs, workers, strict=True):
+        seen = expected.setdefault(ep, [])
+        if w not in seen and len(seen) < 4:
+            seen.append(w)
+    assert names == expected
+
+
+def _clean_list(page: str) -> tuple[list[str], str]:
+    """The clean workflows' list items and what follows the list."""
+    body = page.split("<ul class='cleanlist'>", 1)[1]
+    items, after = body.split("</ul>", 1)
+    return re.findall(r"<li>(.*?)</li>", items), after.split("</details>", 1)[0]
+
+
+@pytest.mark.parametrize("odd", ["a<b>", "a\x00<b>"], ids=["plain", "nul"])
+def test_clean_workflows_are_listed_escaped_in_key_order(odd: str) -> None:
+    """Clean keys are listed sorted and escaped, also beside a key holding a NUL."""
+    keys = ["b<&>'\"", odd, "c"]
+    page = render_html(_replay([{**CLEAN_EVENT, "workflow_key": k} for k in keys]))
+    listed, after = _clean_list(page)
+    assert listed == [escape(k) for k in sorted(keys)]
+    assert "more (not listed)" not in after
+
+
+def test_the_clean_list_stops_at_its_byte_budget_and_counts_the_rest() -> None:
+    """Long clean keys fill _CLEAN_BYTES: the items that fit are listed, the rest counted."""
+    from streams.report.html import _CLEAN_BYTES
+
+    keys = [f"{i:04d}-" + "k" * 200 for i in range(2_000)]
+    page = render_html(_replay([{**CLEAN_EVENT, "workflow_key": k} for k in keys]))
+    listed, after = _clean_list(page)
+    fit = _CLEAN_BYTES // len(f"<li>{keys[0]}</li>")
+    assert listed == keys[:fit]
+    assert f"… and {len(keys) - fit:,} more (not listed)." in after

@@ -1021,7 +1021,7 @@ class Detector:
         st._reindex()
 
 
-# -- building findings (pure functions of the retained evidence) -------------
+# -- report helpers over a timeline's columns ----------------------------------
 def epoch_starts(
     epochs: list[int], workers: list[str], per_epoch: int
 ) -> tuple[dict[int, int], dict[int, list[str]]]:
@@ -1044,6 +1044,7 @@ def epoch_starts(
     return firsts, names
 
 
+# -- building findings (pure functions of the retained evidence) -------------
 def _first_after(lst: list[_Ev] | None, t: tuple[Any, ...] | None) -> _Ev | None:
     if not lst or t is None:
         return None

@@ -40,7 +40,7 @@ from streams.core.destinations import Verdict
 from streams.core.detector import epoch_starts
 from streams.core.findings import Evidence, Finding
 from streams.core.health import CLEARED, Health
-from streams.core.records import Confidence, EventType, Kind, Severity
+from streams.core.records import EventType, Severity
 from streams.core.replay import Replay
 from streams.core.whatif import ADDED, REMOVED, WhatIf
 
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 from streams.report.coverage import INTERRUPTED, Coverage
 from streams.report.html_assets import CSS as _CSS
 from streams.report.html_assets import JS as _JS
-from streams.report.text import change_text, confidence_reason, describe
+from streams.report.text import VALUE, change_text, confidence_reason, describe
 
 __all__ = [
     "DATA_BYTES",
@@ -107,9 +107,6 @@ _INVALID_BYTES = 300_000
 _ORDER = (Severity.CRITICAL, Severity.INCIDENT, Severity.WARNING, Severity.DIAGNOSTIC)
 _RANK = {s: i for i, s in enumerate(_ORDER)}  # 0 is the worst
 _CRITICAL, _INCIDENT, _WARNING, _DIAGNOSTIC = _ORDER  # the overview's count columns
-#: Each enum member's value as a plain str: ``.value`` is a Python-level
-#: property call, a dict look-up by a StrEnum member hashes as its str (C).
-_VALUE: dict[str, str] = {m: m.value for e in (Kind, Confidence, Severity) for m in e}
 _TYPES = frozenset(t.value for t in EventType)
 _LEGEND = (
     ("lease_acquired", "acquired"),
@@ -406,11 +403,11 @@ def _data(
                     i,
                     num,
                     _RANK[f.severity],
-                    index(_VALUE[f.kind], len(strings)),
+                    index(VALUE[f.kind], len(strings)),
                     _at(f),
                     what,
                     index(f.action, len(strings)),
-                    _VALUE[f.confidence],
+                    VALUE[f.confidence],
                     index(confidence_reason(f), len(strings)),
                     health[f.finding_id].status,
                     index(note, len(strings)) if note else -1,

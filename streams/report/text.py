@@ -13,7 +13,14 @@ from streams.core.replay import Replay
 from streams.core.whatif import ADDED, REMOVED, Change, WhatIf
 from streams.report.coverage import INTERRUPTED, Coverage
 
-__all__ = ["change_text", "confidence_reason", "describe", "partial_lines", "render_text"]
+__all__ = [
+    "VALUE",
+    "change_text",
+    "confidence_reason",
+    "describe",
+    "partial_lines",
+    "render_text",
+]
 
 _LABEL = {
     # The severity's own word, as the demo and `findings` print it.
@@ -73,9 +80,10 @@ def describe(f: Finding) -> str:
     return f"{who} acquired after a higher epoch; {_owner(f)}"
 
 
-#: Each confidence's value as a plain str (``.value`` is a Python-level
-#: property call; the HTML report asks for thousands of these).
-_CONFIDENCE: dict[str, str] = {c: c.value for c in Confidence}
+#: Each finding enum member's value as a plain str, for the reports' hot
+#: loops: ``.value`` is a Python-level property call, where a look-up by a
+#: StrEnum member hashes as its str (C). The HTML report reads thousands.
+VALUE: dict[str, str] = {m: m.value for e in (Kind, Confidence, Severity) for m in e}
 
 
 def confidence_reason(f: Finding) -> str:
@@ -98,7 +106,7 @@ def confidence_reason(f: Finding) -> str:
             if f.sink_outcome == "rejected"
             else ""
         )
-    return f"{_CONFIDENCE[f.confidence]} ({why})"
+    return f"{VALUE[f.confidence]} ({why})"
 
 
 def _where(e: Evidence) -> str:

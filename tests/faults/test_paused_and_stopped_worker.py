@@ -44,16 +44,17 @@ def _freeze_with_open_transaction(h: LiveHarness, pid: int) -> None:
     watermark across 0.5 s (the live worker's transactions move theirs every
     commit interval). A brief freeze that missed is thawed and tried again,
     well within the session timeout."""
-    for _ in range(10):
-        os.kill(pid, signal.SIGSTOP)
-        first = h.output_marks()
-        time.sleep(0.5)
-        second = h.output_marks()
-        held = [tp for tp, (lso, hw) in second.items() if lso < hw and first[tp][0] == lso]
-        if held:
-            return
-        os.kill(pid, signal.SIGCONT)
-        time.sleep(0.3)
+    with h.output_probe() as marks:
+        for _ in range(10):
+            os.kill(pid, signal.SIGSTOP)
+            first = marks()
+            time.sleep(0.5)
+            second = marks()
+            held = [tp for tp, (lso, hw) in second.items() if lso < hw and first[tp][0] == lso]
+            if held:
+                return
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.3)
     raise AssertionError("the frozen worker never had a transaction open on the outputs")
 
 

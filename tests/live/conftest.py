@@ -7,6 +7,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -219,9 +220,12 @@ class LiveHarness:
         logs = "\n".join(w.tail() for w in self.workers)
         raise AssertionError(f"committed {last} never reached {end}\n{logs}")
 
-    def output_marks(self) -> dict[tuple[str, int], tuple[int, int]]:
-        """(last stable offset, high watermark) of each output partition
-        (findings, status, dead letters): below it, a transaction is open."""
+    @contextmanager
+    def output_probe(self) -> Iterator[Callable[[], dict[tuple[str, int], tuple[int, int]]]]:
+        """A reader of (last stable offset, high watermark) of each output
+        partition (findings, status, dead letters): below it, a transaction
+        is open. Its two consumers and the partition counts are made once,
+        for every reading inside the block."""
         from confluent_kafka import Consumer, TopicPartition
 
         base = {"bootstrap.servers": self.bootstrap, "group.id": "probe"}
@@ -232,15 +236,23 @@ class LiveHarness:
         counts = TopicAdmin(KafkaConnection(self.bootstrap)).partitions(
             [self.findings, self.status, self.dlq]
         )
-        try:
+        tps = [
+            TopicPartition(t, p)
+            for t in (self.findings, self.status, self.dlq)
+            for p in range(counts.get(t, self.partitions))
+        ]
+
+        def marks() -> dict[tuple[str, int], tuple[int, int]]:
             return {
-                (t, p): (
-                    stable.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1],
-                    raw.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[1],
+                (tp.topic, tp.partition): (
+                    stable.get_watermark_offsets(tp, timeout=10, cached=False)[1],
+                    raw.get_watermark_offsets(tp, timeout=10, cached=False)[1],
                 )
-                for t in (self.findings, self.status, self.dlq)
-                for p in range(counts.get(t, self.partitions))
+                for tp in tps
             }
+
+        try:
+            yield marks
         finally:
             stable.close()
             raw.close()
@@ -251,14 +263,15 @@ class LiveHarness:
         open until the broker times it out, and read_committed readers see
         nothing past it meanwhile (the rdkafka engine's transactional id
         belongs to the dead worker's slot; docs/live.md)."""
-        while True:
-            behind = [tp for tp, (lso, hw) in self.output_marks().items() if lso < hw]
-            if not behind:
-                return
-            if time.monotonic() > deadline:
-                logs = "\n".join(w.tail() for w in self.workers)
-                raise AssertionError(f"transactions still open on {behind}\n{logs}")
-            time.sleep(0.2)
+        with self.output_probe() as marks:
+            while True:
+                behind = [tp for tp, (lso, hw) in marks().items() if lso < hw]
+                if not behind:
+                    return
+                if time.monotonic() > deadline:
+                    logs = "\n".join(w.tail() for w in self.workers)
+                    raise AssertionError(f"transactions still open on {behind}\n{logs}")
+                time.sleep(0.2)
 
     def read(self, topic: str) -> list[Any]:
         """Every committed record of ``topic`` (read_committed, to the end)."""

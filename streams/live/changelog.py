@@ -15,19 +15,41 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from streams.errors import BrokerError
 from streams.kafka.errors import from_kafka_error, kafka_errors
 from streams.live.heap import release_free_heap
 
-__all__ = ["CHANGELOG_SUFFIX", "LoadResult", "changelog_topic", "load_changelog"]
+__all__ = [
+    "CHANGELOG_SUFFIX",
+    "SOURCE_OFFSET_HEADER",
+    "LoadResult",
+    "changelog_topic",
+    "load_changelog",
+    "source_offset_header",
+]
 
 _BATCH = 10_000
 #: faust names a table's changelog ``<app-id>-<table>-changelog``; the table
 #: is ``owner-state`` (streams.live.app.TABLE_NAME). Both engines use it.
 CHANGELOG_SUFFIX = "-owner-state-changelog"
+#: A header the rdkafka engine puts on one changelog record per source
+#: partition and batch (or commit): the events partition's offset that the
+#: record's transaction commits at least (ASCII decimal; the changelog
+#: partition is the source partition). A restore that finds a transaction
+#: open on the changelog reads it to tell a departed worker's transaction,
+#: which can no longer commit, from a committed one whose markers are still
+#: on their way (RdkafkaEngine._restore). The faust engine and readers that
+#: do not know it ignore it.
+SOURCE_OFFSET_HEADER = "fencewatch-source-offset"
+
+
+def source_offset_header(offset: int) -> list[tuple[str, bytes]]:
+    """The headers of a changelog record whose transaction commits its source
+    partition at ``offset`` or beyond."""
+    return [(SOURCE_OFFSET_HEADER, str(offset).encode())]
 
 
 def changelog_topic(app_id: str) -> str:
@@ -41,6 +63,9 @@ class LoadResult:
 
     ends: dict[int, int]  # partition -> end offset (LSO) read up to, exclusive
     records: int  # committed records read and applied
+    #: partition -> the highest SOURCE_OFFSET_HEADER among the records read
+    #: (only when asked: ``sources=True``); absent where no record had one.
+    sources: dict[int, int] = field(default_factory=dict)
 
 
 def load_changelog(
@@ -50,11 +75,13 @@ def load_changelog(
     apply: Callable[[int, bytes, bytes | None], None],
     *,
     timeout: float = 120.0,
+    sources: bool = False,
 ) -> LoadResult:
     """Read ``topic``'s partitions ``starts`` (partition -> first offset, or
     ``None`` for the beginning) with read_committed up to each partition's end
     offset taken before reading, calling ``apply(partition, key, value)`` per
-    keyed record in offset order.
+    keyed record in offset order. ``sources``: also the highest
+    :data:`SOURCE_OFFSET_HEADER` per partition (:attr:`LoadResult.sources`).
 
     Raises :class:`~streams.errors.BrokerError` on a broker failure or when
     the end is not reached within ``timeout`` seconds."""
@@ -80,6 +107,7 @@ def load_changelog(
     conf.update(client_config)
     conf["isolation.level"] = "read_committed"  # never anything else: aborted data stays out
     records = 0
+    seen: dict[int, int] = {}
     consumer = Consumer(conf)
     try:
         with kafka_errors(f"changelog {topic}"):
@@ -87,10 +115,12 @@ def load_changelog(
             assign: list[Any] = []
             for p, start in starts.items():
                 # Under read_committed the high watermark returned is the LSO.
-                _lo, hi = consumer.get_watermark_offsets(CTP(topic, p), timeout=30, cached=False)
+                lo, hi = consumer.get_watermark_offsets(CTP(topic, p), timeout=30, cached=False)
                 ends[p] = hi
                 first = OFFSET_BEGINNING if start is None else start
-                if start is None or start < hi:
+                # Nothing to read (an empty partition, the usual first start)
+                # is not assigned: waiting for its end took ~1.1 s a restore.
+                if (lo if start is None else start) < hi:
                     assign.append(CTP(topic, p, first))
             pending = {tp.partition for tp in assign}
             if pending:
@@ -126,6 +156,8 @@ def load_changelog(
                     if key is not None:  # faust cannot key a table by None either
                         apply(p, key, m.value())
                         records += 1
+                    if sources:
+                        _note_source(seen, p, m.headers())
                     if offset >= ends[p] - 1:
                         pending.discard(p)
                 if not batch and pending:
@@ -134,9 +166,25 @@ def load_changelog(
                     for tp in consumer.position([CTP(topic, p) for p in pending]):
                         if tp.offset >= ends[tp.partition]:
                             pending.discard(tp.partition)
-            return LoadResult(ends, records)
+            return LoadResult(ends, records, seen)
     finally:
         consumer.close()
         # The prefetch buffers and each record's objects are freed now: their
         # pages go back to the OS instead of staying resident (streams.live.heap).
         release_free_heap()
+
+
+def _note_source(seen: dict[int, int], partition: int, headers: Any) -> None:
+    """``seen[partition]`` raised to the record's source offset header, if
+    it has one that reads as a number (anything else is ignored: a record
+    without one only makes the restore wait, as before the header)."""
+    if not headers:
+        return
+    for name, value in headers:
+        if name == SOURCE_OFFSET_HEADER and value:
+            try:
+                offset = int(value)
+            except ValueError:
+                continue
+            if offset > seen.get(partition, -1):
+                seen[partition] = offset

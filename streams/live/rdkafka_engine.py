@@ -46,7 +46,12 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from streams.errors import BrokerError
-from streams.live.changelog import changelog_topic, load_changelog
+from streams.live.changelog import (
+    LoadResult,
+    changelog_topic,
+    load_changelog,
+    source_offset_header,
+)
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionChange, PartitionGuard, PartitionsChanged
 from streams.live.processor import Outgoing, StatusRecord, processor_for
@@ -79,24 +84,27 @@ log = logging.getLogger(__name__)
 #: 5,000, a loaded machine, 2026-12-02). A quiet worker's batches are what
 #: one CONSUME_SLICE_S brings, whatever this bound.
 MAX_BATCH = 5_000
-#: A batch smaller than this has its status records encoded and produced
-#: into the open transaction as soon as it is processed (held, like its
-#: findings, while a commit is pending), while the loop waits out the commit
-#: interval anyway, rather than at the commit. At the commit they cost twice:
-#: encoding every changed key's status (~20 µs for a key with a finding: the
-#: findings are rebuilt from the state) held the commit's start by 7-87 ms at
-#: 2,000 events/s (~250 keys a transaction; 2026-12-03); and the status
-#: partitions' registration in the transaction and the records' own produce
-#: request then went to the broker ahead of the offsets, one after the other
-#: on the producer's connection: send_offsets_to_transaction took 6.0 / 7.0
-#: ms against 3.4 / 3.5 (paired runs, 2,000 events/s, p99 131 / 129 against
-#: 122 / 124 ms; 2026-12-04). A small batch means the worker keeps up, and a
-#: key changed in several of a transaction's batches gets one record per
-#: batch, the newest last (on a compacted topic, extra records of a key cost
-#: only bytes). A worker catching up takes batches of up to MAX_BATCH and
-#: writes each changed key's status once per transaction, at the commit. The
-#: changelog's records stay at the commit whatever the batch (see
-#: RdkafkaEngine._changes).
+#: A batch smaller than this has its status and changelog records encoded
+#: and produced into the open transaction as soon as it is processed (status
+#: held, like its findings, and changelog kept for the commit, while a
+#: commit is pending), while the loop waits out the commit interval anyway,
+#: rather than at the commit. At the commit they cost twice: encoding every
+#: changed key's status (~20 µs for a key with a finding: the findings are
+#: rebuilt from the state) held the commit's start by 7-87 ms at 2,000
+#: events/s (~250 keys a transaction; 2026-12-03); and the partitions'
+#: registration in the transaction (AddPartitionsToTxn) and the records' own
+#: produce request then went to the broker ahead of the offsets, one after
+#: the other: send_offsets_to_transaction took 6.0 / 7.0 ms against 3.4 /
+#: 3.5 for the status (paired runs, 2,000 events/s, p99 131 / 129 against
+#: 122 / 124 ms; 2026-12-04), and the changelog's registration was most of
+#: the commit's 5-7 ms against the relay's 3-4 (docs/performance.md). A
+#: small batch means the worker keeps up, and a key changed in several of a
+#: transaction's batches gets one record per batch, the newest last (on a
+#: compacted topic, extra records of a key cost only bytes). A worker
+#: catching up takes batches of up to MAX_BATCH and writes each changed
+#: key's status and state once per transaction, at the commit. Why a frozen
+#: worker's changelog records in its open transaction do not hold up the
+#: next owner: RdkafkaEngine._restore.
 ENCODE_AT_ONCE_BELOW = 1_000
 #: A commit after this many events at the latest, whatever the interval (the
 #: bound of the outputs held while a commit is pending). 5,000 made a busy
@@ -413,18 +421,20 @@ class RdkafkaEngine:
         #: Status records of small batches, produced (or held) at once: counted
         #: in the status metric once the transaction commits.
         self._txn_status = 0
-        #: The transaction's changelog: the latest state per (key, source
-        #: partition), produced at the commit. A key changed in several
-        #: batches of one transaction is written once (the bench's keys
-        #: recur every ~1,000 events: 5 writes of 6 saved at 0.1 s). And
-        #: never earlier than the commit: a worker frozen (SIGSTOP, a GC
-        #: pause) with changelog records in its open transaction holds the
-        #: changelog's last stable offset, and the partition's next owner
-        #: restores only up to it. With a small batch's records produced at
-        #: once (90b6cbe, reverted), the next owner waited 13.5 s for the
-        #: broker's transaction timeout before processing (CI's paused-
-        #: worker test, session 12); produced at the commit, the window is
-        #: the commit's few milliseconds.
+        #: The transaction's changelog records kept for the commit: the
+        #: latest state per (key, source partition) of big batches and of
+        #: batches processed while a commit was pending (ENCODE_AT_ONCE_BELOW).
+        #: A key changed in several batches of one transaction is written
+        #: once (the bench's keys recur every ~1,000 events: 5 writes of 6
+        #: saved at 0.1 s); a small batch's record of the key, produced at
+        #: once, replaces the one kept. Small batches' records were kept for
+        #: the commit too until the source offset header (session 19): a
+        #: worker frozen with changelog records in its open transaction holds
+        #: the changelog's last stable offset, and the next owner could not
+        #: tell that transaction from a committed one whose markers were
+        #: still on their way, so it waited for the broker's transaction
+        #: timeout (13.5 s in CI's paused-worker test with 90b6cbe, when the
+        #: takeover fence did not exist yet; RdkafkaEngine._restore).
         self._changes: dict[tuple[bytes, int], bytes] = {}
         #: Findings, dead letters and small batches' status records of events
         #: processed while the previous transaction's commit is pending:
@@ -754,12 +764,15 @@ class RdkafkaEngine:
                     for statuses in outcome.status.values():
                         for sr in statuses:
                             deferred[sr.key] = sr  # once per key per transaction
+            changes = self._changes
+            if self.eos and self._pending is None and len(recs) < ENCODE_AT_ONCE_BELOW:
+                self._produce_batch_changes(outcome.states, last)
+            else:
+                for key, partition, value in outcome.states:
+                    changes[key, partition] = value  # once per key per transaction
         except KafkaException as exc:
             self._failed(exc, "sending")
             return
-        changes = self._changes
-        for key, partition, value in outcome.states:
-            changes[key, partition] = value  # once per key per transaction
         self.values.write([(key, value) for key, _partition, value in outcome.states])
         offsets, positions = self._txn_offsets, self.positions
         for p, offset in last.items():
@@ -816,19 +829,51 @@ class RdkafkaEngine:
             except BufferError:
                 self.producer.poll(0.05)
 
+    def _produce_batch_changes(
+        self, states: tuple[tuple[bytes, int, bytes], ...], last: dict[int, int]
+    ) -> None:
+        """A small batch's changelog records, into the open transaction now
+        (see ENCODE_AT_ONCE_BELOW); a record kept for the commit from an
+        earlier batch of the key is dropped, so the newest goes last. The
+        first record of each source partition carries the offset after the
+        batch (:data:`~streams.live.changelog.SOURCE_OFFSET_HEADER`), which
+        the transaction commits at least."""
+        topic, changes = self.changelog, self._changes
+        produce = self.producer.produce
+        tagged: set[int] = set()
+        for key, partition, value in states:
+            changes.pop((key, partition), None)
+            headers = None
+            if partition not in tagged:
+                tagged.add(partition)
+                headers = source_offset_header(last[partition] + 1)
+            try:
+                produce(topic, value, key, partition=partition, headers=headers)
+            except BufferError:
+                self._send(topic, value, key, partition, headers)
+
     def _produce_changes(self) -> None:
-        """The transaction's changelog records (the latest state per key and
-        source partition: the changelog partition is the source partition)."""
+        """The transaction's changelog records kept for the commit (the
+        latest state per key and source partition: the changelog partition
+        is the source partition), the first of each partition with the
+        transaction's offset (:data:`~streams.live.changelog.SOURCE_OFFSET_HEADER`)."""
         topic = self.changelog
         produce = self.producer.produce
+        offsets = self._txn_offsets
+        tagged: set[int] = set()
         for (key, partition), value in self._changes.items():
             # produce() itself, _send (which waits) only when the queue is
             # full: one record per changed key per transaction, and two
             # interpreted calls per record were a fifth of the commit's CPU.
+            headers = None
+            if partition not in tagged:
+                tagged.add(partition)
+                offset = offsets.get(partition)
+                headers = None if offset is None else source_offset_header(offset)
             try:
-                produce(topic, value, key, partition=partition)
+                produce(topic, value, key, partition=partition, headers=headers)
             except BufferError:
-                self._send(topic, value, key, partition)
+                self._send(topic, value, key, partition, headers)
 
     def _produce_status(self, records: list[Outgoing]) -> None:
         """The transaction's status records (the latest per key: SPEC §8),
@@ -1073,14 +1118,9 @@ class RdkafkaEngine:
 
     # -- assignment and restore -----------------------------------------------
 
-    def _wait_changelog_stable(self, partitions: list[int]) -> None:
-        """Until no transaction is open on the changelog ``partitions`` (last
-        stable offset = high watermark). Only a previous owner can have one:
-        a transaction that committed but whose markers the coordinator has
-        not written yet (the committed offsets already count it, so its
-        state records must be restored), or a dead owner's, which the broker
-        aborts after the transaction timeout. Past a bound, a retriable
-        BrokerError: the caller retries (the loop polls in between)."""
+    def _open_changelog(self, partitions: list[int]) -> dict[int, tuple[int, int]]:
+        """The changelog ``partitions`` with a transaction open on them: their
+        (last stable offset, high watermark), LSO < HW."""
         from confluent_kafka import TopicPartition
 
         if self._probes is None:
@@ -1092,29 +1132,38 @@ class RdkafkaEngine:
                 Consumer({**base, "isolation.level": "read_uncommitted"}),
             )
         stable, raw = self._probes
+        try:
+            marks = {
+                p: (
+                    stable.get_watermark_offsets(tp, timeout=10, cached=False)[1],
+                    raw.get_watermark_offsets(tp, timeout=10, cached=False)[1],
+                )
+                for p, tp in ((p, TopicPartition(self.changelog, p)) for p in partitions)
+            }
+        except Exception:
+            # New probes next time: after a rolling restart of a cluster
+            # these clients answered _UNKNOWN_PARTITION for minutes, every
+            # retry (tests/cluster/test_cluster_faults.py).
+            self._probes = None
+            for probe in (stable, raw):
+                with contextlib.suppress(Exception):
+                    probe.close()
+            raise
+        return {p: m for p, m in marks.items() if m[0] < m[1]}
+
+    def _wait_changelog_stable(self, partitions: list[int]) -> None:
+        """Until no transaction is open on the changelog ``partitions`` (last
+        stable offset = high watermark). Only a previous owner can have one:
+        a transaction that committed but whose markers the coordinator has
+        not written yet (the committed offsets already count it, so its
+        state records must be restored), or a dead owner's, which the broker
+        aborts after the transaction timeout. Past a bound, a retriable
+        BrokerError: the caller retries (the loop polls in between)."""
         bound = self._txn_timeout_ms / 1000 + 20
         deadline = time.monotonic() + bound
-        tps = [TopicPartition(self.changelog, p) for p in partitions]
         told = False
         while True:
-            try:
-                marks = {
-                    tp.partition: (
-                        stable.get_watermark_offsets(tp, timeout=10, cached=False)[1],
-                        raw.get_watermark_offsets(tp, timeout=10, cached=False)[1],
-                    )
-                    for tp in tps
-                }
-            except Exception:
-                # New probes next time: after a rolling restart of a cluster
-                # these clients answered _UNKNOWN_PARTITION for minutes, every
-                # retry (tests/cluster/test_cluster_faults.py).
-                self._probes = None
-                for probe in (stable, raw):
-                    with contextlib.suppress(Exception):
-                        probe.close()
-                raise
-            open_ = {p: m for p, m in marks.items() if m[0] < m[1]}
+            open_ = self._open_changelog(partitions)
             if not open_ or self.stopping:
                 return
             if not told:
@@ -1151,8 +1200,54 @@ class RdkafkaEngine:
                 )
             time.sleep(0.1)
 
-    def _restore(self, partitions: list[int]) -> None:
-        self._wait_changelog_stable(partitions)
+    def _restore(self, partitions: list[int], committed: list[Any]) -> None:
+        """The state of ``partitions`` from the changelog, as of their
+        ``committed`` offsets (read stable before: no commit of them is
+        pending).
+
+        A transaction open on a changelog partition (last stable offset <
+        high watermark) is one of two kinds, and read_committed reads only
+        up to it. A committed one whose markers are still on their way: the
+        committed offsets count it, so its records are needed, and the
+        restore waits for them. Or a departed owner's (frozen, cut off or
+        dead) that never sent its offsets: its group generation is over, so
+        its offsets would be refused and it can only abort; its records
+        must not be restored, and waiting for its abort is the broker's
+        transaction timeout when the takeover fence could not run (before
+        the source offset header, 13.5 s in CI's paused-worker test). The
+        changelog records say which: the source offset header of the last
+        committed transaction reaches the committed offset only in the
+        second case. Anything else (no header, no committed offset: the new
+        partitions after ``fencewatch migrate``, a faust-written changelog)
+        waits, as every open transaction did before."""
+        open_ = self._open_changelog(partitions)
+        result, took = self._load(partitions, sources=bool(open_))
+        if not open_:
+            self._restored(partitions, result, took)
+            return
+        wanted = {tp.partition: tp.offset for tp in committed}
+        short = [
+            p
+            for p in sorted(open_)
+            if (c := wanted.get(p)) is None or c < 0 or result.sources.get(p, -1) < c
+        ]
+        if not short:
+            log.info(
+                "changelog %s partitions %s: a transaction is open past the committed "
+                "offsets (a departed worker's, which can no longer commit); restored up "
+                "to the last stable offset without waiting for its abort",
+                self.changelog,
+                sorted(open_),
+            )
+            self._restored(partitions, result, took)
+            return
+        self._drop_state()
+        self._wait_changelog_stable(short)
+        self._restored(partitions, *self._load(partitions))
+
+    def _load(self, partitions: list[int], *, sources: bool = False) -> tuple[LoadResult, float]:
+        """The changelog of ``partitions`` read into the table (up to each
+        partition's last stable offset), and the seconds it took."""
         values = self.values
         pending: list[tuple[bytes, bytes | None]] = []
         apply: Callable[[int, bytes, bytes | None], None]
@@ -1175,15 +1270,19 @@ class RdkafkaEngine:
                     pending.clear()
 
         began = time.monotonic()
-        result = load_changelog(self._client, self.changelog, dict.fromkeys(partitions), apply)
+        result = load_changelog(
+            self._client, self.changelog, dict.fromkeys(partitions), apply, sources=sources
+        )
         values.write(pending)
-        took = time.monotonic() - began
+        return result, time.monotonic() - began
+
+    def _restored(self, partitions: list[int], result: LoadResult, took: float) -> None:
         self.restored_records += result.records
         log.info(
             "restored %d changelog records (%d keys) of %s partitions %s in %.2f s "
             "(%.0f records/s)",
             result.records,
-            len(values),
+            len(self.values),
             self.changelog,
             partitions,
             took,
@@ -1211,7 +1310,7 @@ class RdkafkaEngine:
                 # commit in flight then either completes or is aborted.
                 self._takeover.fence(parts)
             committed = self._committed(parts)
-            self._restore(parts)
+            self._restore(parts, committed)
         except Exception as exc:  # retried by the loop's rewind
             log.warning("restore of partitions %s failed, retrying: %s", parts, exc)
             self._drop_state()
@@ -1284,7 +1383,7 @@ class RdkafkaEngine:
         try:
             committed = self._committed(parts)
             self._drop_state()
-            self._restore(parts)
+            self._restore(parts, committed)
             for tp in committed:
                 offset = tp.offset if tp.offset is not None and tp.offset >= 0 else OFFSET_BEGINNING
                 self.consumer.seek(TopicPartition(self.events_topic, tp.partition, offset))

@@ -323,10 +323,11 @@ class _ShapedBatches:
 def test_status_records_of_small_batches_produced_at_once_held_and_kept_end_with_the_latest(
     live: Live, tmp_path: Path
 ) -> None:
-    """Status records take all three ways within the run (held while a commit
-    is pending, kept for the commit from a big batch, produced at once from
-    small batches, keys of the big batch among them): the status topic's
-    last record of every key equals the audit, and the findings are exact."""
+    """Status and changelog records take all three ways within the run (held
+    or kept while a commit is pending, kept for the commit from a big batch,
+    produced at once from small batches, keys of the big batch among them):
+    the status topic's last record of every key equals the audit, the
+    changelog equals the worker's table, and the findings are exact."""
     h = live(partitions=2, engine="rdkafka")
     events = h.scenario_events(n_keys=150, epochs=4, seed=9)
     big = ENCODE_AT_ONCE_BELOW + 100
@@ -368,7 +369,148 @@ def test_status_records_of_small_batches_produced_at_once_held_and_kept_end_with
         while (engine._txn_open or engine._pending is not None) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not engine._txn_open and engine._pending is None
+        table = dict(engine.values)  # the table is closed with the engine
     assert shaped.held_status > 0
     assert len(shaped.big_keys & shaped.small_keys) > 50
     assert len(assert_exactly_once_and_audit(h)) > 20
     assert_status_equals_audit(h)
+    # The changelog took the same three ways (kept for the commit while one
+    # was pending and from the big batch, then produced at once): the newest
+    # record of each key went last, and the commit's offsets are named.
+    state, sources = _changelog(h, engine)
+    assert state == table
+    assert sources == h.committed()
+
+
+# -- the changelog's source offsets and the restore ------------------------------
+
+
+def _changelog(h: LiveHarness, engine: RdkafkaEngine) -> tuple[dict[bytes, bytes], dict[int, int]]:
+    """The changelog read back (the latest value of each key) and its highest
+    source offset header per partition."""
+    from streams.live.changelog import load_changelog
+
+    state: dict[bytes, bytes] = {}
+
+    def apply(_p: int, key: bytes, value: bytes | None) -> None:
+        if value is None:
+            state.pop(key, None)
+        else:
+            state[key] = value
+
+    result = load_changelog(
+        {"bootstrap.servers": h.bootstrap},
+        engine.changelog,
+        dict.fromkeys(range(h.partitions)),
+        apply,
+        sources=True,
+    )
+    return state, result.sources
+
+
+def test_small_batches_changelog_equals_the_table_and_names_the_committed_offsets(
+    live: Live, tmp_path: Path
+) -> None:
+    """Small batches write their changelog records into the open transaction
+    at once: read back, the changelog equals the worker's table, and each
+    partition's highest source offset header is the group's committed offset."""
+    h = live(partitions=2, engine="rdkafka")
+    events = h.scenario_events(n_keys=60, epochs=3, seed=11)
+    assert len(events) < ENCODE_AT_ONCE_BELOW  # every batch is a small one
+    h.produce(events)
+    engine = _engine(h, tmp_path)
+    with _running(engine):
+        h.wait_all_committed(timeout=60)
+        table = dict(engine.values)  # the table is closed with the engine
+    state, sources = _changelog(h, engine)
+    assert len(table) == 60
+    assert state == table
+    assert sources == h.committed()
+
+
+def _commit_state(h: LiveHarness, changelog: str, key: bytes, value: bytes, offset: int) -> None:
+    """What a previous owner's committed transaction leaves: ``key``'s state
+    on changelog partition 0, its source offset header ``offset``, and the
+    group's offset of events partition 0 at ``offset``."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    from streams.live.changelog import source_offset_header
+
+    p = Producer({"bootstrap.servers": h.bootstrap, "transactional.id": f"{h.app_id}-previous"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(changelog, value, key, partition=0, headers=source_offset_header(offset))
+    group = Consumer({"bootstrap.servers": h.bootstrap, "group.id": h.app_id})
+    try:
+        meta = group.consumer_group_metadata()
+    finally:
+        group.close()
+    p.send_offsets_to_transaction([TopicPartition(h.events, 0, offset)], meta, 30)
+    p.commit_transaction(30)
+
+
+def _open_changelog_txn(
+    h: LiveHarness, changelog: str, key: bytes, value: bytes, offset: int
+) -> Any:
+    """A producer with a transaction open on changelog partition 0 (one
+    record of ``key``, source offset header ``offset``), no offsets sent."""
+    from confluent_kafka import Producer
+
+    from streams.live.changelog import source_offset_header
+
+    p = Producer(
+        {
+            "bootstrap.servers": h.bootstrap,
+            "transactional.id": f"{h.app_id}-open",
+            "transaction.timeout.ms": 120_000,
+        }
+    )
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(changelog, value, key, partition=0, headers=source_offset_header(offset))
+    assert p.flush(30) == 0
+    return p
+
+
+def test_a_transaction_open_past_the_committed_offsets_is_not_waited_for(
+    live: Live, tmp_path: Path
+) -> None:
+    """A departed owner's transaction open on the changelog, its offsets never
+    sent: the restore reads up to the last stable offset without waiting for
+    its abort (it is still open afterwards), and restores none of its records."""
+    h = live(partitions=1, engine="rdkafka")
+    engine = _engine(h, tmp_path)
+    _commit_state(h, engine.changelog, b"k1", b"v1", 5)
+    zombie = _open_changelog_txn(h, engine.changelog, b"k2", b"v2", 9)
+    try:
+        engine._restore([0], engine._committed([0]))
+        assert dict(engine.values) == {b"k1": b"v1"}
+        assert engine._open_changelog([0]), "the restore waited for the abort"
+    finally:
+        zombie.abort_transaction(30)
+        engine.consumer.close()
+
+
+@pytest.mark.parametrize("committed", [9, -1001], ids=["past-the-header", "none"])
+def test_a_transaction_the_committed_offsets_may_count_is_waited_for(
+    live: Live, tmp_path: Path, committed: int
+) -> None:
+    """A transaction open on the changelog while the committed offset is past
+    every visible source offset header (a committed transaction whose markers
+    are still on their way looks so), or no offset is committed (the new
+    partitions after ``fencewatch migrate``): the restore waits for it to end
+    and restores its records once it commits."""
+    from confluent_kafka import TopicPartition
+
+    h = live(partitions=1, engine="rdkafka")
+    engine = _engine(h, tmp_path)
+    _commit_state(h, engine.changelog, b"k1", b"v1", 5)
+    late = _open_changelog_txn(h, engine.changelog, b"k2", b"v2", 9)
+    commit = threading.Timer(1.0, late.commit_transaction, args=(30,))
+    commit.start()
+    try:
+        engine._restore([0], [TopicPartition(h.events, 0, committed)])
+        assert dict(engine.values) == {b"k1": b"v1", b"k2": b"v2"}
+    finally:
+        commit.join(30)
+        engine.consumer.close()

@@ -24,11 +24,11 @@ from streams.live.heap import release_free_heap
 
 __all__ = [
     "CHANGELOG_SUFFIX",
-    "SOURCE_OFFSET_HEADER",
+    "SOURCE_POSITION_HEADER",
     "LoadResult",
     "changelog_topic",
     "load_changelog",
-    "source_offset_header",
+    "source_position_header",
 ]
 
 _BATCH = 10_000
@@ -36,20 +36,22 @@ _BATCH = 10_000
 #: is ``owner-state`` (streams.live.app.TABLE_NAME). Both engines use it.
 CHANGELOG_SUFFIX = "-owner-state-changelog"
 #: A header the rdkafka engine puts on one changelog record per source
-#: partition and batch (or commit): the events partition's offset that the
-#: record's transaction commits at least (ASCII decimal; the changelog
-#: partition is the source partition). A restore that finds a transaction
+#: partition and batch (or commit): the events partition's position after
+#: the batch, the next offset to process, which the record's transaction
+#: commits at least (ASCII decimal; the changelog partition is the source
+#: partition). Not the dead letters' ``fencewatch-source-offset``, which is
+#: an event's own offset, one less. A restore that finds a transaction
 #: open on the changelog reads it to tell a departed worker's transaction,
 #: which can no longer commit, from a committed one whose markers are still
 #: on their way (RdkafkaEngine._restore). The faust engine and readers that
 #: do not know it ignore it.
-SOURCE_OFFSET_HEADER = "fencewatch-source-offset"
+SOURCE_POSITION_HEADER = "fencewatch-source-position"
 
 
-def source_offset_header(offset: int) -> list[tuple[str, bytes]]:
+def source_position_header(offset: int) -> list[tuple[str, bytes]]:
     """The headers of a changelog record whose transaction commits its source
     partition at ``offset`` or beyond."""
-    return [(SOURCE_OFFSET_HEADER, str(offset).encode())]
+    return [(SOURCE_POSITION_HEADER, str(offset).encode())]
 
 
 def changelog_topic(app_id: str) -> str:
@@ -63,7 +65,7 @@ class LoadResult:
 
     ends: dict[int, int]  # partition -> end offset (LSO) read up to, exclusive
     records: int  # committed records read and applied
-    #: partition -> the highest SOURCE_OFFSET_HEADER among the records read
+    #: partition -> the highest SOURCE_POSITION_HEADER among the records read
     #: (only when asked: ``sources=True``); absent where no record had one.
     sources: dict[int, int] = field(default_factory=dict)
 
@@ -81,7 +83,7 @@ def load_changelog(
     ``None`` for the beginning) with read_committed up to each partition's end
     offset taken before reading, calling ``apply(partition, key, value)`` per
     keyed record in offset order. ``sources``: also the highest
-    :data:`SOURCE_OFFSET_HEADER` per partition (:attr:`LoadResult.sources`).
+    :data:`SOURCE_POSITION_HEADER` per partition (:attr:`LoadResult.sources`).
 
     Raises :class:`~streams.errors.BrokerError` on a broker failure or when
     the end is not reached within ``timeout`` seconds."""
@@ -175,13 +177,13 @@ def load_changelog(
 
 
 def _note_source(seen: dict[int, int], partition: int, headers: Any) -> None:
-    """``seen[partition]`` raised to the record's source offset header, if
+    """``seen[partition]`` raised to the record's source position header, if
     it has one that reads as a number (anything else is ignored: a record
     without one only makes the restore wait, as before the header)."""
     if not headers:
         return
     for name, value in headers:
-        if name == SOURCE_OFFSET_HEADER and value:
+        if name == SOURCE_POSITION_HEADER and value:
             try:
                 offset = int(value)
             except ValueError:

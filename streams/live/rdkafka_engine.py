@@ -50,7 +50,7 @@ from streams.live.changelog import (
     LoadResult,
     changelog_topic,
     load_changelog,
-    source_offset_header,
+    source_position_header,
 )
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionChange, PartitionGuard, PartitionsChanged
@@ -428,7 +428,7 @@ class RdkafkaEngine:
         #: once (the bench's keys recur every ~1,000 events: 5 writes of 6
         #: saved at 0.1 s); a small batch's record of the key, produced at
         #: once, replaces the one kept. Small batches' records were kept for
-        #: the commit too until the source offset header (session 19): a
+        #: the commit too until the source position header (session 19): a
         #: worker frozen with changelog records in its open transaction holds
         #: the changelog's last stable offset, and the next owner could not
         #: tell that transaction from a committed one whose markers were
@@ -836,7 +836,7 @@ class RdkafkaEngine:
         (see ENCODE_AT_ONCE_BELOW); a record kept for the commit from an
         earlier batch of the key is dropped, so the newest goes last. The
         first record of each source partition carries the offset after the
-        batch (:data:`~streams.live.changelog.SOURCE_OFFSET_HEADER`), which
+        batch (:data:`~streams.live.changelog.SOURCE_POSITION_HEADER`), which
         the transaction commits at least."""
         topic, changes = self.changelog, self._changes
         produce = self.producer.produce
@@ -846,7 +846,7 @@ class RdkafkaEngine:
             headers = None
             if partition not in tagged:
                 tagged.add(partition)
-                headers = source_offset_header(last[partition] + 1)
+                headers = source_position_header(last[partition] + 1)
             try:
                 produce(topic, value, key, partition=partition, headers=headers)
             except BufferError:
@@ -856,7 +856,7 @@ class RdkafkaEngine:
         """The transaction's changelog records kept for the commit (the
         latest state per key and source partition: the changelog partition
         is the source partition), the first of each partition with the
-        transaction's offset (:data:`~streams.live.changelog.SOURCE_OFFSET_HEADER`)."""
+        transaction's offset (:data:`~streams.live.changelog.SOURCE_POSITION_HEADER`)."""
         topic = self.changelog
         produce = self.producer.produce
         offsets = self._txn_offsets
@@ -869,7 +869,7 @@ class RdkafkaEngine:
             if partition not in tagged:
                 tagged.add(partition)
                 offset = offsets.get(partition)
-                headers = None if offset is None else source_offset_header(offset)
+                headers = None if offset is None else source_position_header(offset)
             try:
                 produce(topic, value, key, partition=partition, headers=headers)
             except BufferError:
@@ -1214,8 +1214,8 @@ class RdkafkaEngine:
         its offsets would be refused and it can only abort; its records
         must not be restored, and waiting for its abort is the broker's
         transaction timeout when the takeover fence could not run (before
-        the source offset header, 13.5 s in CI's paused-worker test). The
-        changelog records say which: the source offset header of the last
+        the source position header, 13.5 s in CI's paused-worker test). The
+        changelog records say which: the source position header of the last
         committed transaction reaches the committed offset only in the
         second case. Anything else (no header, no committed offset: the new
         partitions after ``fencewatch migrate``, a faust-written changelog)

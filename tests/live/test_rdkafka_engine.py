@@ -387,7 +387,7 @@ def test_status_records_of_small_batches_produced_at_once_held_and_kept_end_with
 
 def _changelog(h: LiveHarness, engine: RdkafkaEngine) -> tuple[dict[bytes, bytes], dict[int, int]]:
     """The changelog read back (the latest value of each key) and its highest
-    source offset header per partition."""
+    source position header per partition."""
     from streams.live.changelog import load_changelog
 
     state: dict[bytes, bytes] = {}
@@ -413,7 +413,7 @@ def test_small_batches_changelog_equals_the_table_and_names_the_committed_offset
 ) -> None:
     """Small batches write their changelog records into the open transaction
     at once: read back, the changelog equals the worker's table, and each
-    partition's highest source offset header is the group's committed offset."""
+    partition's highest source position header is the group's committed offset."""
     h = live(partitions=2, engine="rdkafka")
     events = h.scenario_events(n_keys=60, epochs=3, seed=11)
     assert len(events) < ENCODE_AT_ONCE_BELOW  # every batch is a small one
@@ -430,16 +430,16 @@ def test_small_batches_changelog_equals_the_table_and_names_the_committed_offset
 
 def _commit_state(h: LiveHarness, changelog: str, key: bytes, value: bytes, offset: int) -> None:
     """What a previous owner's committed transaction leaves: ``key``'s state
-    on changelog partition 0, its source offset header ``offset``, and the
+    on changelog partition 0, its source position header ``offset``, and the
     group's offset of events partition 0 at ``offset``."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
-    from streams.live.changelog import source_offset_header
+    from streams.live.changelog import source_position_header
 
     p = Producer({"bootstrap.servers": h.bootstrap, "transactional.id": f"{h.app_id}-previous"})
     p.init_transactions(30)
     p.begin_transaction()
-    p.produce(changelog, value, key, partition=0, headers=source_offset_header(offset))
+    p.produce(changelog, value, key, partition=0, headers=source_position_header(offset))
     group = Consumer({"bootstrap.servers": h.bootstrap, "group.id": h.app_id})
     try:
         meta = group.consumer_group_metadata()
@@ -453,10 +453,10 @@ def _open_changelog_txn(
     h: LiveHarness, changelog: str, key: bytes, value: bytes, offset: int
 ) -> Any:
     """A producer with a transaction open on changelog partition 0 (one
-    record of ``key``, source offset header ``offset``), no offsets sent."""
+    record of ``key``, source position header ``offset``), no offsets sent."""
     from confluent_kafka import Producer
 
-    from streams.live.changelog import source_offset_header
+    from streams.live.changelog import source_position_header
 
     p = Producer(
         {
@@ -467,7 +467,7 @@ def _open_changelog_txn(
     )
     p.init_transactions(30)
     p.begin_transaction()
-    p.produce(changelog, value, key, partition=0, headers=source_offset_header(offset))
+    p.produce(changelog, value, key, partition=0, headers=source_position_header(offset))
     assert p.flush(30) == 0
     return p
 
@@ -496,7 +496,7 @@ def test_a_transaction_the_committed_offsets_may_count_is_waited_for(
     live: Live, tmp_path: Path, committed: int
 ) -> None:
     """A transaction open on the changelog while the committed offset is past
-    every visible source offset header (a committed transaction whose markers
+    every visible source position header (a committed transaction whose markers
     are still on their way looks so), or no offset is committed (the new
     partitions after ``fencewatch migrate``): the restore waits for it to end
     and restores its records once it commits."""

@@ -28,6 +28,7 @@ __all__ = [
     "LoadResult",
     "changelog_topic",
     "load_changelog",
+    "load_state",
     "source_position_header",
 ]
 
@@ -174,6 +175,28 @@ def load_changelog(
         # The prefetch buffers and each record's objects are freed now: their
         # pages go back to the OS instead of staying resident (streams.live.heap).
         release_free_heap()
+
+
+def load_state(
+    client_config: Mapping[str, Any],
+    topic: str,
+    starts: Mapping[int, int | None],
+    *,
+    timeout: float = 120.0,
+    sources: bool = False,
+) -> tuple[dict[bytes, bytes], LoadResult]:
+    """:func:`load_changelog` into a dict: the latest value of each key (a
+    delete removes it), and what the read did."""
+    state: dict[bytes, bytes] = {}
+
+    def apply(_p: int, key: bytes, value: bytes | None) -> None:
+        if value is None:
+            state.pop(key, None)
+        else:
+            state[key] = value
+
+    result = load_changelog(client_config, topic, starts, apply, timeout=timeout, sources=sources)
+    return state, result
 
 
 def _note_source(seen: dict[int, int], partition: int, headers: Any) -> None:

@@ -39,7 +39,7 @@ from typing import Any
 
 from streams.errors import BrokerError, MigrationError
 from streams.kafka.errors import kafka_errors
-from streams.live.fast_restore import load_changelog
+from streams.live.changelog import load_state
 from streams.live.processor import OutRecord, SourceRecord, encoded, processor_for
 from streams.live.settings import LiveSettings
 
@@ -280,16 +280,8 @@ def migrate_state(
             "their events were processed without their state; replay the history instead",
             code="SPLIT_STATE",
         )
-    state: dict[bytes, bytes] = {}
-
-    def apply(_p: int, key: bytes, value: bytes | None) -> None:
-        if value is None:
-            state.pop(key, None)
-        else:
-            state[key] = value
-
     everything: dict[int, int | None] = {p: None for p in range(was)}
-    load_changelog(_conf(settings), changelog, everything, apply, timeout=timeout_s)
+    state, _ = load_state(_conf(settings), changelog, everything, timeout=timeout_s)
     log(f"read the state of {len(state)} keys from {changelog} ({was} partitions)")
     starts = {p: committed.get(p, -1) for p in range(was)}
     tails, ends = _read_tail(settings, starts, timeout_s)

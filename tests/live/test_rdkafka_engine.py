@@ -382,27 +382,18 @@ def test_status_records_of_small_batches_produced_at_once_held_and_kept_end_with
     assert sources == h.committed()
 
 
-# -- the changelog's source offsets and the restore ------------------------------
+# -- the changelog's source positions and the restore ------------------------------
 
 
 def _changelog(h: LiveHarness, engine: RdkafkaEngine) -> tuple[dict[bytes, bytes], dict[int, int]]:
     """The changelog read back (the latest value of each key) and its highest
     source position header per partition."""
-    from streams.live.changelog import load_changelog
+    from streams.live.changelog import load_state
 
-    state: dict[bytes, bytes] = {}
-
-    def apply(_p: int, key: bytes, value: bytes | None) -> None:
-        if value is None:
-            state.pop(key, None)
-        else:
-            state[key] = value
-
-    result = load_changelog(
+    state, result = load_state(
         {"bootstrap.servers": h.bootstrap},
         engine.changelog,
         dict.fromkeys(range(h.partitions)),
-        apply,
         sources=True,
     )
     return state, result.sources

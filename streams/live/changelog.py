@@ -67,8 +67,8 @@ class LoadResult:
     ends: dict[int, int]  # partition -> end offset (LSO) read up to, exclusive
     records: int  # committed records read and applied
     #: partition -> the highest SOURCE_POSITION_HEADER among the records read
-    #: (only when asked: ``sources=True``); absent where no record had one.
-    sources: dict[int, int] = field(default_factory=dict)
+    #: (only when asked: ``positions=True``); absent where no record had one.
+    positions: dict[int, int] = field(default_factory=dict)
 
 
 def load_changelog(
@@ -78,13 +78,13 @@ def load_changelog(
     apply: Callable[[int, bytes, bytes | None], None],
     *,
     timeout: float = 120.0,
-    sources: bool = False,
+    positions: bool = False,
 ) -> LoadResult:
     """Read ``topic``'s partitions ``starts`` (partition -> first offset, or
     ``None`` for the beginning) with read_committed up to each partition's end
     offset taken before reading, calling ``apply(partition, key, value)`` per
-    keyed record in offset order. ``sources``: also the highest
-    :data:`SOURCE_POSITION_HEADER` per partition (:attr:`LoadResult.sources`).
+    keyed record in offset order. ``positions``: also the highest
+    :data:`SOURCE_POSITION_HEADER` per partition (:attr:`LoadResult.positions`).
 
     Raises :class:`~streams.errors.BrokerError` on a broker failure or when
     the end is not reached within ``timeout`` seconds."""
@@ -159,8 +159,8 @@ def load_changelog(
                     if key is not None:  # faust cannot key a table by None either
                         apply(p, key, m.value())
                         records += 1
-                    if sources:
-                        _note_source(seen, p, m.headers())
+                    if positions:
+                        _note_position(seen, p, m.headers())
                     if offset >= ends[p] - 1:
                         pending.discard(p)
                 if not batch and pending:
@@ -183,7 +183,7 @@ def load_state(
     starts: Mapping[int, int | None],
     *,
     timeout: float = 120.0,
-    sources: bool = False,
+    positions: bool = False,
 ) -> tuple[dict[bytes, bytes], LoadResult]:
     """:func:`load_changelog` into a dict: the latest value of each key (a
     delete removes it), and what the read did."""
@@ -195,11 +195,13 @@ def load_state(
         else:
             state[key] = value
 
-    result = load_changelog(client_config, topic, starts, apply, timeout=timeout, sources=sources)
+    result = load_changelog(
+        client_config, topic, starts, apply, timeout=timeout, positions=positions
+    )
     return state, result
 
 
-def _note_source(seen: dict[int, int], partition: int, headers: Any) -> None:
+def _note_position(seen: dict[int, int], partition: int, headers: Any) -> None:
     """``seen[partition]`` raised to the record's source position header, if
     it has one that reads as a number (anything else is ignored: a record
     without one only makes the restore wait, as before the header)."""

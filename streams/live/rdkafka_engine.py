@@ -834,42 +834,39 @@ class RdkafkaEngine:
     ) -> None:
         """A small batch's changelog records, into the open transaction now
         (see ENCODE_AT_ONCE_BELOW); a record kept for the commit from an
-        earlier batch of the key is dropped, so the newest goes last. The
-        first record of each source partition carries the offset after the
-        batch (:data:`~streams.live.changelog.SOURCE_POSITION_HEADER`), which
+        earlier batch of the key is dropped, so the newest goes last. Each
+        partition's first record names the position after the batch, which
         the transaction commits at least."""
-        topic, changes = self.changelog, self._changes
-        produce = self.producer.produce
-        tagged: set[int] = set()
-        for key, partition, value in states:
-            changes.pop((key, partition), None)
-            headers = None
-            if partition not in tagged:
-                tagged.add(partition)
-                headers = source_position_header(last[partition] + 1)
-            try:
-                produce(topic, value, key, partition=partition, headers=headers)
-            except BufferError:
-                self._send(topic, value, key, partition, headers)
+        batch = {(key, partition): value for key, partition, value in states}
+        changes = self._changes
+        for kp in batch:
+            changes.pop(kp, None)
+        self._produce_changelog(batch, {p: offset + 1 for p, offset in last.items()})
 
     def _produce_changes(self) -> None:
-        """The transaction's changelog records kept for the commit (the
-        latest state per key and source partition: the changelog partition
-        is the source partition), the first of each partition with the
-        transaction's offset (:data:`~streams.live.changelog.SOURCE_POSITION_HEADER`)."""
+        """The transaction's changelog records kept for the commit, each
+        partition's first naming the transaction's offset."""
+        self._produce_changelog(self._changes, self._txn_offsets)
+
+    def _produce_changelog(
+        self, records: dict[tuple[bytes, int], bytes], positions: dict[int, int]
+    ) -> None:
+        """``records`` (the latest state per key and source partition: the
+        changelog partition is the source partition) produced, the first of
+        each partition with its ``positions`` entry as
+        :data:`~streams.live.changelog.SOURCE_POSITION_HEADER`."""
         topic = self.changelog
         produce = self.producer.produce
-        offsets = self._txn_offsets
         tagged: set[int] = set()
-        for (key, partition), value in self._changes.items():
+        for (key, partition), value in records.items():
             # produce() itself, _send (which waits) only when the queue is
             # full: one record per changed key per transaction, and two
             # interpreted calls per record were a fifth of the commit's CPU.
             headers = None
             if partition not in tagged:
                 tagged.add(partition)
-                offset = offsets.get(partition)
-                headers = None if offset is None else source_position_header(offset)
+                position = positions.get(partition)
+                headers = None if position is None else source_position_header(position)
             try:
                 produce(topic, value, key, partition=partition, headers=headers)
             except BufferError:
@@ -1221,7 +1218,7 @@ class RdkafkaEngine:
         partitions after ``fencewatch migrate``, a faust-written changelog)
         waits, as every open transaction did before."""
         open_ = self._open_changelog(partitions)
-        result, took = self._load(partitions, sources=bool(open_))
+        result, took = self._load(partitions, positions=bool(open_))
         if not open_:
             self._restored(partitions, result, took)
             return
@@ -1229,7 +1226,7 @@ class RdkafkaEngine:
         short = [
             p
             for p in sorted(open_)
-            if (c := wanted.get(p)) is None or c < 0 or result.sources.get(p, -1) < c
+            if (c := wanted.get(p)) is None or c < 0 or result.positions.get(p, -1) < c
         ]
         if not short:
             log.info(
@@ -1245,7 +1242,7 @@ class RdkafkaEngine:
         self._wait_changelog_stable(short)
         self._restored(partitions, *self._load(partitions))
 
-    def _load(self, partitions: list[int], *, sources: bool = False) -> tuple[LoadResult, float]:
+    def _load(self, partitions: list[int], *, positions: bool = False) -> tuple[LoadResult, float]:
         """The changelog of ``partitions`` read into the table (up to each
         partition's last stable offset), and the seconds it took."""
         values = self.values
@@ -1271,7 +1268,7 @@ class RdkafkaEngine:
 
         began = time.monotonic()
         result = load_changelog(
-            self._client, self.changelog, dict.fromkeys(partitions), apply, sources=sources
+            self._client, self.changelog, dict.fromkeys(partitions), apply, positions=positions
         )
         values.write(pending)
         return result, time.monotonic() - began

@@ -377,9 +377,9 @@ def test_status_records_of_small_batches_produced_at_once_held_and_kept_end_with
     # The changelog took the same three ways (kept for the commit while one
     # was pending and from the big batch, then produced at once): the newest
     # record of each key went last, and the commit's offsets are named.
-    state, sources = _changelog(h, engine)
+    state, positions = _changelog(h, engine)
     assert state == table
-    assert sources == h.committed()
+    assert positions == h.committed()
 
 
 # -- the changelog's source positions and the restore ------------------------------
@@ -394,9 +394,9 @@ def _changelog(h: LiveHarness, engine: RdkafkaEngine) -> tuple[dict[bytes, bytes
         {"bootstrap.servers": h.bootstrap},
         engine.changelog,
         dict.fromkeys(range(h.partitions)),
-        sources=True,
+        positions=True,
     )
-    return state, result.sources
+    return state, result.positions
 
 
 def test_small_batches_changelog_equals_the_table_and_names_the_committed_offsets(
@@ -413,10 +413,10 @@ def test_small_batches_changelog_equals_the_table_and_names_the_committed_offset
     with _running(engine):
         h.wait_all_committed(timeout=60)
         table = dict(engine.values)  # the table is closed with the engine
-    state, sources = _changelog(h, engine)
+    state, positions = _changelog(h, engine)
     assert len(table) == 60
     assert state == table
-    assert sources == h.committed()
+    assert positions == h.committed()
 
 
 def _commit_state(h: LiveHarness, changelog: str, key: bytes, value: bytes, offset: int) -> None:

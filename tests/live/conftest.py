@@ -6,7 +6,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -221,11 +221,13 @@ class LiveHarness:
         raise AssertionError(f"committed {last} never reached {end}\n{logs}")
 
     @contextmanager
-    def output_probe(self) -> Iterator[Callable[[], dict[tuple[str, int], tuple[int, int]]]]:
+    def output_probe(
+        self, also: Sequence[str] = ()
+    ) -> Iterator[Callable[[], dict[tuple[str, int], tuple[int, int]]]]:
         """A reader of (last stable offset, high watermark) of each output
-        partition (findings, status, dead letters): below it, a transaction
-        is open. Its two consumers and the partition counts are made once,
-        for every reading inside the block."""
+        partition (findings, status, dead letters, and the topics ``also``):
+        below it, a transaction is open. Its two consumers and the partition
+        counts are made once, for every reading inside the block."""
         from confluent_kafka import Consumer, TopicPartition
 
         base = {"bootstrap.servers": self.bootstrap, "group.id": "probe"}
@@ -233,14 +235,9 @@ class LiveHarness:
         raw = Consumer({**base, "isolation.level": "read_uncommitted"})
         # Each output topic's own partitions: they need not follow the events
         # topic's count (it grows in tests/live/test_partition_growth.py; they do not).
-        counts = TopicAdmin(KafkaConnection(self.bootstrap)).partitions(
-            [self.findings, self.status, self.dlq]
-        )
-        tps = [
-            TopicPartition(t, p)
-            for t in (self.findings, self.status, self.dlq)
-            for p in range(counts.get(t, self.partitions))
-        ]
+        topics = [self.findings, self.status, self.dlq, *also]
+        counts = TopicAdmin(KafkaConnection(self.bootstrap)).partitions(topics)
+        tps = [TopicPartition(t, p) for t in topics for p in range(counts.get(t, self.partitions))]
 
         def marks() -> dict[tuple[str, int], tuple[int, int]]:
             return {
@@ -257,13 +254,15 @@ class LiveHarness:
             stable.close()
             raw.close()
 
-    def wait_outputs_stable(self, deadline: float) -> None:
-        """Until no transaction is open on the output topics (last stable
-        offset = high watermark): a worker killed mid-transaction leaves one
-        open until the broker times it out, and read_committed readers see
-        nothing past it meanwhile (the rdkafka engine's transactional id
-        belongs to the dead worker's slot; docs/live.md)."""
-        with self.output_probe() as marks:
+    def wait_outputs_stable(self, deadline: float, also: Sequence[str] = ()) -> None:
+        """Until no transaction is open on the output topics and ``also``
+        (last stable offset = high watermark): a worker killed mid-transaction
+        leaves one open until the broker times it out, and read_committed
+        readers see nothing past it meanwhile (the rdkafka engine's
+        transactional id belongs to the dead worker's slot; docs/live.md).
+        A committed transaction's markers, too, reach each partition a moment
+        after the group's offsets are readable."""
+        with self.output_probe(also) as marks:
             while True:
                 behind = [tp for tp, (lso, hw) in marks().items() if lso < hw]
                 if not behind:

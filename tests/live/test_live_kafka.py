@@ -313,6 +313,8 @@ def test_memory_restart_loads_committed_changelog_directly_without_aborted_write
     p.produce(changelog, epoch2.to_bytes(), key=b"ghost", partition=0)
     p.flush(30)
     p.abort_transaction(30)
+    # Both transactions' markers written first: the read stops at any open one.
+    h.wait_outputs_stable(time.monotonic() + 30, also=[changelog])
     committed = len(h.read(changelog))
     # At most one state write per key per batch (three keys, 16 events), plus
     # the planted one.

@@ -22,7 +22,18 @@ from streams.kafka.topics import (
     ownership_topic_specs,
 )
 
-__all__ = ["TopicAdmin", "TopicResult", "ensure_topics"]
+__all__ = ["GroupMembers", "TopicAdmin", "TopicResult", "ensure_topics"]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMembers:
+    """Who is in a consumer group now (:meth:`TopicAdmin.group_members`)."""
+
+    #: How many members the group has.
+    members: int
+    #: The group's protocol (its partition assignor: ``range`` for
+    #: librdkafka's, ``faust`` for faust's); empty while it rebalances.
+    protocol: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +113,16 @@ class TopicAdmin:
                 return self._client.list_topics(timeout=timeout)
         except BrokerError as err:
             raise self._unreachable(err) from None
+
+    def group_members(self, group_id: str) -> GroupMembers:
+        """The members of consumer group ``group_id`` and its protocol (none
+        for a group that is empty or does not exist)."""
+        with kafka_errors(f"describing consumer group {group_id}"):
+            futures = self._client.describe_consumer_groups(
+                [group_id], request_timeout=self._timeout_s
+            )
+            desc = futures[group_id].result(timeout=self._timeout_s + 5)
+        return GroupMembers(len(desc.members or ()), str(desc.partition_assignor or ""))
 
     def missing(self, names: Sequence[str]) -> list[str]:
         """Those of ``names`` that do not exist, asking for each by name (a

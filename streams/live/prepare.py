@@ -16,6 +16,7 @@ from pathlib import Path
 from streams.errors import BrokerError
 from streams.kafka.admin import TopicAdmin, TopicResult
 from streams.kafka.admin import ensure_topics as _ensure
+from streams.live.group_engine import check_group_engine
 from streams.live.settings import LiveSettings, prepare_local_state, require_store_extra
 
 __all__ = ["ADMIN_TIMEOUT_S", "Prepared", "ensure_topics", "prepare"]
@@ -47,7 +48,8 @@ def prepare(
     on_topic: Callable[[TopicResult], object] | None = None,
 ) -> Prepared:
     """Everything a start needs, each done once: the store's extra, the
-    topics (created when missing), the local state directory. ``admin``:
+    topics (created when missing), a consumer group free of the other
+    engine's workers (:mod:`streams.live.group_engine`), the local state directory. ``admin``:
     the caller's (``fencewatch run`` probed the broker with it);
     ``on_topic`` is told each topic found or created, as soon as they are
     (so a later failure does not hide what this start added)."""
@@ -58,6 +60,7 @@ def prepare(
     if on_topic is not None:
         for result in topics:
             on_topic(result)
+    check_group_engine(settings, admin)
     data_dir = prepare_local_state(settings)
     return Prepared(data_dir, partitions, topics, admin)
 

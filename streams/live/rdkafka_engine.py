@@ -45,13 +45,14 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from streams.errors import BrokerError
+from streams.errors import BrokerError, ConfigError
 from streams.live.changelog import (
     LoadResult,
     changelog_topic,
     load_changelog,
     source_position_header,
 )
+from streams.live.group_engine import mixed_engines_message
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionChange, PartitionGuard, PartitionsChanged
 from streams.live.processor import Outgoing, StatusRecord, processor_for
@@ -710,6 +711,11 @@ class RdkafkaEngine:
             if err is not None:
                 if err.fatal():
                     raise BrokerError(f"consumer failed: {err.str()}", code=err.name())
+                if err.name() == "INCONSISTENT_GROUP_PROTOCOL":
+                    # The other engine's workers hold the group (they joined
+                    # after the start's check): librdkafka would retry every
+                    # 2 s for good, without partitions. Stop, saying why.
+                    raise ConfigError(mixed_engines_message(self.settings, None))
                 log.warning("consumer: %s", err.str())
                 continue
             p = m.partition()

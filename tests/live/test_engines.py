@@ -111,3 +111,39 @@ def test_rdkafka_engine_at_least_once_gives_the_audits_findings(live: Live) -> N
         "stale_attempt",
         "stale_commit",
     ]
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize(("first", "second"), [("faust", "rdkafka"), ("rdkafka", "faust")])
+def test_a_worker_of_the_other_engine_is_refused_in_one_line_and_the_group_goes_on(
+    live: Live, first: str, second: str
+) -> None:
+    """A worker started with the other engine in a running group (a rolling
+    restart across the default's change) exits 2 with one line naming the
+    group and the flag that joins it, once the session timeout has passed;
+    the running worker keeps processing, every (finding id, revision) once."""
+    import time
+
+    h = live(partitions=3)
+    events = h.scenario_events(n_keys=150, epochs=3, seed=29)
+    w1 = h.start("w1", extra={"FENCEWATCH_ENGINE": first})
+    w1.wait_ready(timeout=90)
+    h.produce(events[: len(events) // 2])
+    h.wait_all_committed(timeout=60)
+    started = time.monotonic()
+    w2 = h.start("w2", extra={"FENCEWATCH_ENGINE": second})
+    assert w2.proc.wait(timeout=60) == 2, w2.tail()
+    waited = time.monotonic() - started
+    log = w2.tail(20_000)
+    error = [line for line in log.splitlines() if line.startswith("fencewatch run: ")][-1]
+    assert (
+        f"fencewatch run: consumer group {h.app_id} has 1 member running the {first} engine"
+        in error
+    ), log
+    assert f"start this one with --engine {first}" in error
+    assert "Traceback" not in log
+    assert waited >= 6  # the harness's session timeout: a departing member's time
+    h.produce(events[len(events) // 2 :])
+    h.wait_all_committed(timeout=60)
+    assert w1.proc.poll() is None
+    assert_exactly_once_and_audit(h)

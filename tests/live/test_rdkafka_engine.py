@@ -82,6 +82,69 @@ def _engine(h: LiveHarness, tmp: Path) -> RdkafkaEngine:
     return RdkafkaEngine(settings, partitions=partitions)
 
 
+class _RefusedOnceArmed:
+    """The engine's consumer, except that once armed, its next consume()
+    returns what librdkafka returns when the group's members offer another
+    protocol: a message carrying only the JoinGroup error."""
+
+    def __init__(self, engine: RdkafkaEngine) -> None:
+        self.real = engine.consumer
+        self.armed = threading.Event()
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        if self.armed.is_set():
+            from confluent_kafka import KafkaError
+
+            error = KafkaError(KafkaError.INCONSISTENT_GROUP_PROTOCOL)
+            return [type("Refused", (), {"error": lambda self: error})()]
+        return list(self.real.consume(num_messages, timeout))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def test_a_join_refused_for_another_protocol_stops_the_engine_in_one_line(
+    live: Live, tmp_path: Path
+) -> None:
+    """The other engine's workers joining after the start's check: the
+    JoinGroup refusal, which librdkafka would retry every 2 s for good,
+    ends the loop with the one-line ConfigError that says what to do; what
+    it had not committed is processed by the next worker, exactly once."""
+    from streams.errors import ConfigError
+
+    h = live(partitions=2, engine="rdkafka")
+    events = h.scenario_events(n_keys=60, epochs=3, seed=41)
+    h.produce(events[: len(events) // 2])
+    engine = _engine(h, tmp_path / "first")
+    refusing = _RefusedOnceArmed(engine)
+    engine.consumer = refusing
+    failure: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            engine.run()
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while engine.processed == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert engine.processed > 0
+    refusing.armed.set()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert len(failure) == 1 and isinstance(failure[0], ConfigError), failure
+    assert "\n" not in str(failure[0])
+    assert f"consumer group {h.app_id} has members of another engine" in str(failure[0])
+    refusing.real.close()
+    h.produce(events[len(events) // 2 :])
+    with _running(_engine(h, tmp_path / "second")):
+        h.wait_all_committed(timeout=60)
+    assert len(assert_exactly_once_and_audit(h)) > 20
+
+
 def test_records_fetched_after_the_assignment_in_the_same_consume_call_are_processed(
     live: Live, tmp_path: Path
 ) -> None:

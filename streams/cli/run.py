@@ -84,7 +84,8 @@ def register(subparsers: Any) -> None:
     a(
         "--engine",
         choices=("faust", "rdkafka"),
-        help="faust (default) or rdkafka: one transactional producer per worker (docs/live.md)",
+        help="rdkafka (default: one transactional producer per worker) or faust "
+        "(faust-streaming); FENCEWATCH_ENGINE; docs/live.md, 'Which to pick'",
     )
     p.set_defaults(handler=_run)
 

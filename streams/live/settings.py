@@ -36,6 +36,7 @@ from streams.kafka.topics import (
 
 __all__ = [
     "DEFAULT_DATA_DIR",
+    "DEFAULT_ENGINE",
     "ENGINES",
     "ENV_PREFIX",
     "LiveSettings",
@@ -53,6 +54,9 @@ _STORES = ("memory", "rocksdb")
 #: partition); ``rdkafka``: confluent-kafka, one transactional producer per
 #: worker (docs/live.md, "Engines").
 ENGINES = ("faust", "rdkafka")
+#: The engine ``fencewatch run`` starts unless told otherwise: rdkafka since it
+#: met issue 24's targets (docs/live.md, "Which to pick"); faust until then.
+DEFAULT_ENGINE = "rdkafka"
 _LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -107,7 +111,7 @@ class LiveSettings:
     #: Address the endpoint binds (0.0.0.0 in a container, to be scraped).
     metrics_host: str = "127.0.0.1"
     #: Which engine runs the processor (:data:`ENGINES`).
-    engine: str = "faust"
+    engine: str = DEFAULT_ENGINE
 
     def __post_init__(self) -> None:
         self.validate()

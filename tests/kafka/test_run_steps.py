@@ -52,10 +52,11 @@ def _count_method(
     monkeypatch.setattr(cls, method, counting)
 
 
+_starts: Counter[str] = Counter()
+
+
 class _Worker:
     """Stands in for faust.Worker: counts the start, returns at once."""
-
-    starts = 0
 
     def __init__(self, app: Any, **_kw: Any) -> None:
         self.app = app
@@ -64,20 +65,34 @@ class _Worker:
         """mode's Worker installs the loop's stop handlers here (never called: no start)."""
 
     def execute_from_commandline(self) -> None:
-        type(self).starts += 1
+        _starts["faust"] += 1
 
 
+class _Engine:
+    """Stands in for the RdkafkaEngine: counts the start, returns at once."""
+
+    def __init__(self, settings: LiveSettings, **_kw: Any) -> None:
+        self.settings = settings
+
+    def run(self) -> None:
+        _starts["rdkafka"] += 1
+
+
+@pytest.mark.parametrize("engine", ["rdkafka", "faust"])
 def test_run_validates_probes_prepares_and_starts_once(
     kafka_bootstrap: str,
     kafka_admin: TopicAdmin,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    engine: str,
 ) -> None:
-    """From the flags to the worker's start: one validation of the connection and of the
+    """From the flags to the engine's start: one validation of the connection and of the
     settings, one TCP probe and one metadata probe, one topic preparation, one check of
-    the store's extra, one data directory, one start."""
+    the store's extra, one data directory, one start of the engine asked for."""
     import faust
+
+    import streams.live.rdkafka_run as rdkafka_run
 
     counts: Counter[str] = Counter()
     _count_method(monkeypatch, counts, KafkaConnection, "validate")
@@ -89,9 +104,11 @@ def test_run_validates_probes_prepares_and_starts_once(
     _count_function(monkeypatch, counts, "prepare_local_state", live_settings.prepare_local_state)
     _count_function(monkeypatch, counts, "prepare", prepare_module.prepare)
     monkeypatch.setattr(faust, "Worker", _Worker)
-    _Worker.starts = 0
+    monkeypatch.setattr(rdkafka_run, "RdkafkaEngine", _Engine)
+    _starts.clear()
     # The start's process-wide GC settings stay out of the test process.
     monkeypatch.setattr(faust_run, "tune_collector", lambda: None)
+    monkeypatch.setattr(rdkafka_run, "_tune_collector", lambda: None)
     for name in list(os.environ):
         if name.startswith("FENCEWATCH_"):
             monkeypatch.delenv(name)
@@ -104,13 +121,13 @@ def test_run_validates_probes_prepares_and_starts_once(
             ["run", "--bootstrap-servers", kafka_bootstrap, "--create-topics",
              "--partitions", "1", "--events-topic", topics[0], "--findings-topic", topics[1],
              "--status-topic", topics[2], "--app-id", f"steps-{tag}",
-             "--data-dir", str(data_dir), "--log-level", "warning"]
+             "--data-dir", str(data_dir), "--log-level", "warning", "--engine", engine]
         )  # fmt: skip
         assert status == 0, capsys.readouterr().err
     finally:
-        kafka_admin.delete([*topics, f"{topics[0]}.dlq"])
+        kafka_admin.delete([*topics, f"{topics[0]}.dlq", f"steps-{tag}-owner-state-changelog"])
     assert data_dir.is_dir()
-    assert _Worker.starts == 1
+    assert dict(_starts) == {engine: 1}
     assert dict(counts) == {
         "KafkaConnection.validate": 1,
         "LiveSettings.validate": 1,

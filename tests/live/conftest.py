@@ -16,6 +16,7 @@ import pytest
 from streams.core import Detector, Event, Finding, KeyState
 from streams.kafka.admin import TopicAdmin
 from streams.kafka.connection import KafkaConnection
+from streams.live.settings import DEFAULT_ENGINE
 from tests.support.worker import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,7 +124,7 @@ class LiveHarness:
         unique_topic: Callable[..., str],
         tmp: Path,
         partitions: int,
-        engine: str = "faust",
+        engine: str = DEFAULT_ENGINE,
     ) -> None:
         self.bootstrap = bootstrap
         #: The workers' ``FENCEWATCH_ENGINE`` (a worker's ``extra`` may override it).
@@ -388,10 +389,11 @@ def live(
     kafka_bootstrap: str, unique_topic: Callable[..., str], tmp_path: Path
 ) -> Iterator[Callable[..., LiveHarness]]:
     """Factory: ``live(partitions=3, engine="faust")`` -> a harness with fresh
-    topics and app id whose workers run ``engine``."""
+    topics and app id whose workers run ``engine`` (the default engine unless
+    told)."""
     made: list[LiveHarness] = []
 
-    def make(partitions: int = 3, engine: str = "faust") -> LiveHarness:
+    def make(partitions: int = 3, engine: str = DEFAULT_ENGINE) -> LiveHarness:
         h = LiveHarness(kafka_bootstrap, unique_topic, tmp_path, partitions, engine)
         made.append(h)
         return h

@@ -101,13 +101,13 @@ def test_credentials_never_appear_in_repr() -> None:
         assert "svc" in text
 
 
-def test_engine_defaults_to_faust_and_is_read_from_the_environment() -> None:
-    """FENCEWATCH_ENGINE picks the engine (faust when unset); a flag wins."""
+def test_engine_defaults_to_rdkafka_and_is_read_from_the_environment() -> None:
+    """FENCEWATCH_ENGINE picks the engine (rdkafka when unset); a flag wins."""
     base = {"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1"}
-    assert settings_from_env(base).engine == "faust"
-    assert settings_from_env({**base, "FENCEWATCH_ENGINE": "rdkafka"}).engine == "rdkafka"
-    flagged = settings_from_env({**base, "FENCEWATCH_ENGINE": "rdkafka"}, {"engine": "faust"})
-    assert flagged.engine == "faust"
+    assert settings_from_env(base).engine == "rdkafka"
+    assert settings_from_env({**base, "FENCEWATCH_ENGINE": "faust"}).engine == "faust"
+    flagged = settings_from_env({**base, "FENCEWATCH_ENGINE": "faust"}, {"engine": "rdkafka"})
+    assert flagged.engine == "rdkafka"
 
 
 def test_an_unknown_engine_is_one_clear_error() -> None:

@@ -132,6 +132,21 @@ DIGESTS: dict[str, str] = {
     "faust.worker:Worker._setup_spinner_handler": (
         "18cb28ef5b3de2127fac784ae258415ebba037159d97beaed3cb10e1c499c949"
     ),
+    "aiokafka.consumer.group_coordinator:CoordinatorGroupRebalance.perform_group_join": (
+        "ff2c2109b2e9868dc23f43643160ea3d87c40093adc03e5e8c9a45c81844ea75"
+    ),
+    "aiokafka.consumer.group_coordinator:GroupCoordinator._push_error_to_user": (
+        "743ff515bd7e2e380444beb26c502e7484bcc7d2dfc7fda9838d36fa9a7dc37a"
+    ),
+    "aiokafka.consumer.group_coordinator:GroupCoordinator.check_errors": (
+        "ba6ca51ad34838d9dde053bcd0c7185507c2e1cd5733451272ce700086aeb702"
+    ),
+    "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._ensure_consumer": (
+        "ff4a4c693b7ec63f4a76dfb61c419380bef70dd32383fe38ebcfcc27091605a6"
+    ),
+    "faust.app.base:App.consumer": (
+        "354b140caceca03c3e29a753faecfe63e42c3e8573de6c7baa3363a2326d960c"
+    ),
     "aiokafka.consumer.consumer:AIOKafkaConsumer.start": (
         "2f1ba70443327538800d348e61042cdedd5a5e6306f40ebe1a06dddba7494c45"
     ),

@@ -37,8 +37,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from streams.errors import ConfigError
 from streams.live import faust_seam
 from streams.live.collector import tune_collector
+from streams.live.group_engine import mixed_engines_message
 from streams.live.metrics import LiveMetrics
 from streams.live.settings import LiveSettings
 from streams.live.stopping import STOP_BOUND_S, hard_exit
@@ -97,6 +99,8 @@ class _Supervisor:
         self.worker: Any = None
         self.runtime: Any = None
         self.replacing = False
+        #: Set when the group refused this worker for good (_watch_group).
+        self.refused: ConfigError | None = None
         self._watchdog: threading.Timer | None = None
         self._clock = clock
         #: When the first stop signal reached the process (not the loop).
@@ -231,7 +235,17 @@ def run_faust(settings: LiveSettings, build: Callable[[LiveMetrics], Any]) -> in
             worker.override_logging = False
         faust_seam.take_stop_signals(worker, supervisor.on_signal, supervisor.note_arrival)
         supervisor.worker = worker
-        code = _execute(worker)
+        done = threading.Event()
+        threading.Thread(
+            target=_watch_group,
+            args=(app, worker, supervisor, settings, done),
+            name="fencewatch-group-watch",
+            daemon=True,
+        ).start()
+        try:
+            code = _execute(worker)
+        finally:
+            done.set()
         supervisor.worker = None
         if runtime is not None:
             processed = runtime.processed
@@ -261,8 +275,28 @@ def run_faust(settings: LiveSettings, build: Callable[[LiveMetrics], Any]) -> in
     if supervisor.signals:
         supervisor.stopped()
         return code
+    if supervisor.refused is not None:
+        supervisor.stopped()
+        raise supervisor.refused
     _raise_crash(app)
     return code
+
+
+def _watch_group(
+    app: Any, worker: Any, supervisor: _Supervisor, settings: LiveSettings, done: threading.Event
+) -> None:
+    """Stop the worker when the group refused its join for good because the
+    other engine's workers hold it (they joined after the start's check,
+    streams/live/group_engine.py): aiokafka keeps that refusal where faust's
+    fetcher never looks, and the worker would stay up without partitions.
+    A thread, not a faust timer: faust starts its timers only once it has
+    partitions and has recovered."""
+    while not done.wait(0.5):
+        failure = faust_seam.group_join_failure(app)
+        if failure is not None and faust_seam.is_inconsistent_group_protocol(failure):
+            supervisor.refused = ConfigError(mixed_engines_message(settings, None))
+            worker.loop.call_soon_threadsafe(faust_seam.stop_worker, worker, signal.SIGTERM)
+            return
 
 
 def _execute(worker: Any) -> int:

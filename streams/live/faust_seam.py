@@ -65,11 +65,13 @@ __all__ = [
     "crash_reason",
     "current_manifest",
     "describe_failure",
+    "group_join_failure",
     "hooks_of",
     "install",
     "install_commit_gate",
     "is_crashed",
     "is_fencing",
+    "is_inconsistent_group_protocol",
     "mark_inbound",
     "memory_store_apply",
     "memory_store_put",
@@ -170,6 +172,18 @@ TARGETS: tuple[str, ...] = (
     # R a worker with a spinner sets the root logger to DEBUG (quiet_worker).
     "faust.worker:Worker.on_setup_root_logger",
     "faust.worker:Worker._setup_spinner_handler",
+    # R a group join refused as fatal is raised by perform_group_join and
+    # held in the coordinator's _pending_exception until check_errors
+    # raises it, which faust's fetcher never calls (group_join_failure; the
+    # coordinator is the consumer's _coordinator, the consumer the thread's
+    # _consumer).
+    "aiokafka.consumer.group_coordinator:CoordinatorGroupRebalance.perform_group_join",
+    "aiokafka.consumer.group_coordinator:GroupCoordinator._push_error_to_user",
+    "aiokafka.consumer.group_coordinator:GroupCoordinator.check_errors",
+    "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread._ensure_consumer",
+    # R the app's consumer is made on first use of this property (read as
+    # _consumer from another thread, never made there).
+    "faust.app.base:App.consumer",
     # R fetch wait is read by start(); fix 4 replaces last_stable_offset by end_offsets.
     "aiokafka.consumer.consumer:AIOKafkaConsumer.start",
     "aiokafka.consumer.consumer:AIOKafkaConsumer.last_stable_offset",
@@ -1049,6 +1063,26 @@ def mark_inbound(app: Any, tps: Iterable[Any], now: float) -> None:
     if inbound is not None:
         for tp in tps:
             inbound[tp] = now
+
+
+def group_join_failure(app: Any) -> BaseException | None:
+    """The error aiokafka's group coordination holds for the consumer, if
+    any (a JoinGroup refused as fatal: ``InconsistentGroupProtocolError``
+    when the group's members run the other engine), read without taking it.
+    aiokafka raises it from ``check_errors``, which faust's fetcher bypasses:
+    left alone, the worker stays up with no partitions for good. Safe to
+    call from any thread (attribute reads; the consumer is never made here)."""
+    thread = getattr(getattr(app, "_consumer", None), "_thread", None)
+    consumer = getattr(thread, "_consumer", None)
+    coordinator = getattr(consumer, "_coordinator", None)
+    failure = getattr(coordinator, "_pending_exception", None)
+    return failure if isinstance(failure, BaseException) else None
+
+
+def is_inconsistent_group_protocol(exc: BaseException) -> bool:
+    """Whether ``exc`` is aiokafka's refusal of a member whose protocol the
+    group's members do not offer."""
+    return type(exc).__name__ == "InconsistentGroupProtocolError"
 
 
 def is_crashed(app: Any) -> bool:

@@ -35,14 +35,18 @@ def _engine_of(protocol: str) -> str | None:
 
 def mixed_engines_message(settings: LiveSettings, found: GroupMembers | None) -> str:
     """One line: the group holds workers this engine cannot join, and what to do."""
-    other = _engine_of(found.protocol) if found is not None else None
-    who = (
-        f"{found.members} member{'s' if found.members != 1 else ''} running "
-        + (f"the {other} engine" if other else "another client")
-        + f" (group protocol {found.protocol!r})"
-        if found is not None
-        else "members of another engine"
-    )
+    if found is None:
+        # A join refused later: the group's protocol is not known here, and
+        # the other engine is by far the likeliest holder.
+        other: str | None = next(e for e in ENGINE_PROTOCOLS if e != settings.engine)
+        who = f"members of another group protocol (the {other} engine's, or another client's)"
+    else:
+        other = _engine_of(found.protocol)
+        who = (
+            f"{found.members} member{'s' if found.members != 1 else ''} running "
+            + (f"the {other} engine" if other else "another client")
+            + f" (group protocol {found.protocol!r})"
+        )
     fix = f"--engine {other}" if other else f"another --app-id than {settings.app_id}"
     return (
         f"consumer group {settings.app_id} has {who}, and this worker runs the "

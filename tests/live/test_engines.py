@@ -147,3 +147,44 @@ def test_a_worker_of_the_other_engine_is_refused_in_one_line_and_the_group_goes_
     h.wait_all_committed(timeout=60)
     assert w1.proc.poll() is None
     assert_exactly_once_and_audit(h)
+
+
+@pytest.mark.timeout(150)
+def test_a_faust_worker_refused_after_the_check_stops_in_one_line_instead_of_idling(
+    live: Live,
+) -> None:
+    """A faust worker past the start's group check (frozen right after it)
+    while an rdkafka worker takes the group: thawed, its JoinGroup is
+    refused, and instead of staying up with no partitions (aiokafka holds
+    the refusal where faust's fetcher never looks) it exits 2 with the one
+    line; the rdkafka worker keeps processing, every finding revision once."""
+    import os
+    import signal
+    import time
+
+    h = live(partitions=3)
+    events = h.scenario_events(n_keys=100, epochs=3, seed=31)
+    faust_worker = h.start("faust", extra={"FENCEWATCH_ENGINE": "faust"})
+    deadline = time.monotonic() + 60
+    # Logged after prepare() (the check) and before faust starts to join.
+    while "streams.live.runner: starting" not in faust_worker.tail(200_000):
+        assert time.monotonic() < deadline and faust_worker.proc.poll() is None, faust_worker.tail()
+        time.sleep(0.005)
+    os.kill(faust_worker.proc.pid, signal.SIGSTOP)
+    try:
+        rdkafka_worker = h.start("rdkafka", extra={"FENCEWATCH_ENGINE": "rdkafka"})
+        rdkafka_worker.wait_ready(timeout=90)
+    finally:
+        os.kill(faust_worker.proc.pid, signal.SIGCONT)
+    h.produce(events)
+    assert faust_worker.proc.wait(timeout=60) == 2, faust_worker.tail()
+    log = faust_worker.tail(200_000)
+    last = [line for line in log.splitlines() if line.startswith("fencewatch run: ")][-1]
+    assert last.startswith(
+        f"fencewatch run: consumer group {h.app_id} has members of another group protocol "
+        "(the rdkafka engine's"
+    ), log
+    assert "start this one with --engine rdkafka" in last
+    h.wait_all_committed(timeout=60)
+    assert rdkafka_worker.proc.poll() is None
+    assert_exactly_once_and_audit(h)

@@ -137,7 +137,10 @@ def test_a_join_refused_for_another_protocol_stops_the_engine_in_one_line(
     assert not thread.is_alive()
     assert len(failure) == 1 and isinstance(failure[0], ConfigError), failure
     assert "\n" not in str(failure[0])
-    assert f"consumer group {h.app_id} has members of another engine" in str(failure[0])
+    assert f"consumer group {h.app_id} has members of another group protocol (the faust" in str(
+        failure[0]
+    )
+    assert "start this one with --engine faust" in str(failure[0])
     refusing.real.close()
     h.produce(events[len(events) // 2 :])
     with _running(_engine(h, tmp_path / "second")):

@@ -77,14 +77,18 @@ def check_group_engine(
         except BrokerError as exc:
             log.debug("consumer group %s not checked: %s", settings.app_id, exc)
             return
-        # An empty protocol: the group is rebalancing; look again.
-        if found.members == 0 or found.protocol == ours:
+        # An empty protocol: the group is rebalancing, and the broker shows
+        # no protocol then (for as long as the rebalance waits on members,
+        # up to their rebalance timeout: minutes). Not known to differ, so
+        # join: the broker refuses a mismatch, and both engines stop on that
+        # refusal with the same line.
+        if found.members == 0 or found.protocol in (ours, ""):
             if told:
                 log.info("consumer group %s: the other engine's workers left", settings.app_id)
             return
         if clock() >= deadline:
             raise ConfigError(mixed_engines_message(settings, found))
-        if not told and found.protocol:
+        if not told:
             told = True
             other = _engine_of(found.protocol)
             log.warning(

@@ -101,6 +101,8 @@ _AIOKAFKA: dict[str, tuple[type[BrokerError], str]] = {
     "ProducerFenced": (ProducerFenced, "PRODUCER_FENCED"),
     "InvalidProducerEpoch": (ProducerFenced, "INVALID_PRODUCER_EPOCH"),
     "TransactionCoordinatorFenced": (ProducerFenced, "PRODUCER_FENCED"),
+    # A JoinGroup refused: the group's members offer another protocol.
+    "InconsistentGroupProtocolError": (BrokerError, "INCONSISTENT_GROUP_PROTOCOL"),
 }
 
 

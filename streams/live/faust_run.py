@@ -38,9 +38,10 @@ from collections.abc import Callable
 from typing import Any
 
 from streams.errors import ConfigError
+from streams.kafka.errors import translate
 from streams.live import faust_seam
 from streams.live.collector import tune_collector
-from streams.live.group_engine import mixed_engines_message
+from streams.live.group_engine import REFUSED_FOR_PROTOCOL, mixed_engines_message
 from streams.live.metrics import LiveMetrics
 from streams.live.settings import LiveSettings
 from streams.live.stopping import STOP_BOUND_S, hard_exit
@@ -293,7 +294,7 @@ def _watch_group(
     partitions and has recovered."""
     while not done.wait(0.5):
         failure = faust_seam.group_join_failure(app)
-        if failure is not None and faust_seam.is_inconsistent_group_protocol(failure):
+        if failure is not None and translate(failure, "joining").code == REFUSED_FOR_PROTOCOL:
             supervisor.refused = ConfigError(mixed_engines_message(settings, None))
             worker.loop.call_soon_threadsafe(faust_seam.stop_worker, worker, signal.SIGTERM)
             return

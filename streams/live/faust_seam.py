@@ -71,7 +71,6 @@ __all__ = [
     "install_commit_gate",
     "is_crashed",
     "is_fencing",
-    "is_inconsistent_group_protocol",
     "mark_inbound",
     "memory_store_apply",
     "memory_store_put",
@@ -1077,12 +1076,6 @@ def group_join_failure(app: Any) -> BaseException | None:
     coordinator = getattr(consumer, "_coordinator", None)
     failure = getattr(coordinator, "_pending_exception", None)
     return failure if isinstance(failure, BaseException) else None
-
-
-def is_inconsistent_group_protocol(exc: BaseException) -> bool:
-    """Whether ``exc`` is aiokafka's refusal of a member whose protocol the
-    group's members do not offer."""
-    return type(exc).__name__ == "InconsistentGroupProtocolError"
 
 
 def is_crashed(app: Any) -> bool:

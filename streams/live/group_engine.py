@@ -17,10 +17,19 @@ from streams.errors import BrokerError, ConfigError
 from streams.kafka.admin import GroupMembers, TopicAdmin
 from streams.live.settings import LiveSettings
 
-__all__ = ["ENGINE_PROTOCOLS", "check_group_engine", "mixed_engines_message"]
+__all__ = [
+    "ENGINE_PROTOCOLS",
+    "REFUSED_FOR_PROTOCOL",
+    "check_group_engine",
+    "mixed_engines_message",
+]
 
 #: Each engine's group protocol (its partition assignor's name).
 ENGINE_PROTOCOLS = {"rdkafka": "range", "faust": "faust"}
+#: The error code (:attr:`~streams.errors.BrokerError.code`, either client's
+#: as :mod:`streams.kafka.errors` names it) of a join refused because the
+#: group's members offer another protocol.
+REFUSED_FOR_PROTOCOL = "INCONSISTENT_GROUP_PROTOCOL"
 #: Seconds past the session timeout a start waits for the other engine's
 #: members to leave: a worker killed without leaving stays a member until its
 #: session times out (SIGTERM leaves at once).

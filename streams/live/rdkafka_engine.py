@@ -52,7 +52,7 @@ from streams.live.changelog import (
     load_changelog,
     source_position_header,
 )
-from streams.live.group_engine import mixed_engines_message
+from streams.live.group_engine import REFUSED_FOR_PROTOCOL, mixed_engines_message
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionChange, PartitionGuard, PartitionsChanged
 from streams.live.processor import Outgoing, StatusRecord, processor_for
@@ -711,7 +711,7 @@ class RdkafkaEngine:
             if err is not None:
                 if err.fatal():
                     raise BrokerError(f"consumer failed: {err.str()}", code=err.name())
-                if err.name() == "INCONSISTENT_GROUP_PROTOCOL":
+                if err.name() == REFUSED_FOR_PROTOCOL:
                     # The other engine's workers hold the group (they joined
                     # after the start's check): librdkafka would retry every
                     # 2 s for good, without partitions. Stop, saying why.

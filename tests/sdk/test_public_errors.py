@@ -5,6 +5,7 @@ caught as StaleOwner, not as a bare FencewatchError or a PicklingError."""
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -128,7 +129,12 @@ def _raise_stale_owner() -> None:
 def test_stale_owner_raised_in_another_process_is_caught_as_itself() -> None:
     """A StaleOwner raised in a worker process arrives in the parent as a
     StaleOwner with its key and epochs (what Celery's autoretry_for needs)."""
-    with ProcessPoolExecutor(max_workers=1) as pool:
+    # spawn, not fork: a test before this one in the same process may have left
+    # librdkafka threads running, and a forked child of them can die at once
+    # (BrokenProcessPool after tests/live/test_rdkafka_engine.py, once).
+    with ProcessPoolExecutor(
+        max_workers=1, mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
         future = pool.submit(_raise_stale_owner)
         with pytest.raises(StaleOwner) as info:
             future.result(timeout=60)

@@ -1,0 +1,110 @@
+"""``fencewatch local`` (issue 44): a pip user's broker. From the wheel,
+installed non-editable into a fresh virtualenv and run from a directory
+outside the checkout, ``local start`` gives a bootstrap address that
+``publish`` and ``audit --topic`` use, ``status`` reports it, ``stop`` stops
+it. Without Java: one line pointing to Docker. The jar list the script
+downloads is the Kafka version the project runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from streams.cli import main
+from streams.kafka.local_broker import missing_requirement
+from tests.kafka.test_installed_wheel import _env, _install
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_local_start_from_the_installed_wheel_gives_a_working_broker(tmp_path: Path) -> None:
+    """Wheel in a fresh venv, from a temp dir: local start prints a bootstrap that publish and
+    audit --topic use (the four SPEC §5 findings), status says running, stop stops it."""
+    bin_dir = _install(tmp_path)
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = _env(bin_dir)
+    env["FENCEWATCH_KAFKA_DIR"] = str(tmp_path / "state")
+    # The script's watchdog stops the broker if this pytest dies without teardown.
+    env["FENCEWATCH_KAFKA_OWNER_PID"] = str(os.getpid())
+    if "FENCEWATCH_CACHE" in os.environ:  # the jars already downloaded, not again
+        env["FENCEWATCH_CACHE"] = os.environ["FENCEWATCH_CACHE"]
+    fencewatch = str(bin_dir / "fencewatch")
+
+    def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [fencewatch, *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout
+        )
+
+    before = cli("local", "status")
+    assert (before.returncode, before.stdout) == (3, "stopped\n"), before
+    started = cli("local", "start", timeout=300)
+    try:
+        assert started.returncode == 0, started.stderr[-3000:]
+        assert re.fullmatch(r"127\.0\.0\.1:\d+\n", started.stdout), started.stdout
+        bootstrap = started.stdout.strip()
+        assert "fencewatch local: ready" in started.stderr  # its own name, not the script's
+        status = cli("local", "status")
+        assert status.returncode == 0, status
+        assert f"bootstrap={bootstrap}" in status.stdout
+        pid = int(re.search(r"pid=(\d+)", status.stdout).group(1))  # type: ignore[union-attr]
+
+        created = cli("topics", "create", "--bootstrap-servers", bootstrap)
+        assert created.returncode == 0, created.stderr
+        fixture = cli("demo", "fixture", "--path").stdout.strip()
+        sent = cli("publish", "--bootstrap-servers", bootstrap, fixture)
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stdout == "published 16 event(s) to ownership.events\n"
+        audit = cli(
+            "audit", "--topic", "ownership.events", "--bootstrap-servers", bootstrap,
+            "--format", "json",
+        )  # fmt: skip
+        assert audit.returncode == 1, audit.stderr
+        assert len(json.loads(audit.stdout)["findings"]) == 4
+    finally:
+        stopped = cli("local", "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    after = cli("local", "status")
+    assert (after.returncode, after.stdout) == (3, "stopped\n"), after
+    assert not Path(f"/proc/{pid}").exists()  # the JVM is gone, not just unlisted
+
+
+def test_local_start_without_java_is_one_line_pointing_to_docker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No java on PATH: local start exits 2 with one line naming Java 17+ and the Docker way."""
+    only_bash = tmp_path / "bin"
+    only_bash.mkdir()
+    (only_bash / "bash").symlink_to("/bin/bash")
+    monkeypatch.setenv("PATH", str(only_bash))
+    monkeypatch.setenv("FENCEWATCH_KAFKA_DIR", str(tmp_path / "state"))
+    assert main(["local", "start"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("fencewatch local: needs Java 17+ on PATH")
+    assert "docker compose up -d" in err[0] and "apache/kafka:" in err[0]
+    assert not (tmp_path / "state").exists()  # nothing started, nothing written
+
+
+def test_missing_requirement_names_bash_before_java() -> None:
+    """Without bash the script cannot run at all: that is what is named."""
+    assert "bash" in (missing_requirement({"bash": None, "java": None}) or "")
+    assert missing_requirement({"bash": "/bin/bash", "java": "/usr/bin/java"}) is None
+
+
+def test_the_jar_list_is_for_the_kafka_version_the_project_runs() -> None:
+    """scripts/kafka-jars lists the version in scripts/kafka-version, each jar with a SHA-256."""
+    version = (ROOT / "scripts" / "kafka-version").read_text().strip()
+    lines = (ROOT / "scripts" / "kafka-jars").read_text().splitlines()
+    assert f"# kafka {version}" in lines
+    jars = [line.split() for line in lines if line and not line.startswith("#")]
+    assert any(path.endswith(f"/kafka_2.13-{version}.jar") for _, path in jars)
+    assert all(re.fullmatch(r"[0-9a-f]{64}", digest) for digest, _ in jars)
+    assert all(path.endswith(".jar") and not path.startswith("/") for _, path in jars)

@@ -3,6 +3,7 @@ installed fencewatch), and none of the test harness (tests/support/)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -101,3 +102,31 @@ def test_the_wheel_ships_no_test_harness(wheel: Path) -> None:
     # They are where the tests import them from now.
     for module in ("driver", "worker", "schemas"):
         assert (ROOT / "tests" / "support" / f"{module}.py").is_file()
+
+
+def _runnable_examples() -> list[Path]:
+    """The examples meant to be run as commands (they have a __main__ block)."""
+    return [
+        p
+        for p in sorted((ROOT / "examples").glob("*.py"))
+        if 'if __name__ == "__main__":' in p.read_text()
+    ]
+
+
+def test_the_runnable_examples_are_executable_with_a_shebang() -> None:
+    """Each example with a __main__ block starts with a python3 shebang and is executable
+    (docs run `examples/fence_boundaries.py outbox` as a command; 0644 said Permission denied)."""
+    examples = _runnable_examples()
+    assert len(examples) >= 4, examples
+    for path in examples:
+        assert path.read_text().startswith("#!/usr/bin/env python3\n"), path.name
+        assert os.access(path, os.X_OK), f"{path.name} is not executable"
+
+
+@pytest.mark.slow
+def test_the_wheel_keeps_the_examples_executable(wheel: Path) -> None:
+    """Inside the wheel the runnable examples keep their execute bits (pip installs them so)."""
+    infos = {i.filename: i for i in zipfile.ZipFile(wheel).infolist()}
+    for path in _runnable_examples():
+        info = infos[f"streams/_data/examples/{path.name}"]
+        assert (info.external_attr >> 16) & 0o111 == 0o111, f"{path.name}: {info.external_attr:o}"

@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.kafka
 @pytest.mark.slow
 def test_local_start_from_the_installed_wheel_gives_a_working_broker(tmp_path: Path) -> None:
-    """Wheel in a fresh venv, from a temp dir: local start prints a bootstrap that publish and
-    audit --topic use (the four SPEC §5 findings), status says running, stop stops it."""
+    """Wheel in a fresh venv, from a temp dir: local start prints a bootstrap that publish,
+    audit --topic (the four SPEC §5 findings) and the packaged outbox example use; status says
+    running, stop stops it."""
     bin_dir = _install(tmp_path)
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -68,6 +69,15 @@ def test_local_start_from_the_installed_wheel_gives_a_working_broker(tmp_path: P
         )  # fmt: skip
         assert audit.returncode == 1, audit.stderr
         assert len(json.loads(audit.stdout)["findings"]) == 4
+
+        # The packaged example runs as a command, as docs/fences.md writes it.
+        example = Path(cli("demo", "files").stdout.strip()) / "examples" / "fence_boundaries.py"
+        outbox = subprocess.run(
+            [str(example), "outbox"], cwd=work, capture_output=True, text=True, timeout=120,
+            env={**env, "FENCEWATCH_BOOTSTRAP_SERVERS": bootstrap},
+        )  # fmt: skip
+        assert outbox.returncode == 0, outbox.stderr[-3000:]
+        assert "the consumer applies it: committed" in outbox.stdout, outbox.stdout
     finally:
         stopped = cli("local", "stop")
     assert stopped.returncode == 0, stopped.stderr

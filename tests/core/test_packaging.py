@@ -130,3 +130,18 @@ def test_the_wheel_keeps_the_examples_executable(wheel: Path) -> None:
     for path in _runnable_examples():
         info = infos[f"streams/_data/examples/{path.name}"]
         assert (info.external_attr >> 16) & 0o111 == 0o111, f"{path.name}: {info.external_attr:o}"
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_the_specification_and_the_broker_script(wheel: Path) -> None:
+    """docs/spec.md (what every SPEC §N names) and fencewatch local's script, version and jar
+    list ship as package data, byte for byte."""
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = {
+            "streams/_data/spec.md": ROOT / "docs" / "spec.md",
+            "streams/_data/kafka-local/kafka-local": ROOT / "scripts" / "kafka-local",
+            "streams/_data/kafka-local/kafka-version": ROOT / "scripts" / "kafka-version",
+            "streams/_data/kafka-local/kafka-jars": ROOT / "scripts" / "kafka-jars",
+        }
+        for name, source in shipped.items():
+            assert zf.read(name) == source.read_bytes(), name

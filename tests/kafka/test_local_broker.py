@@ -44,6 +44,10 @@ def test_local_start_from_the_installed_wheel_gives_a_working_broker(tmp_path: P
             [fencewatch, *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout
         )
 
+    spec = Path(cli("spec").stdout.strip())  # what every SPEC §N names, packaged
+    assert spec.is_relative_to(tmp_path / "venv") and spec.name == "spec.md", spec
+    assert cli("spec", "5").stdout.startswith("## 5. The reference fixture\n")
+
     before = cli("local", "status")
     assert (before.returncode, before.stdout) == (3, "stopped\n"), before
     started = cli("local", "start", timeout=300)

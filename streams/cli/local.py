@@ -66,8 +66,8 @@ def _err(msg: str) -> int:
 def _run(command: str, args: list[str]) -> int:
     from streams.kafka.local_broker import missing_requirement, run_broker_script
 
-    missing = missing_requirement()
-    if missing is not None and command == "start":
+    missing = missing_requirement(java=command == "start")
+    if missing is not None:
         return _err(missing)
     try:
         return run_broker_script(command, args, env=os.environ)

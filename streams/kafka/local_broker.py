@@ -69,16 +69,19 @@ def state_dir(env: Mapping[str, str]) -> Path:
     return Path(base) / "fencewatch" / "kafka"
 
 
-def missing_requirement(which: Mapping[str, str | None] | None = None) -> str | None:
-    """The one line saying what is missing to run the broker (bash, Java), or
-    None. ``which``: command -> path, for tests; default ``shutil.which``."""
+def missing_requirement(
+    which: Mapping[str, str | None] | None = None, *, java: bool = True
+) -> str | None:
+    """The one line saying what is missing to run the broker script (bash;
+    Java too when ``java``: only a start needs it), or None. ``which``:
+    command -> path, for tests; default ``shutil.which``."""
 
     def find(name: str) -> str | None:
         return which.get(name) if which is not None else shutil.which(name)
 
     if find("bash") is None:
         return "needs bash on PATH to run the broker script (none found)"
-    if find("java") is None:
+    if java and find("java") is None:
         return (
             "needs Java 17+ on PATH to run a local Kafka broker (none found): install one "
             "(e.g. apt-get install openjdk-17-jre-headless, brew install openjdk@17), "

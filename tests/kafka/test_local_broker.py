@@ -111,6 +111,8 @@ def test_missing_requirement_names_bash_before_java() -> None:
     """Without bash the script cannot run at all: that is what is named."""
     assert "bash" in (missing_requirement({"bash": None, "java": None}) or "")
     assert missing_requirement({"bash": "/bin/bash", "java": "/usr/bin/java"}) is None
+    # status and stop run no JVM: no Java is fine for them.
+    assert missing_requirement({"bash": "/bin/bash", "java": None}, java=False) is None
 
 
 def test_the_jar_list_is_for_the_kafka_version_the_project_runs() -> None:
@@ -122,3 +124,70 @@ def test_the_jar_list_is_for_the_kafka_version_the_project_runs() -> None:
     assert any(path.endswith(f"/kafka_2.13-{version}.jar") for _, path in jars)
     assert all(re.fullmatch(r"[0-9a-f]{64}", digest) for digest, _ in jars)
     assert all(path.endswith(".jar") and not path.startswith("/") for _, path in jars)
+
+
+def _jar_repository(tmp_path: Path) -> Path:
+    """A Maven-layout repository of the jars scripts/kafka-jars lists (file:// for curl),
+    symlinked from the jar cache (filled with scripts/kafka-local fetch when empty)."""
+    cache = subprocess.run(
+        [str(ROOT / "scripts" / "kafka-local"), "fetch"],
+        capture_output=True, text=True, check=True, timeout=600,
+    ).stdout.strip()  # fmt: skip
+    repo = tmp_path / "repo"
+    for line in (ROOT / "scripts" / "kafka-jars").read_text().splitlines():
+        if line and not line.startswith("#"):
+            path = line.split()[1]
+            (repo / path).parent.mkdir(parents=True, exist_ok=True)
+            (repo / path).symlink_to(Path(cache) / Path(path).name)
+    return repo
+
+
+def _fetch_without_maven(
+    tmp_path: Path, repo: Path
+) -> tuple[subprocess.CompletedProcess[str], Path]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    called = tmp_path / "mvn-called"
+    mvn = bin_dir / "mvn"  # first on PATH: any call to Maven leaves a mark
+    mvn.write_text(f"#!/bin/sh\ntouch {called}\nexit 99\n")
+    mvn.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "FENCEWATCH_CACHE": str(tmp_path / "cache"),
+        "FENCEWATCH_MAVEN_REPO": repo.as_uri(),
+    }
+    proc = subprocess.run(
+        [str(ROOT / "scripts" / "kafka-local"), "fetch"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert not called.exists(), "Maven was called"
+    return proc, tmp_path / "cache"
+
+
+def test_a_first_fetch_needs_no_maven_and_checks_every_jar(tmp_path: Path) -> None:
+    """The listed jars come through curl alone, each checked; the cache is marked complete."""
+    repo = _jar_repository(tmp_path)
+    proc, cache = _fetch_without_maven(tmp_path, repo)
+    assert proc.returncode == 0, proc.stderr
+    version = (ROOT / "scripts" / "kafka-version").read_text().strip()
+    libs = cache / f"kafka-{version}" / "libs"
+    assert proc.stdout.strip() == str(libs)
+    assert (libs.parent / ".complete").is_file()
+    listed = (ROOT / "scripts" / "kafka-jars").read_text().splitlines()
+    assert len(list(libs.glob("*.jar"))) == len([ln for ln in listed if ln[:1] not in ("", "#")])
+
+
+def test_a_jar_that_does_not_match_its_digest_fails_the_fetch_and_caches_nothing(
+    tmp_path: Path,
+) -> None:
+    """A corrupted download (or a wrong mirror) is named with both digests; no cache is left."""
+    repo = _jar_repository(tmp_path)
+    victim = next(repo.rglob("kafka-clients-*.jar"))
+    victim.unlink()  # a symlink to the cache: replace it, never write through it
+    victim.write_bytes(b"not the jar")
+    proc, cache = _fetch_without_maven(tmp_path, repo)
+    assert proc.returncode != 0
+    assert f"{victim.name}: SHA-256 " in proc.stderr and ", expected " in proc.stderr
+    assert not list(cache.glob("kafka-*/.complete"))
+    assert not list(cache.glob("kafka-*.tmp.*"))  # the partial download is removed

@@ -145,12 +145,16 @@ def not_json_lines_hint(head: bytes, name: str, command: str) -> str | None:
     JSON Lines — gzip, or one JSON array — and the pipe that feeds it to
     ``fencewatch COMMAND -``; None when neither. One wording for every command
     that reads event files (audit, publish)."""
+    # Piped input has no file name to put in the command: pipe it on.
+    piped = name in ("stdin", "<stdin>", "-")
     if head.startswith(_GZIP_MAGIC):
-        return f"is it gzip-compressed? try: zcat {name} | fencewatch {command} -"
+        source = "... | zcat" if piped else f"zcat {name}"
+        return f"is it gzip-compressed? try: {source} | fencewatch {command} -"
     if head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"["):
+        source = "... | jq -c '.[]'" if piped else f"jq -c '.[]' {name}"
         return (
             f"it looks like one JSON array; {command} reads JSON Lines, one event object per "
-            f"line: jq -c '.[]' {name} | fencewatch {command} -"
+            f"line: {source} | fencewatch {command} -"
         )
     return None
 

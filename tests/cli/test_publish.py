@@ -193,7 +193,7 @@ def test_a_gzip_stream_on_stdin_is_named_as_stdin() -> None:
     assert proc.returncode == 2
     assert proc.stderr.decode() == (
         "fencewatch publish: stdin: not JSON Lines "
-        "(is it gzip-compressed? try: zcat stdin | fencewatch publish -)\n"
+        "(is it gzip-compressed? try: ... | zcat | fencewatch publish -)\n"
     )
 
 

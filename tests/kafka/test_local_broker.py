@@ -191,3 +191,13 @@ def test_a_jar_that_does_not_match_its_digest_fails_the_fetch_and_caches_nothing
     assert f"{victim.name}: SHA-256 " in proc.stderr and ", expected " in proc.stderr
     assert not list(cache.glob("kafka-*/.complete"))
     assert not list(cache.glob("kafka-*.tmp.*"))  # the partial download is removed
+
+
+def test_a_port_out_of_range_is_one_line_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """local start --port 70000: exit 2, one line naming the flag; no state directory made."""
+    monkeypatch.setenv("FENCEWATCH_KAFKA_DIR", str(tmp_path / "state"))
+    assert main(["local", "start", "--port", "70000"]) == 2
+    assert capsys.readouterr().err == "fencewatch local: --port must be 1..65535, got 70000\n"
+    assert not (tmp_path / "state").exists()

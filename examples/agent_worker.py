@@ -3,7 +3,7 @@
 through a fenced (or, for contrast, unfenced) sink, release.
 
     FENCEWATCH_BOOTSTRAP_SERVERS=127.0.0.1:9092 python examples/agent_worker.py \
-        --key tenant/sdk-export/2026-07-26 --worker alpha [--db .run/agent.db] \
+        --key tenant/agent-worker/2026-07-26 --worker alpha [--db .run/agent.db] \
         --effect release-index [--steps 3] [--step-seconds 1] [--ttl 5] [--unfenced]
         [--tool-seconds 5] [--topic ownership.events] [--json]
 

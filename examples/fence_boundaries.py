@@ -114,7 +114,7 @@ def outbox(db: Database, prefix: str) -> None:
 
     if not os.environ.get("FENCEWATCH_BOOTSTRAP_SERVERS"):
         raise SystemExit(
-            "outbox: set FENCEWATCH_BOOTSTRAP_SERVERS (scripts/kafka-local start prints it)"
+            "outbox: set FENCEWATCH_BOOTSTRAP_SERVERS (fencewatch local start prints it)"
         )
     connection = KafkaConnection.from_env()  # FENCEWATCH_* (TLS, SASL too)
     bootstrap = connection.bootstrap_servers

@@ -1,13 +1,13 @@
-"""The SPEC §5 reference fixture, the examples and the deploy files,
-wherever fencewatch runs from: inside the installed package
-(``streams/_data``, put there by the wheel build) or in a checkout."""
+"""The SPEC §5 reference fixture, the specification itself, the examples
+and the deploy files, wherever fencewatch runs from: inside the installed
+package (``streams/_data``, put there by the wheel build) or in a checkout."""
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["project_files", "reference_fixture"]
+__all__ = ["project_files", "reference_fixture", "specification"]
 
 
 def reference_fixture() -> Path:
@@ -32,3 +32,15 @@ def project_files() -> Path:
     if (checkout / "examples").is_dir() and (checkout / "deploy").is_dir():
         return checkout
     raise FileNotFoundError("examples/ and deploy/ are neither packaged nor in a checkout")
+
+
+def specification() -> Path:
+    """Path of the specification every "SPEC §N" refers to (docs/spec.md);
+    FileNotFoundError when neither copy exists."""
+    packaged = resources.files("streams") / "_data" / "spec.md"
+    if packaged.is_file():
+        return Path(str(packaged))
+    checkout = Path(__file__).resolve().parent.parent / "docs" / "spec.md"
+    if checkout.is_file():
+        return checkout
+    raise FileNotFoundError("docs/spec.md is neither packaged nor in a checkout")

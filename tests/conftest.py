@@ -47,7 +47,7 @@ from streams.kafka.connection import KafkaConnection
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_LOCAL = REPO_ROOT / "scripts" / "kafka-local"
 KAFKA_VERSION = (REPO_ROOT / "scripts" / "kafka-version").read_text().strip()
-# First start may download ~45 MB of jars through Maven.
+# First start may download ~45 MB of jars (scripts/kafka-jars, with curl).
 _LOCAL_START_TIMEOUT_S = 600
 _READY_TIMEOUT_S = 60.0
 
@@ -208,7 +208,7 @@ def _local_broker(state_dir: Path) -> Iterator[str]:
     if shutil.which("java") is None:
         pytest.fail(
             "no Kafka broker: KAFKA_BOOTSTRAP is unset and Java is missing for "
-            "scripts/kafka-local (install Java 17+ and Maven, run `make test`, or choose "
+            "scripts/kafka-local (install Java 17+, run `make test`, or choose "
             "FENCEWATCH_TEST_BROKER=testcontainers)",
             pytrace=False,
         )

@@ -20,6 +20,7 @@ from streams.core.replay import Invalid, Replay
 from streams.errors import FencewatchError
 
 __all__ = [
+    "HEAD_BYTES",
     "Input",
     "Interrupted",
     "StrictStop",
@@ -27,6 +28,7 @@ __all__ = [
     "format_hint",
     "invalid_where",
     "no_event_message",
+    "not_json_lines_hint",
     "run_files",
 ]
 
@@ -106,15 +108,16 @@ class Input:
                 raise Interrupted
             data = got
         if data:
-            if len(self.head) < _HEAD_BYTES:
-                self.head += data[: _HEAD_BYTES - len(self.head)]
+            if len(self.head) < HEAD_BYTES:
+                self.head += data[: HEAD_BYTES - len(self.head)]
             if self._progress is not None:
                 r = self._replay
                 self._progress.bytes_read(len(data), r.records - r.invalid_count)
         return data
 
 
-_HEAD_BYTES = 64
+#: The first bytes of an input kept to tell gzip or a JSON array (publish reads as many).
+HEAD_BYTES = 64
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -131,14 +134,28 @@ def format_hint(inputs: list[Input]) -> str | None:
     """What an input that is not JSON Lines looks like, from its first bytes:
     gzip, or one JSON array; None when neither."""
     for src in inputs:
-        head = src.head.removeprefix(b"\xef\xbb\xbf").lstrip()
-        if src.head.startswith(_GZIP_MAGIC):
-            return f"is it gzip-compressed? try: zcat {src.name} | fencewatch audit -"
-        if head.startswith(b"["):
-            return (
-                "it looks like one JSON array; audit reads JSON Lines, one event object per "
-                f"line: jq -c '.[]' {src.name} | fencewatch audit -"
-            )
+        hint = not_json_lines_hint(src.head, src.name, "audit")
+        if hint is not None:
+            return hint
+    return None
+
+
+def not_json_lines_hint(head: bytes, name: str, command: str) -> str | None:
+    """What input whose first bytes are ``head`` looks like when it is not
+    JSON Lines — gzip, or one JSON array — and the pipe that feeds it to
+    ``fencewatch COMMAND -``; None when neither. One wording for every command
+    that reads event files (audit, publish)."""
+    # Piped input has no file name to put in the command: pipe it on.
+    piped = name in ("stdin", "<stdin>", "-")
+    if head.startswith(_GZIP_MAGIC):
+        source = "... | zcat" if piped else f"zcat {name}"
+        return f"is it gzip-compressed? try: {source} | fencewatch {command} -"
+    if head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"["):
+        source = "... | jq -c '.[]'" if piped else f"jq -c '.[]' {name}"
+        return (
+            f"it looks like one JSON array; {command} reads JSON Lines, one event object per "
+            f"line: {source} | fencewatch {command} -"
+        )
     return None
 
 

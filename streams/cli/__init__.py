@@ -27,6 +27,8 @@ _COMMANDS: tuple[str, ...] = (
     "status",
     "verify",
     "serve",
+    "local",
+    "spec",
 )
 
 
@@ -50,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="fencewatch",
         description="Stale-owner (split-brain) detection and fencing for agents and workflows.",
+        epilog="SPEC §N in help texts and messages is section N of fencewatch's specification "
+        "(docs/spec.md): `fencewatch spec N` prints it.",
     )
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -205,6 +205,13 @@ def _main(args: argparse.Namespace) -> int:
     if args.format == "json" and (args.follow or hooked):
         _err("--format json is one document at the end of a bounded read: use jsonl or text")
         return 2
+    if args.exec_cmd is not None:
+        from streams.findings import ExecTarget
+
+        program = ExecTarget.missing_program(args.exec_cmd)
+        if program is not None:
+            _err(f"--exec: {program}: command not found on PATH (nothing was read)")
+            return 2
     try:
         settings = _settings(args)
         consumer = FindingsConsumer(
@@ -231,7 +238,11 @@ def _main(args: argparse.Namespace) -> int:
     checked = _not_findings_check(consumer)
     if checked:
         return checked
-    return 130 if stop.interrupted else status
+    final = 130 if stop.interrupted else status
+    if status == ALL_DELIVERIES_FAILED:
+        # The status said is the one returned (a Ctrl-C makes it 130, not 3).
+        _err(f"no finding was delivered (exit {final})")
+    return final
 
 
 def _not_findings_check(consumer: Any) -> int:
@@ -369,6 +380,5 @@ def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop) -> int:
         if st.dead_lettered:
             _err(f"{st.dead_lettered} finding(s) written to the dead letters {args.dead_letter}")
     if st.dead_lettered and not st.delivered:
-        _err(f"no finding was delivered (exit {ALL_DELIVERIES_FAILED})")
         return ALL_DELIVERIES_FAILED
     return 0

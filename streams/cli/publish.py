@@ -30,6 +30,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO, Any
 
+from streams.audit.files import HEAD_BYTES, not_json_lines_hint
 from streams.cli.kafka_args import (
     add_connection_args,
     add_kafka_config_arg,
@@ -182,6 +183,18 @@ def with_event_id(line: bytes, number: int) -> bytes:
     return orjson.dumps(doc)
 
 
+def _head(name: str) -> bytes:
+    """The first bytes of a file, or of stdin when it is a pipe or a file
+    (peeked, so they are still read; a terminal is not waited on)."""
+    if name != "-":
+        with open(name, "rb") as fh:
+            return fh.read(HEAD_BYTES)
+    stdin = sys.stdin.buffer
+    if sys.stdin.isatty() or not hasattr(stdin, "peek"):
+        return b""
+    return bytes(stdin.peek(HEAD_BYTES)[:HEAD_BYTES])
+
+
 def _open(name: str) -> IO[bytes]:
     if name == "-":
         return sys.stdin.buffer
@@ -200,13 +213,18 @@ def _main(args: argparse.Namespace) -> int:
     if args.files.count("-") > 1:
         _err("- (stdin) may be given once")
         return FAILURE
-    for name in args.files:  # every file readable before anything is sent
-        if name != "-":
-            try:
-                open(name, "rb").close()
-            except OSError as exc:
-                _err(f"{name}: {exc.strerror or exc}")
-                return FAILURE
+    for name in args.files:  # every file readable, and JSON Lines, before anything is sent
+        try:
+            head = _head(name)
+        except OSError as exc:
+            _err(f"{name}: {exc.strerror or exc}")
+            return FAILURE
+        hint = not_json_lines_hint(head, "stdin" if name == "-" else name, "publish")
+        if hint is not None:
+            # A gzip file or a JSON array would be every line invalid, each
+            # named with a parse error that does not say why (audit's hint).
+            _err(f"{'stdin' if name == '-' else name}: not JSON Lines ({hint})")
+            return FAILURE
     try:
         conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
         # Reachable within --connect-timeout, and the topic exists: a typo in

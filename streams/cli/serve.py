@@ -83,6 +83,26 @@ def _err(msg: str) -> int:
     return 2
 
 
+def _missing_named_topics(conn: Any, settings: Any) -> list[str]:
+    """The topics named (by a flag or variable) other than their default that
+    do not exist: the console would wait on a typo for good, where every other
+    command exits 2 (as ``run``'s check, streams/cli/run.py). A default topic
+    may still be missing: ``fencewatch run`` creates it, and the console shows
+    it once it exists."""
+    from streams.kafka.admin import TopicAdmin
+
+    named = [
+        name
+        for name, default in (
+            (settings.events_topic, DEFAULT_EVENTS_TOPIC),
+            (settings.findings_topic, DEFAULT_FINDINGS_TOPIC),
+            (settings.status_topic, DEFAULT_STATUS_TOPIC),
+        )
+        if name != default
+    ]
+    return list(TopicAdmin(conn).missing(named)) if named else []
+
+
 def _main(args: argparse.Namespace) -> int:
     from streams.console.app import ConsoleApp, ConsoleSettings
     from streams.kafka.connection import check_reachable
@@ -122,6 +142,12 @@ def _main(args: argparse.Namespace) -> int:
             replay_scan=args.replay_scan,
             max_workflows=args.max_workflows,
         )
+        missing = _missing_named_topics(conn, settings)
+        if missing:
+            return _err(
+                f"topic {', '.join(missing)} does not exist on {conn.bootstrap_servers}: "
+                "check the name (fencewatch topics create makes fencewatch's topics)"
+            )
         app = ConsoleApp(settings)
     except (ValueError, FencewatchError) as exc:
         return _err(str(exc))

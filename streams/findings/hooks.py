@@ -376,6 +376,35 @@ class ExecTarget:
         self.command = command
         self.timeout_s = timeout_s
 
+    @staticmethod
+    def missing_program(command: str) -> str | None:
+        """The program ``command`` runs first when the shell would not find it
+        (``notify-send`` not installed), else None. Asked of ``/bin/sh`` itself
+        (``command -v``), with this environment's PATH, so builtins and
+        absolute paths count as the hook's shell counts them; a command that
+        does not start with a plain word (a subshell, a redirection) is left
+        to the shell. Checked at start: otherwise the first delivery only
+        finds out after its retries, and says so in the dead letters."""
+        import re
+        import shlex
+
+        try:
+            words = shlex.split(command)
+        except ValueError:  # unbalanced quotes: the shell's own error will say it
+            return None
+        while words and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0], re.S):
+            words.pop(0)  # FOO=bar cmd: the program is cmd
+        if not words or not re.fullmatch(r"[A-Za-z0-9_./+@:-]+", words[0]):
+            return None
+        found = subprocess.run(
+            ["/bin/sh", "-c", 'command -v -- "$1" >/dev/null', "sh", words[0]],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+        return None if found.returncode == 0 else words[0]
+
     def send(self, delivery: Delivery) -> None:
         f = delivery.finding
         env = dict(os.environ)

@@ -159,7 +159,10 @@ class LiveSettings:
         if not 0.01 <= self.commit_interval <= 60:
             raise ConfigError("commit interval must be within 0.01..60 seconds")
         if self.store_kind not in _STORES or "://" not in self.store:
-            raise ConfigError("store must be memory:// or rocksdb://")
+            raise ConfigError(
+                "store must be memory:// or rocksdb:// (--store or FENCEWATCH_STORE), "
+                f"got {_shown(self.store)!r}"
+            )
         if not 1 <= self.transaction_timeout <= 900:
             # 900 s: the broker's default transaction.max.timeout.ms.
             raise ConfigError("transaction timeout must be within 1..900 seconds")
@@ -185,15 +188,30 @@ class LiveSettings:
         if not self.metrics_host.strip():
             raise ConfigError("metrics host must not be empty")
         if self.engine not in ENGINES:
-            raise ConfigError(f"engine must be one of {', '.join(ENGINES)}")
+            raise ConfigError(
+                f"engine must be one of {', '.join(ENGINES)} (--engine or FENCEWATCH_ENGINE), "
+                f"got {self.engine!r}"
+            )
         if not 5 <= self.stall_timeout <= 3600:
-            raise ConfigError("stall timeout must be within 5..3600 seconds")
+            raise ConfigError(
+                "stall timeout must be within 5..3600 seconds "
+                f"(--stall-timeout or FENCEWATCH_STALL_TIMEOUT), got {self.stall_timeout:g}"
+            )
         if self.stall_timeout <= self.commit_interval:
             raise ConfigError("stall timeout must be longer than the commit interval")
         return self
 
     def replace(self, **changes: Any) -> LiveSettings:
         return dataclasses.replace(self, **changes)
+
+
+def _shown(url: str) -> str:
+    """``url`` as an error may echo it: a ``user:password@`` part masked (a
+    store URL copied from elsewhere may carry one)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest.split("/", 1)[0]:
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
 
 
 # (setting name, environment suffix, parser)

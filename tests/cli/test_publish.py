@@ -150,3 +150,60 @@ def test_publishing_a_file_twice_changes_no_finding(
     assert main([*argv, str(path)]) == 0
     kinds, redeliveries = audit(raw)
     assert redeliveries == 0 and ("duplicate_commit" in {k for k, _ in kinds})
+
+
+@pytest.mark.parametrize(
+    ("content", "hint"),
+    [
+        (
+            b"\x1f\x8b\x08\x00" + bytes(40),
+            "is it gzip-compressed? try: zcat {path} | fencewatch publish -",
+        ),
+        (
+            b'[{"type": "progress"},\n {"type": "progress"}]\n',
+            "it looks like one JSON array; publish reads JSON Lines, one event object per line: "
+            "jq -c '.[]' {path} | fencewatch publish -",
+        ),
+    ],
+    ids=["gzip", "json-array"],
+)
+def test_a_gzip_file_or_a_json_array_is_one_line_with_audits_hint(
+    content: bytes, hint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not JSON Lines: one line with the same hint audit gives, exit 2, before any connection."""
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(content)
+    assert main(["publish", "--bootstrap-servers", "127.0.0.1:1", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"fencewatch publish: {path}: not JSON Lines ({hint.format(path=path)})\n"
+    )
+    assert captured.out == ""
+
+
+def test_a_gzip_stream_on_stdin_is_named_as_stdin() -> None:
+    """Piped gzip: the hint names stdin, exit 2, and nothing waits for a broker."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "streams", "publish", "--bootstrap-servers", "127.0.0.1:1", "-"],
+        input=b"\x1f\x8b\x08\x00" + bytes(100),
+        capture_output=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.decode() == (
+        "fencewatch publish: stdin: not JSON Lines "
+        "(is it gzip-compressed? try: ... | zcat | fencewatch publish -)\n"
+    )
+
+
+def test_audit_gives_the_same_hint_for_a_gzip_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """audit of a gzip file: its one line carries the shared hint, worded for audit."""
+    path = tmp_path / "events.jsonl.gz"
+    path.write_bytes(b"\x1f\x8b\x08\x00" + bytes(40) + b"\n")
+    assert main(["audit", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"(is it gzip-compressed? try: zcat {path} | fencewatch audit -)" in err
+    assert len(err.splitlines()) == 1

@@ -130,3 +130,42 @@ def test_both_engines_take_both_stores(store: str) -> None:
             }
         )
         assert (s.engine, s.store) == (engine, store)
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        (
+            {"FENCEWATCH_ENGINE": "flink"},
+            "engine must be one of faust, rdkafka (--engine or FENCEWATCH_ENGINE), got 'flink'",
+        ),
+        (
+            {"FENCEWATCH_STORE": "redis://"},
+            "store must be memory:// or rocksdb:// (--store or FENCEWATCH_STORE), got 'redis://'",
+        ),
+        (
+            {"FENCEWATCH_STORE": "redis://app:s3cret@cache:6379/0"},
+            "store must be memory:// or rocksdb:// (--store or FENCEWATCH_STORE), "
+            "got 'redis://***@cache:6379/0'",
+        ),
+    ],
+    ids=["engine", "store", "store-with-password"],
+)
+def test_a_bad_engine_or_store_names_the_variable_and_echoes_the_value(
+    env: dict[str, str], line: str
+) -> None:
+    """The error names the flag and variable and says what was given (a password masked)."""
+    with pytest.raises(ConfigError) as caught:
+        settings_from_env({"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1", **env})
+    assert str(caught.value) == line
+
+
+def test_run_with_a_bad_store_flag_is_that_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """fencewatch run --store redis://: exit 2, one line echoing it, before any connection."""
+    from streams.cli import main
+
+    assert main(["run", "--bootstrap-servers", "127.0.0.1:1", "--store", "redis://"]) == 2
+    assert capsys.readouterr().err == (
+        "fencewatch run: store must be memory:// or rocksdb:// (--store or FENCEWATCH_STORE), "
+        "got 'redis://'\n"
+    )

@@ -319,6 +319,10 @@ def _replay_inputs(
         opened: list[tuple[str, IO[bytes]]] = []
         for path in paths:
             if path == "-":
+                # `fencewatch audit - <&-`: Python sets sys.stdin to None when
+                # descriptor 0 is closed.
+                if sys.stdin is None:
+                    raise _Unreadable("cannot read stdin: it is closed (no descriptor 0)")
                 opened.append(("<stdin>", sys.stdin.buffer))
                 continue
             try:

@@ -42,6 +42,7 @@ from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
 
 __all__ = ["register"]
 
+_BOM = b"\xef\xbb\xbf"
 #: Invalid lines printed one by one; past this only their count is given.
 MAX_REPORTED = 20
 _UPDATE_EVERY = 256
@@ -144,7 +145,10 @@ class _Publisher:
                 limit = self.max_bytes
                 self.invalid_line(f"{name}:{number}", f"(record): line over {limit} bytes")
                 continue
-            data = line.strip()
+            # A byte order mark at the start of a line (of the file, or of a
+            # file concatenated into it) is not sent: the audit ignores it
+            # too (streams.core.replay.Replay.feed_stream), the processor would not.
+            data = line.removeprefix(_BOM).strip()
             if not data:
                 continue
             try:
@@ -199,6 +203,9 @@ def _main(args: argparse.Namespace) -> int:
         return FAILURE
     if args.files.count("-") > 1:
         _err("- (stdin) may be given once")
+        return FAILURE
+    if "-" in args.files and sys.stdin is None:  # `<&-`: Python's stdin is None
+        _err("cannot read stdin: it is closed (no descriptor 0)")
         return FAILURE
     for name in args.files:  # every file readable before anything is sent
         if name != "-":

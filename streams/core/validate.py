@@ -244,10 +244,95 @@ def decode_event(
     event = _fast(data, max_bytes)
     if event is not None:
         fields = _ASTUPLE(event)
-        if _accept_fields(fields, key):
+        if _accept_fields(fields, key) and _said_once(data, fields):
             return event, fields
     event = _slow(data, key)
     return event, _ASTUPLE(event)
+
+
+# Duplicate keys. JSON parsers (msgspec and orjson included) keep the last of
+# two values given for one name, silently: {"epoch": 17, ..., "epoch": 18}
+# would be read as epoch 18 here and as 17 by a consumer that keeps the first.
+# An event that names a field twice is invalid, naming the field (SPEC §7:
+# a clear reason). Only the event object's own names are checked; a repeat
+# inside ``attrs`` (free-form detail, never interpreted) is left alone.
+#
+# The check costs one C pass over the bytes for a usual event. Every name and
+# every string value in the line takes at least two '"' bytes, so the line
+# holds at least as many as the decoded fields account for (4 per string
+# field, 2 per integer field); a repeated name adds two more. Exactly that
+# many means no name is repeated. An event with ``attrs``, "v", a null or an
+# unknown field has more: then the object is decoded again with each value
+# left raw and encoded back (msgspec, in C: each name once, 2 '"' each when
+# no name holds a '"', each raw value as it was), and the line must hold as
+# many '"' as that (a repeated name and its other value would add 2 or more).
+# Anything else goes to the slow path, whose exact check parses the line with
+# the standard library and names the field given twice.
+_F_SEQ: Final = 4
+_F_OPTIONAL: Final = slice(5, 10)  # effect_key, sink, event_id, run_id, ts
+_F_ATTRS: Final = 10
+#: type, workflow_key, worker_id (4 each) and epoch (2): always there.
+_BASE_QUOTES: Final = 14
+_RAW_VALUES: Final = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+_ENCODE: Final = msgspec.json.encode
+if Event.__struct_fields__[_F_SEQ : _F_ATTRS + 1] != (
+    "seq",
+    "effect_key",
+    "sink",
+    "event_id",
+    "run_id",
+    "ts",
+    "attrs",
+):  # pragma: no cover - records.py changed
+    raise ImportError("streams.core.records.Event fields moved; update validate._F_*")
+
+
+def _said_once(data: bytes | bytearray | memoryview | str, fields: tuple[Any, ...]) -> bool:
+    """Whether the event object names no field twice (see above); False
+    also when that takes the exact check (the slow path)."""
+    quotes = _BASE_QUOTES + 4 * (5 - fields[_F_OPTIONAL].count(None))
+    if fields[_F_SEQ] is not None:
+        quotes += 2
+    if isinstance(data, memoryview):
+        data = data.tobytes()
+    if isinstance(data, str):
+        data = data.encode()
+    found = data.count(b'"')
+    if found == quotes and fields[_F_ATTRS] is None:
+        return True
+    try:
+        raw = _RAW_VALUES(data)
+    except msgspec.DecodeError:
+        return False
+    if "".join(raw).count('"'):  # a name with a '"' in it: the exact check says
+        return False
+    return found == _ENCODE(raw).count(b'"')
+
+
+def repeated_name(data: bytes | bytearray | memoryview | str) -> str | None:
+    """The first name the top-level JSON object of ``data`` gives twice, or
+    None (also for data that is not one JSON object, or that the standard
+    library cannot read: the caller's own parse says what is wrong then)."""
+    last: list[list[tuple[str, Any]]] = [[]]
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        # Called for every object, innermost first: the event's own is last.
+        last[0] = items
+        return dict(items)
+
+    try:
+        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+        doc = json.loads(text, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return None
+    if type(doc) is not dict:
+        return None
+    seen: set[str] = set()
+    for name, _value in last[0]:
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
 
 
 def _fast(data: bytes | bytearray | memoryview | str, max_bytes: int) -> Event | None:
@@ -272,8 +357,15 @@ def _slow(data: bytes | bytearray | memoryview | str, key: bytes | None) -> Even
         raise InvalidEvent(RECORD_FIELD, _malformed(data, exc)) from None
     except RecursionError:
         raise InvalidEvent(RECORD_FIELD, "malformed JSON: nested too deeply") from None
-    if type(doc) is dict and (type(doc.get("epoch")) is float or type(doc.get("seq")) is float):
-        doc = _exact_integers(data, doc)
+    if type(doc) is dict:
+        twice = repeated_name(data)
+        if twice is not None:
+            shown = twice if len(twice) <= 64 else twice[:64] + "..."
+            raise InvalidEvent(
+                shown, "is given twice (a duplicate JSON key; parsers differ on which one counts)"
+            )
+        if type(doc.get("epoch")) is float or type(doc.get("seq")) is float:
+            doc = _exact_integers(data, doc)
     return _explain(doc, key)
 
 

@@ -58,6 +58,7 @@ from streams.core.whatif import what_if_fenced
 from streams.errors import FencewatchError
 from streams.report import FORMATS, render_html, render_json, render_jsonl, render_text
 from streams.report.coverage import INTERRUPTED, Coverage
+from streams.report.terminal import term_safe
 
 if TYPE_CHECKING:
     from streams.audit.topic import TopicAudit
@@ -179,7 +180,9 @@ def _from_offset(text: str) -> int | dict[int, int]:
 
 
 def _err(msg: str) -> None:
-    print(f"fencewatch audit: {msg}", file=sys.stderr)
+    # Messages quote file names, invalid records' reasons and broker errors:
+    # any control character in them is escaped (one line, no terminal codes).
+    print(f"fencewatch audit: {term_safe(msg)}", file=sys.stderr)
 
 
 def _time_ms(text: str) -> int:

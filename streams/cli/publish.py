@@ -39,6 +39,7 @@ from streams.cli.kafka_args import (
 from streams.core.validate import DEFAULT_MAX_EVENT_BYTES
 from streams.errors import FencewatchError
 from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
+from streams.report.terminal import term_safe
 
 __all__ = ["register"]
 
@@ -82,7 +83,9 @@ def register(sub: Any) -> None:
 
 
 def _err(msg: str) -> None:
-    print(f"fencewatch publish: {msg}", file=sys.stderr)
+    # Invalid lines are named with their reason, which may quote the line's
+    # data: control characters are escaped (one line, no terminal codes).
+    print(f"fencewatch publish: {term_safe(msg)}", file=sys.stderr)
 
 
 def _lines(fh: IO[bytes], limit: int) -> Iterator[tuple[int, bytes | None]]:

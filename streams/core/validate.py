@@ -10,6 +10,7 @@ together.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final
 
 import msgspec
@@ -309,29 +310,36 @@ def _said_once(data: bytes | bytearray | memoryview | str, fields: tuple[Any, ..
     return found == _ENCODE(raw).count(b'"')
 
 
-def repeated_name(data: bytes | bytearray | memoryview | str) -> str | None:
+#: The tokens that say where a name is: strings, brackets and colons (numbers,
+#: literals and whitespace need not be read).
+_TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{}:]')
+
+
+def _repeated_name(data: bytes | bytearray | memoryview | str) -> str | None:
     """The first name the top-level JSON object of ``data`` gives twice, or
-    None (also for data that is not one JSON object, or that the standard
-    library cannot read: the caller's own parse says what is wrong then)."""
-    last: list[list[tuple[str, Any]]] = [[]]
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        # Called for every object, innermost first: the event's own is last.
-        last[0] = items
-        return dict(items)
-
-    try:
-        text = data if isinstance(data, str) else bytes(data).decode("utf-8")
-        doc = json.loads(text, object_pairs_hook=pairs)
-    except (ValueError, RecursionError):
-        return None
-    if type(doc) is not dict:
-        return None
+    None. ``data`` is one JSON object (orjson read it). The names are found
+    by their tokens (a string followed by ':' at depth 1), without parsing
+    the values: nothing here has a nesting limit, so whether a repeat is
+    seen never depends on how deep ``attrs`` goes."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
     seen: set[str] = set()
-    for name, _value in last[0]:
-        if name in seen:
-            return name
-        seen.add(name)
+    depth = 0
+    last: bytes = b""
+    for m in _TOKEN.finditer(raw):
+        token = m.group()
+        c = token[0]
+        if c == 0x22:  # '"'
+            last = token
+            continue
+        if c == 0x7B or c == 0x5B:  # '{', '['
+            depth += 1
+        elif c == 0x7D or c == 0x5D:  # '}', ']'
+            depth -= 1
+        elif depth == 1:  # ':' after a name of the event object
+            name: str = json.loads(last)
+            if name in seen:
+                return name
+            seen.add(name)
     return None
 
 
@@ -358,7 +366,7 @@ def _slow(data: bytes | bytearray | memoryview | str, key: bytes | None) -> Even
     except RecursionError:
         raise InvalidEvent(RECORD_FIELD, "malformed JSON: nested too deeply") from None
     if type(doc) is dict:
-        twice = repeated_name(data)
+        twice = _repeated_name(data)
         if twice is not None:
             shown = twice if len(twice) <= 64 else twice[:64] + "..."
             raise InvalidEvent(

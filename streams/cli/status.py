@@ -49,13 +49,13 @@ def _err(msg: str) -> None:
 def render_status_line(d: dict[str, Any]) -> str:
     """``SEVERITY key  epoch N (worker)  open a, cleared b  stale epochs ...``
     (control characters in the record's strings escaped: :func:`term_safe`)."""
-    worst = d.get("worst_open") or "ok"
+    worst = str(d.get("worst_open") or "ok")  # str: a record's value may be anything
     epoch = d.get("current_epoch")
     owner = "no owner" if epoch is None else f"epoch {epoch} ({d.get('current_worker')})"
     if d.get("released"):
         owner += " released"
     opened = d.get("open") or []
-    kinds = ",".join(sorted({o["kind"] for o in opened}))
+    kinds = ",".join(sorted({str(o.get("kind")) for o in opened}))
     stale = d.get("stale_epochs") or []
     stale_txt = (
         "" if not stale else "  stale " + ",".join(f"{s['epoch']}x{s['events']}" for s in stale)

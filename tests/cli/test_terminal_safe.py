@@ -220,3 +220,54 @@ def test_a_field_given_twice_is_invalid_naming_it(
     ]
     assert all("is given twice" in i["reason"] for i in doc["invalid"])
     assert doc["summary"]["events"] == 1  # a repeat inside attrs is not checked
+
+
+def _status_record(key: object, **changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "workflow_key": key,
+        "current_epoch": 18,
+        "current_worker": WORKER,
+        "acquired_seq": 4,
+        "acquisition_implied": False,
+        "released": False,
+        "last_position": 9,
+        "stale_epochs": [],
+        "open": [
+            {"finding_id": "f", "kind": "stale_commit", "severity": "incident", "revision": 0}
+        ],
+        "cleared": [],
+        "worst_open": "incident",
+        "updated_ms": 2**63 - 1,
+    }
+    doc.update(changes)
+    return doc
+
+
+def test_status_on_a_real_topic_escapes_its_lines_and_refuses_a_key_that_is_not_a_string(
+    kafka_bootstrap: str, unique_topic: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`fencewatch status`: a hostile key, an odd severity and updated_ms 2^63-1 print as
+    escaped lines; a record whose workflow_key is a number is one line, exit 2 (was a
+    traceback in the sort)."""
+    from confluent_kafka import Producer
+
+    topic = unique_topic(1, prefix="status-hostile")
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+    for doc in (_status_record(KEY), _status_record("odd", worst_open=["x"], open=[])):
+        p.produce(topic, json.dumps(doc).encode(), key=str(doc["workflow_key"]).encode())
+    assert p.flush(30) == 0
+    argv = ["status", "--bootstrap-servers", kafka_bootstrap, "--topic", topic]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert RAW_CONTROL.search(out) is None
+    assert out.splitlines()[0].startswith("incident   tenant/\\x1b[2J")
+    assert out.splitlines()[1].startswith("['x']      odd  epoch 18")
+    assert out.count("\n") == 3  # two records and the count line
+    p.produce(topic, json.dumps(_status_record(5)).encode(), key=b"5")
+    assert p.flush(30) == 0
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.endswith(
+        "is not a status record (SPEC §8): workflow_key must be a string, got int\n"
+    )

@@ -177,4 +177,12 @@ def test_chromium_draws_every_row_and_keeps_polling(
     # The poll goes on after drawing the bad rows: a record produced now appears.
     console.produce([_status("good/delta")])
     browser.wait_for("document.querySelectorAll('#rows tr').length === 6")
+    # Its link leads to its page (was a 400), which says what is wrong with the record.
+    browser.navigate_by(
+        f"document.querySelector('#rows tr[data-key=\"{HUGE_TIME}\"] td.key a').click()"
+    )
+    banner = browser.evaluate("document.getElementById('status-invalid').textContent")
+    assert "updated_ms: 9223372036854775807 is out of range" in banner
+    if SHOTS:
+        browser.screenshot(Path(SHOTS) / "console-invalid-workflow.png")
     assert browser.console_errors == []

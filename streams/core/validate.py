@@ -261,9 +261,11 @@ def decode_event(
 # The check costs one C pass over the bytes for a usual event. Every name and
 # every string value in the line takes at least two '"' bytes, so the line
 # holds at least as many as the decoded fields account for (4 per string
-# field, 2 per integer field); a repeated name adds two more. Exactly that
-# many means no name is repeated. An event with ``attrs``, "v", a null or an
-# unknown field has more: then the object is decoded again with each value
+# field, 2 per integer field; for ``attrs``, 2 for its name and 2 per string
+# in it, names included, while it holds at most _ATTRS_COUNTED values); a
+# repeated name adds two more. Exactly that many means no name is repeated.
+# An event with "v", a null, an unknown field, an escaped '"' or a larger
+# ``attrs`` has more: then the object is decoded again with each value
 # left raw and encoded back (msgspec, in C: each name once, 2 '"' each when
 # no name holds a '"', each raw value as it was), and the line must hold as
 # many '"' as that (a repeated name and its other value would add 2 or more).
@@ -276,6 +278,8 @@ _F_ATTRS: Final = 10
 _BASE_QUOTES: Final = 14
 _RAW_VALUES: Final = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
 _ENCODE: Final = msgspec.json.encode
+#: Values of ``attrs`` (strings, numbers, lists, objects) counted at most.
+_ATTRS_COUNTED: Final = 64
 if Event.__struct_fields__[_F_SEQ : _F_ATTRS + 1] != (
     "seq",
     "effect_key",
@@ -294,12 +298,16 @@ def _said_once(data: bytes | bytearray | memoryview | str, fields: tuple[Any, ..
     quotes = _BASE_QUOTES + 4 * (5 - fields[_F_OPTIONAL].count(None))
     if fields[_F_SEQ] is not None:
         quotes += 2
+    attrs = fields[_F_ATTRS]
+    if attrs is not None:
+        inside = _attrs_quotes(attrs)
+        quotes = -1 if inside < 0 else quotes + 2 + inside
     if isinstance(data, memoryview):
         data = data.tobytes()
     if isinstance(data, str):
         data = data.encode()
     found = data.count(b'"')
-    if found == quotes and fields[_F_ATTRS] is None:
+    if found == quotes:
         return True
     try:
         raw = _RAW_VALUES(data)
@@ -308,6 +316,28 @@ def _said_once(data: bytes | bytearray | memoryview | str, fields: tuple[Any, ..
     if "".join(raw).count('"'):  # a name with a '"' in it: the exact check says
         return False
     return found == _ENCODE(raw).count(b'"')
+
+
+def _attrs_quotes(attrs: Any) -> int:
+    """The fewest '"' bytes ``attrs`` can be written with: 2 per string in
+    it, names included (a name given twice in it was decoded once: fewer,
+    still a lower bound); -1 past :data:`_ATTRS_COUNTED` values."""
+    n = 0
+    seen = 0
+    stack: list[Any] = [attrs]
+    while stack:
+        value = stack.pop()
+        seen += 1
+        if seen > _ATTRS_COUNTED:
+            return -1
+        if type(value) is str:
+            n += 2
+        elif type(value) is dict:
+            n += 2 * len(value)
+            stack.extend(value.values())
+        elif type(value) is list:
+            stack.extend(value)
+    return n
 
 
 #: The tokens that say where a name is: strings, brackets and colons (numbers,

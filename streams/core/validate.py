@@ -269,8 +269,8 @@ def decode_event(
 # left raw and encoded back (msgspec, in C: each name once, 2 '"' each when
 # no name holds a '"', each raw value as it was), and the line must hold as
 # many '"' as that (a repeated name and its other value would add 2 or more).
-# Anything else goes to the slow path, whose exact check parses the line with
-# the standard library and names the field given twice.
+# Anything else goes to the slow path, whose exact check (_repeated_name)
+# reads the object's names in order and names the field given twice.
 _F_SEQ: Final = 4
 _F_OPTIONAL: Final = slice(5, 10)  # effect_key, sink, event_id, run_id, ts
 _F_ATTRS: Final = 10

@@ -58,6 +58,7 @@ from streams.core.whatif import what_if_fenced
 from streams.errors import FencewatchError
 from streams.report import FORMATS, render_html, render_json, render_jsonl, render_text
 from streams.report.coverage import INTERRUPTED, Coverage
+from streams.report.terminal import term_safe
 
 if TYPE_CHECKING:
     from streams.audit.topic import TopicAudit
@@ -179,7 +180,9 @@ def _from_offset(text: str) -> int | dict[int, int]:
 
 
 def _err(msg: str) -> None:
-    print(f"fencewatch audit: {msg}", file=sys.stderr)
+    # Messages quote file names, invalid records' reasons and broker errors:
+    # any control character in them is escaped (one line, no terminal codes).
+    print(f"fencewatch audit: {term_safe(msg)}", file=sys.stderr)
 
 
 def _time_ms(text: str) -> int:
@@ -319,6 +322,10 @@ def _replay_inputs(
         opened: list[tuple[str, IO[bytes]]] = []
         for path in paths:
             if path == "-":
+                # `fencewatch audit - <&-`: Python sets sys.stdin to None when
+                # descriptor 0 is closed.
+                if sys.stdin is None:
+                    raise _Unreadable("cannot read stdin: it is closed (no descriptor 0)")
                 opened.append(("<stdin>", sys.stdin.buffer))
                 continue
             try:

@@ -22,12 +22,15 @@ from typing import Any
 
 from streams.cli.kafka_args import add_connection_args, connection_from_args
 from streams.cli.progress import demo_status
+from streams.report.terminal import term_safe
 
 __all__ = ["register"]
 
 
 def _out(line: str) -> None:
-    print(line, flush=True)
+    # The story lines quote keys, workers and effects (a demo worker's come
+    # from its flags): control characters escaped, as in every text output.
+    print(term_safe(line), flush=True)
 
 
 def register(subparsers: Any) -> None:
@@ -174,12 +177,12 @@ def _demo(run: Any, args: argparse.Namespace) -> int:
         TopicAdmin(settings.connection).probe()
         ok = run(settings)
     except ValueError as exc:
-        print(f"fencewatch demo: {exc}", file=sys.stderr)
+        print(f"fencewatch demo: {term_safe(str(exc))}", file=sys.stderr)
         return 2
     except (BrokerUnreachable, AuthenticationFailed) as exc:
         return report_kafka_failure("demo", exc)
     except FencewatchError as exc:
-        print(f"fencewatch demo: FAILED: {exc}", file=sys.stderr)
+        print(f"fencewatch demo: FAILED: {term_safe(str(exc))}", file=sys.stderr)
         return 1
     return 0 if ok else 1
 
@@ -276,8 +279,8 @@ def _worker(args: argparse.Namespace) -> int:
     try:
         return run_worker(_worker_plan(args), emit)
     except ValueError as exc:
-        print(f"[{args.worker}] invalid: {exc}", file=sys.stderr)
+        print(term_safe(f"[{args.worker}] invalid: {exc}"), file=sys.stderr)
         return EXIT_FAILED
     except FencewatchError as exc:
-        print(f"[{args.worker}] error: {exc}", file=sys.stderr)
+        print(term_safe(f"[{args.worker}] error: {exc}"), file=sys.stderr)
         return EXIT_FAILED

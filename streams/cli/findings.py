@@ -37,6 +37,7 @@ from streams.core.findings import Finding
 from streams.core.records import Kind, Severity
 from streams.errors import FencewatchError
 from streams.kafka.topics import DEFAULT_FINDINGS_TOPIC
+from streams.report.terminal import term_safe
 
 __all__ = ["register", "render_finding_line"]
 
@@ -97,11 +98,12 @@ def register(sub: Any) -> None:
 
 
 def _err(msg: str) -> None:
-    print(f"fencewatch findings: {msg}", file=sys.stderr)
+    print(f"fencewatch findings: {term_safe(msg)}", file=sys.stderr)
 
 
 def render_finding_line(f: Finding, previous_revision: int | None = None) -> str:
-    """One line per finding: severity, kind, key, epochs, effect, id/revision."""
+    """One line per finding: severity, kind, key, epochs, effect, id/revision
+    (control characters in the record's strings escaped: :func:`term_safe`)."""
     epochs = (
         f"epochs {','.join(map(str, f.epochs))}"
         if f.epochs is not None
@@ -110,7 +112,7 @@ def render_finding_line(f: Finding, previous_revision: int | None = None) -> str
     )
     effect = "" if f.effect_key is None else f"  effect {f.effect_key!r}"
     update = "" if previous_revision is None else f"  UPDATE of r{previous_revision}"
-    return (
+    return term_safe(
         f"{f.severity.value:<10} {f.kind.value:<18} {f.workflow_key}  {epochs}{effect}"
         f"  confidence {f.confidence.value}  {f.finding_id} r{f.revision}{update}"
     )

@@ -120,5 +120,7 @@ def connection_from_args(
 
 def report_kafka_failure(command: str, exc: Exception) -> int:
     """Print the one line for a Kafka failure and return the exit status."""
-    print(f"fencewatch {command}: {exc}", file=sys.stderr)
+    from streams.report.terminal import term_safe
+
+    print(f"fencewatch {command}: {term_safe(str(exc))}", file=sys.stderr)
     return KAFKA_FAILURE

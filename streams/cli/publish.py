@@ -40,9 +40,11 @@ from streams.cli.kafka_args import (
 from streams.core.validate import DEFAULT_MAX_EVENT_BYTES
 from streams.errors import FencewatchError
 from streams.kafka.topics import DEFAULT_EVENTS_TOPIC
+from streams.report.terminal import term_safe
 
 __all__ = ["register"]
 
+_BOM = b"\xef\xbb\xbf"
 #: Invalid lines printed one by one; past this only their count is given.
 MAX_REPORTED = 20
 _UPDATE_EVERY = 256
@@ -82,7 +84,9 @@ def register(sub: Any) -> None:
 
 
 def _err(msg: str) -> None:
-    print(f"fencewatch publish: {msg}", file=sys.stderr)
+    # Invalid lines are named with their reason, which may quote the line's
+    # data: control characters are escaped (one line, no terminal codes).
+    print(f"fencewatch publish: {term_safe(msg)}", file=sys.stderr)
 
 
 def _lines(fh: IO[bytes], limit: int) -> Iterator[tuple[int, bytes | None]]:
@@ -145,7 +149,10 @@ class _Publisher:
                 limit = self.max_bytes
                 self.invalid_line(f"{name}:{number}", f"(record): line over {limit} bytes")
                 continue
-            data = line.strip()
+            # A byte order mark at the start of a line (of the file, or of a
+            # file concatenated into it) is not sent: the audit ignores it
+            # too (streams.core.replay.Replay.feed_stream), the processor would not.
+            data = line.removeprefix(_BOM).strip()
             if not data:
                 continue
             try:
@@ -212,6 +219,9 @@ def _main(args: argparse.Namespace) -> int:
         return FAILURE
     if args.files.count("-") > 1:
         _err("- (stdin) may be given once")
+        return FAILURE
+    if "-" in args.files and sys.stdin is None:  # `<&-`: Python's stdin is None
+        _err("cannot read stdin: it is closed (no descriptor 0)")
         return FAILURE
     for name in args.files:  # every file readable, and JSON Lines, before anything is sent
         try:

@@ -21,6 +21,7 @@ from streams.cli.kafka_args import (
 )
 from streams.errors import BrokerError, FencewatchError
 from streams.kafka.topics import DEFAULT_STATUS_TOPIC
+from streams.report.terminal import term_safe
 
 __all__ = ["register", "render_status_line"]
 
@@ -42,23 +43,24 @@ def register(sub: Any) -> None:
 
 
 def _err(msg: str) -> None:
-    print(f"fencewatch status: {msg}", file=sys.stderr)
+    print(f"fencewatch status: {term_safe(msg)}", file=sys.stderr)
 
 
 def render_status_line(d: dict[str, Any]) -> str:
-    """``SEVERITY key  epoch N (worker)  open a, cleared b  stale epochs ...``."""
-    worst = d.get("worst_open") or "ok"
+    """``SEVERITY key  epoch N (worker)  open a, cleared b  stale epochs ...``
+    (control characters in the record's strings escaped: :func:`term_safe`)."""
+    worst = str(d.get("worst_open") or "ok")  # str: a record's value may be anything
     epoch = d.get("current_epoch")
     owner = "no owner" if epoch is None else f"epoch {epoch} ({d.get('current_worker')})"
     if d.get("released"):
         owner += " released"
     opened = d.get("open") or []
-    kinds = ",".join(sorted({o["kind"] for o in opened}))
+    kinds = ",".join(sorted({str(o.get("kind")) for o in opened}))
     stale = d.get("stale_epochs") or []
     stale_txt = (
         "" if not stale else "  stale " + ",".join(f"{s['epoch']}x{s['events']}" for s in stale)
     )
-    return (
+    return term_safe(
         f"{worst:<10} {d['workflow_key']}  {owner}  open {len(opened)}"
         f"{' (' + kinds + ')' if kinds else ''}  cleared {len(d.get('cleared') or [])}{stale_txt}"
     )

@@ -27,6 +27,7 @@ from streams.cli.kafka_args import (
 )
 from streams.errors import FencewatchError
 from streams.kafka.topics import DEFAULT_EVENTS_TOPIC, DEFAULT_STATUS_TOPIC
+from streams.report.terminal import term_safe
 
 __all__ = ["register"]
 
@@ -55,7 +56,7 @@ def register(sub: Any) -> None:
 
 
 def _err(msg: str) -> None:
-    print(f"fencewatch verify: {msg}", file=sys.stderr)
+    print(f"fencewatch verify: {term_safe(msg)}", file=sys.stderr)
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -98,7 +99,9 @@ def _main(args: argparse.Namespace) -> int:
         _err(str(exc))
         return 2
     print(
-        f"published outcome_verified for {args.workflow!r} effect {args.effect!r} at epoch "
-        f"{epoch} by {event.worker_id} (event_id {event.event_id})"
+        term_safe(
+            f"published outcome_verified for {args.workflow!r} effect {args.effect!r} at epoch "
+            f"{epoch} by {event.worker_id} (event_id {event.event_id})"
+        )
     )
     return 0

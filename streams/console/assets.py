@@ -29,37 +29,58 @@ form.verify[hidden]{display:none}
 pre.rev{white-space:pre-wrap;overflow-wrap:anywhere;max-height:24em;overflow:auto;
 background:#f3f4f6;padding:8px;border-radius:6px;font-size:12px}
 .notice{background:#eff8f1;border:1px solid #b7dfc2;border-radius:8px;padding:8px 12px;margin:0 0 12px}
+.sev.invalid{background:#fff;color:#8c1d18;border:1px dashed #8c1d18;margin-right:4px}
+.invalid-why{display:block;color:#8c1d18;font-size:12px;overflow-wrap:anywhere}
 """  # noqa: E501
 
 # The list: polls /api/workflows (the page's own query) every second and
-# rebuilds the rows; a failed poll says so and keeps the last rows.
+# rebuilds the rows; a failed poll says so and keeps the last rows. A row the
+# script cannot draw (a value it did not expect: the server checks values,
+# this is the second line) is drawn as invalid with the error, and the poll
+# goes on whatever happened: one record never blanks the list.
 INDEX_JS = r"""
 (function(){
   var body = document.getElementById('rows'), info = document.getElementById('live');
   var pager = document.getElementById('pager'), note = document.getElementById('empty');
   function cell(tr, text, cls){ var td = document.createElement('td');
     if (cls) td.className = cls; if (text !== null) td.textContent = text; tr.appendChild(td); return td; }
-  function when(ms){ return new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z'); }
-  function rel(ms){ var s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  function ok(ms){ return typeof ms === 'number' && isFinite(new Date(ms).getTime()); }
+  function when(ms){ return ok(ms) ? new Date(ms).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z') : 'invalid time'; }
+  function rel(ms){ if (!ok(ms)) return 'invalid time'; var s = Math.max(0, Math.round((Date.now() - ms) / 1000));
     return (s < 120 ? s + ' s' : s < 7200 ? Math.round(s / 60) + ' min' :
       s < 172800 ? Math.round(s / 3600) + ' h' : Math.round(s / 86400) + ' d') + ' ago'; }
   function ago(ms){ return ms === null || ms === undefined ? '' : when(ms) + ' (' + rel(ms) + ')'; }
+  function badge(td, cls, text, title){ var b = document.createElement('span'); b.className = cls;
+    b.textContent = text; if (title) b.title = title; td.appendChild(b); return b; }
+  function invalid(tr, why){ tr.className = 'invalid-row'; tr.setAttribute('data-invalid', why); }
   function row(w){
+    try { return build(w); } catch (e) {
+      // Not a record this script can draw: one row that says so, the rest as usual.
+      var tr = document.createElement('tr'), why = 'cannot show this record: ' + e;
+      invalid(tr, why); tr.setAttribute('data-key', String(w && w.workflow_key));
+      badge(cell(tr, null, 'nw'), 'sev invalid', 'invalid', why); cell(tr, '', 'num'); cell(tr, '', 'num');
+      var k = cell(tr, String(w && w.workflow_key), 'key');
+      badge(k, 'invalid-why', why); cell(tr, ''); cell(tr, ''); cell(tr, '');
+      return tr; } }
+  function build(w){
     var tr = document.createElement('tr'); tr.setAttribute('data-key', w.workflow_key);
     var td = cell(tr, null, 'nw');
-    if (w.worst_open){ var b = document.createElement('span'); b.className = 'sev ' + w.worst_open;
-      b.textContent = w.worst_open; td.appendChild(b); } else { td.textContent = 'none'; td.className = 'nw muted'; }
+    if (w.invalid){ invalid(tr, w.invalid); badge(td, 'sev invalid', 'invalid', w.invalid); }
+    if (w.worst_open){ badge(td, 'sev ' + w.worst_open, w.worst_open); }
+    else if (!w.invalid){ td.textContent = 'none'; td.className = 'nw muted'; }
     cell(tr, String(w.open_count), 'num open-count');
     cell(tr, String(w.cleared_count), 'num cleared-count');
     var k = cell(tr, null, 'key'); var a = document.createElement('a');
     a.setAttribute('href', w.href); a.textContent = w.workflow_key; k.appendChild(a);
+    if (w.invalid) badge(k, 'invalid-why', 'invalid record: ' + w.invalid);
     cell(tr, w.current_epoch === null || w.current_epoch === undefined ? '' :
       'epoch ' + w.current_epoch + ' · ' + w.current_worker + (w.released ? ' (released)' : ''), 'owner');
     var st = cell(tr, null, 'stale-cell');
     (w.stale_epochs || []).forEach(function(s){ var sp = document.createElement('span'); sp.className = 'stale';
       sp.textContent = 'epoch ' + s.epoch + ' · ' + s.worker + ' · ' + s.events +
         (s.events === 1 ? ' event' : ' events') + ' · last seen ' +
-        (s.last_seen_ms === null ? 'unknown' : ago(s.last_seen_ms)); st.appendChild(sp); });
+        (s.last_seen_ms === null || s.last_seen_ms === undefined ? 'unknown' : ago(s.last_seen_ms));
+      st.appendChild(sp); });
     var up = cell(tr, w.updated_ms ? rel(w.updated_ms) : '', 'nw muted');
     if (w.updated_ms) up.title = when(w.updated_ms);
     return tr; }
@@ -69,13 +90,21 @@ INDEX_JS = r"""
     note.hidden = d.total > 0;
     pager.textContent = 'page ' + d.page + ' of ' + d.pages + ' · ' + d.total + ' workflows match · ' +
       d.page_size + ' per page';
+    // Only the links to pages that exist (the server renders both hidden).
+    [['prev', d.page - 1, d.page > 1], ['next', d.page + 1, d.page < d.pages]].forEach(function(l){
+      var a = document.getElementById(l[0]); if (!a) return; a.hidden = !l[2];
+      if (l[2]){ var q = new URLSearchParams(location.search); q.set('page', String(l[1]));
+        a.setAttribute('href', '?' + q.toString()); } });
     info.textContent = 'live · updated ' + new Date().toLocaleTimeString() + ' · ' + d.held + ' workflows held' +
       (d.errors.length ? ' · ' + d.errors.join('; ') : '');
     document.body.setAttribute('data-version', String(d.version)); }
   function poll(){
     var x = new XMLHttpRequest(); x.open('GET', '/api/workflows' + location.search);
-    x.onload = function(){ if (x.status === 200) draw(JSON.parse(x.responseText));
-      else info.textContent = 'update failed: HTTP ' + x.status; setTimeout(poll, 1000); };
+    x.onload = function(){
+      try { if (x.status === 200) draw(JSON.parse(x.responseText));
+        else info.textContent = 'update failed: HTTP ' + x.status; }
+      catch (e) { info.textContent = 'update failed: ' + e; }
+      finally { setTimeout(poll, 1000); } };
     x.onerror = function(){ info.textContent = 'update failed: console unreachable'; setTimeout(poll, 1000); };
     x.send(); }
   poll();
@@ -89,7 +118,7 @@ WORKFLOW_JS = r"""
   var key = document.body.getAttribute('data-key');
   function poll(){
     var x = new XMLHttpRequest(); x.open('GET', '/api/w/' + encodeURIComponent(key));
-    x.onload = function(){
+    x.onload = function(){ try {
       if (x.status === 200){ var d = JSON.parse(x.responseText), st = d.status || {};
         var cleared = {}; (st.cleared || []).forEach(function(f){ cleared[f.finding_id] = 1; });
         document.querySelectorAll('[data-health]').forEach(function(p){
@@ -99,7 +128,7 @@ WORKFLOW_JS = r"""
             f.hidden = s === 'cleared'; }); });
         var c = document.getElementById('counts');
         if (c) c.textContent = (st.open_count || 0) + ' open · ' + (st.cleared_count || 0) + ' cleared'; }
-      setTimeout(poll, 2000); };
+      } finally { setTimeout(poll, 2000); } };
     x.onerror = function(){ setTimeout(poll, 2000); };
     x.send(); }
   setTimeout(poll, 2000);

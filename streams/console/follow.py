@@ -4,7 +4,12 @@ topic the same way (through the findings consumer API, which delivers each
 finding's revisions in order, never one twice). A follower that loses the
 broker says why (:attr:`Follower.error`, shown on the page) and starts
 again after a pause; re-reading is harmless (the view keeps the latest
-status and ignores a revision it holds)."""
+status and ignores a revision it holds).
+
+A record is the topic's data, not ours: one that is not a status record or
+a finding is counted and skipped, one with values no page can show is kept
+as invalid (:mod:`streams.console.check`), and nothing a record holds stops
+a follower (an unexpected error on one record skips that record, counted)."""
 
 from __future__ import annotations
 
@@ -102,7 +107,11 @@ def status_follower(
                     metrics.invalid.labels(topic="status").inc()
                     view.reject(f"{topic}/{rec.partition}@{rec.offset}: not a status record: {exc}")
                     continue
-                view.put_status(doc["workflow_key"], doc)
+                try:
+                    view.put_status(doc["workflow_key"], doc)
+                except Exception as exc:  # one record must not stop the follower
+                    metrics.invalid.labels(topic="status").inc()
+                    view.reject(f"{topic}/{rec.partition}@{rec.offset}: not shown: {exc!r}")
         finally:
             tail.close()
 
@@ -131,7 +140,11 @@ def findings_follower(
                 if delivery is None:
                     continue
                 metrics.records.labels(topic="findings").inc()
-                view.put_finding(delivery.finding.to_dict())
+                try:
+                    view.put_finding(delivery.finding.to_dict())
+                except Exception as exc:  # one record must not stop the follower
+                    metrics.invalid.labels(topic="findings").inc()
+                    view.reject(f"{topic}: finding not shown: {exc!r}")
                 consumer.ack(delivery)
         finally:
             consumer.close()

@@ -2,6 +2,11 @@
 escaped here (``html.escape``, quotes included) or set by the page's script
 as text; scripts run only with the page's nonce (the server's
 Content-Security-Policy), so markup that slipped through could not run one.
+
+The records reach these pages checked (:mod:`streams.console.check`): a
+value no page can show is null, and the record's ``invalid`` says why (shown
+on its row, its status block or its finding). The renderers here still take
+any value without raising: a page is never an error because of a record.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 from streams.console.assets import CSS, INDEX_JS, WORKFLOW_JS
-from streams.console.view import PAGE_SIZE, workflow_href
+from streams.console.view import workflow_href
 from streams.report.html_assets import CSS as REPORT_CSS
 from streams.report.html_assets import JS as REPORT_JS
 
@@ -40,9 +45,12 @@ def _e(value: object) -> str:
 
 
 def _ms(ms: object) -> str:
-    if not isinstance(ms, int) or ms < 0:
+    if type(ms) is not int or ms < 0:
         return "unknown"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):  # past year 9999
+        return f"invalid time ({ms} ms)"
 
 
 def _head(title: str, chrome: Chrome, extra_css: str = "") -> str:
@@ -115,12 +123,14 @@ def index_page(chrome: Chrome, *, prefix: str, severity: str, page: int) -> str:
 
 
 def _pager(prefix: str, severity: str, page: int) -> str:
-    def link(p: int, label: str) -> str:
-        q = f"?prefix={quote(prefix, safe='')}&severity={quote(severity, safe='')}&page={p}"
-        return f"<a href='{_e(q)}'>{label}</a>"
+    """The previous and next links, hidden: the script shows each when the
+    list has that page (it knows how many pages there are; this does not)."""
 
-    prev = link(page - 1, "← previous") if page > 1 else ""
-    return f"{prev} {link(page + 1, 'next →')} <span class='muted'>({PAGE_SIZE} per page)</span>"
+    def link(p: int, label: str, ident: str) -> str:
+        q = f"?prefix={quote(prefix, safe='')}&severity={quote(severity, safe='')}&page={p}"
+        return f"<a id='{ident}' href='{_e(q)}' hidden>{label}</a>"
+
+    return f"{link(max(1, page - 1), '← previous', 'prev')} {link(page + 1, 'next →', 'next')}"
 
 
 def message_page(chrome: Chrome, title: str, text: str) -> str:
@@ -148,7 +158,13 @@ def _status_block(status: dict[str, Any] | None) -> str:
         ("last position", status.get("last_position")),
         ("updated", _ms(status.get("updated_ms"))),
     ]
-    out = ["<dl class='kv'>"]
+    out = []
+    if status.get("invalid"):
+        out.append(
+            "<p class='banner err' id='status-invalid'>This status record holds values the "
+            f"console cannot show (left empty below): {_e(status['invalid'])}</p>"
+        )
+    out.append("<dl class='kv'>")
     for k, v in rows:
         shown = "" if v is None else ("yes" if v else "no") if isinstance(v, bool) else v
         out.append(f"<dt>{_e(k)}</dt><dd>{_e(shown)}</dd>")
@@ -203,8 +219,13 @@ def _finding_block(
         f"<b>{_e(last.get('kind'))}</b>"
         f"<span class='pill {status}' data-health='{_e(fid)}'>{status}</span>"
         f"<span class='muted'>{len(revs)} revision{'s' if len(revs) != 1 else ''}</span></div>"
-        "<dl class='kv'>"
     ]
+    if last.get("invalid"):
+        out.append(
+            "<p class='banner err finding-invalid'>This finding's latest revision holds values "
+            f"the console cannot show (left empty): {_e(last['invalid'])}</p>"
+        )
+    out.append("<dl class='kv'>")
     fields = (
         ("effect", last.get("effect_key")),
         ("sink", last.get("sink")),

@@ -12,6 +12,12 @@ by how much (``trimmed``); past the findings bound the oldest superseded
 revision is dropped first, then the oldest revision, and the workflow counts
 what it dropped. The number of workflows is bounded by ``max_workflows``:
 a workflow past it is not kept, and counted (``refused``).
+
+Every value is checked before it is kept (:mod:`streams.console.check`): a
+record with a value no page can show (``updated_ms`` of 2^63-1, a string
+where an epoch should be) is kept with that value nulled and ``invalid``
+saying why, and the list shows its row as invalid; the other rows are not
+affected.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from urllib.parse import quote
 
 import orjson
 
+from streams.console.check import check_finding, check_status
 from streams.core.records import SEVERITY_RANK, Severity
 
 __all__ = [
@@ -106,7 +113,7 @@ def _fit_revision(doc: dict[str, Any]) -> bytes:
     raw = _dumps(body)
     if len(raw) <= REVISION_BYTES:
         return raw
-    small = {k: body.get(k) for k in ("finding_id", "revision", "kind", "severity")}
+    small = {k: body.get(k) for k in ("finding_id", "revision", "kind", "severity", "invalid")}
     small["trimmed"] = True
     return _dumps({k: (v[:512] if isinstance(v, str) else v) for k, v in small.items()})
 
@@ -169,7 +176,10 @@ class ConsoleView:
             self.last_invalid = reason[:300]
 
     def put_status(self, key: str, doc: dict[str, Any] | None) -> None:
-        """The latest status record of ``key`` (None: a tombstone)."""
+        """The latest status record of ``key`` (None: a tombstone); a record
+        with values no page can show is kept as invalid (see the module)."""
+        if doc is not None:
+            doc = check_status(doc)
         with self._lock:
             if doc is None:
                 e = self._entries.get(key)
@@ -194,8 +204,17 @@ class ConsoleView:
             self._changed(reorder=moved)
 
     def put_finding(self, doc: dict[str, Any]) -> None:
-        """One finding revision (a repeat of a kept revision is ignored)."""
+        """One finding revision (a repeat of a kept revision is ignored); a
+        revision with values no page can show is kept as invalid. Its
+        ``workflow_key`` and ``finding_id`` must be strings and its
+        ``revision`` an integer (ValueError otherwise: the caller rejects it)."""
         key, fid, rev = doc["workflow_key"], doc["finding_id"], doc["revision"]
+        if type(key) is not str or type(fid) is not str or type(rev) is not int:
+            raise ValueError(
+                "workflow_key and finding_id must be strings and revision an integer, got "
+                f"{type(key).__name__}, {type(fid).__name__} and {type(rev).__name__}"
+            )
+        doc = check_finding(doc)
         with self._lock:
             entry = self._entry(key)
             if entry is None:

@@ -134,7 +134,11 @@ class Replay:
         most ``max_event_bytes + 1`` bytes (room for a ``\\r``) are held. A
         longer line is reported invalid ("over the limit") by its line number
         and skipped unread to its end; its neighbours are fed as usual. A UTF-8
-        byte order mark at the very start is ignored.
+        byte order mark at the start of a line is ignored: at the very start
+        (SPEC §2), and at the start of any other line too, where files that
+        each began with one were concatenated (``cat a.jsonl b.jsonl``). RFC
+        8259 lets a parser ignore a BOM before a JSON text, and U+FEFF is
+        never JSON, so no line that was valid changes meaning.
 
         Lines are split here, in bulk, rather than by one ``readline`` call
         each: this loop is compiled with the detector and is most of the audit.
@@ -220,10 +224,14 @@ class Replay:
                     break
                 continue
             # Blank lines are skipped but still counted. An event line starts
-            # with "{": checking that byte first spares every real line a strip().
-            if not line or (line[0] != 0x7B and not line.strip()):
-                items.append(None)
-                continue
+            # with "{": checking that byte first spares every real line a strip()
+            # (and the look for a byte order mark).
+            if not line or line[0] != 0x7B:
+                if line.startswith(_BOM):
+                    line = line[3:]
+                if not line.strip():
+                    items.append(None)
+                    continue
             try:
                 items.append(decode_event(line, max_bytes=max_bytes)[1])
             except InvalidEvent as exc:

@@ -10,6 +10,7 @@ together.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final
 
 import msgspec
@@ -244,10 +245,148 @@ def decode_event(
     event = _fast(data, max_bytes)
     if event is not None:
         fields = _ASTUPLE(event)
-        if _accept_fields(fields, key):
+        if _accept_fields(fields, key) and _said_once(data, fields):
             return event, fields
     event = _slow(data, key)
     return event, _ASTUPLE(event)
+
+
+# Duplicate keys. JSON parsers (msgspec and orjson included) keep the last of
+# two values given for one name, silently: {"epoch": 17, ..., "epoch": 18}
+# would be read as epoch 18 here and as 17 by a consumer that keeps the first.
+# An event that names a field twice is invalid, naming the field (SPEC §7:
+# a clear reason). Only the event object's own names are checked; a repeat
+# inside ``attrs`` (free-form detail, never interpreted) is left alone.
+#
+# The check costs one C pass over the bytes for a usual event. Every name and
+# every string value in the line takes at least two '"' bytes, so the line
+# holds at least as many as the decoded fields account for (4 per string
+# field, 2 per integer field; for ``attrs``, 2 for its name and 2 per string
+# in it, names included, while it holds at most _ATTRS_COUNTED values); a
+# repeated name adds two more. Exactly that many means no name is repeated.
+# An event with "v", a null, an unknown field, an escaped '"' or a larger
+# ``attrs`` has more: then the object is decoded again with each value
+# left raw and encoded back (msgspec, in C: each name once, 2 '"' each when
+# no name holds a '"', each raw value as it was), and the line must hold as
+# many '"' as that (a repeated name and its other value would add 2 or more).
+# Anything else goes to the slow path, whose exact check (_repeated_name)
+# reads the object's names in order and names the field given twice.
+_F_SEQ: Final = 4
+# effect_key, sink, event_id, run_id, ts (_F_EFFECT_KEY is 5).
+_F_SINK: Final = 6
+_F_EVENT_ID: Final = 7
+_F_RUN_ID: Final = 8
+_F_TS: Final = 9
+_F_ATTRS: Final = 10
+#: type, workflow_key, worker_id (4 each) and epoch (2): always there.
+_BASE_QUOTES: Final = 14
+_RAW_VALUES: Final = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+_ENCODE: Final = msgspec.json.encode
+#: Values of ``attrs`` (strings, numbers, lists, objects) counted at most.
+_ATTRS_COUNTED: Final = 64
+if Event.__struct_fields__[_F_SEQ : _F_ATTRS + 1] != (
+    "seq",
+    "effect_key",
+    "sink",
+    "event_id",
+    "run_id",
+    "ts",
+    "attrs",
+):  # pragma: no cover - records.py changed
+    raise ImportError("streams.core.records.Event fields moved; update validate._F_*")
+
+
+def _said_once(data: bytes | bytearray | memoryview | str, fields: tuple[Any, ...]) -> bool:
+    """Whether the event object names no field twice (see above); False
+    also when that takes the exact check (the slow path)."""
+    # One test per field (compiled: a tuple read and a compare each, where a
+    # slice and its count() would allocate).
+    quotes = _BASE_QUOTES
+    if fields[_F_EFFECT_KEY] is not None:
+        quotes += 4
+    if fields[_F_SINK] is not None:
+        quotes += 4
+    if fields[_F_EVENT_ID] is not None:
+        quotes += 4
+    if fields[_F_RUN_ID] is not None:
+        quotes += 4
+    if fields[_F_TS] is not None:
+        quotes += 4
+    if fields[_F_SEQ] is not None:
+        quotes += 2
+    attrs = fields[_F_ATTRS]
+    if attrs is not None:
+        inside = _attrs_quotes(attrs)
+        quotes = -1 if inside < 0 else quotes + 2 + inside
+    if isinstance(data, memoryview):
+        data = data.tobytes()
+    if isinstance(data, str):
+        data = data.encode()
+    found = data.count(b'"')
+    if found == quotes:
+        return True
+    try:
+        raw = _RAW_VALUES(data)
+    except msgspec.DecodeError:
+        return False
+    if "".join(raw).count('"'):  # a name with a '"' in it: the exact check says
+        return False
+    return found == _ENCODE(raw).count(b'"')
+
+
+def _attrs_quotes(attrs: Any) -> int:
+    """The fewest '"' bytes ``attrs`` can be written with: 2 per string in
+    it, names included (a name given twice in it was decoded once: fewer,
+    still a lower bound); -1 past :data:`_ATTRS_COUNTED` values."""
+    n = 0
+    seen = 0
+    stack: list[Any] = [attrs]
+    while stack:
+        value = stack.pop()
+        seen += 1
+        if seen > _ATTRS_COUNTED:
+            return -1
+        if type(value) is str:
+            n += 2
+        elif type(value) is dict:
+            n += 2 * len(value)
+            stack.extend(value.values())
+        elif type(value) is list:
+            stack.extend(value)
+    return n
+
+
+#: The tokens that say where a name is: strings, brackets and colons (numbers,
+#: literals and whitespace need not be read).
+_TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{}:]')
+
+
+def _repeated_name(data: bytes | bytearray | memoryview | str) -> str | None:
+    """The first name the top-level JSON object of ``data`` gives twice, or
+    None. ``data`` is one JSON object (orjson read it). The names are found
+    by their tokens (a string followed by ':' at depth 1), without parsing
+    the values: nothing here has a nesting limit, so whether a repeat is
+    seen never depends on how deep ``attrs`` goes."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    seen: set[str] = set()
+    depth = 0
+    last: bytes = b""
+    for m in _TOKEN.finditer(raw):
+        token = m.group()
+        c = token[0]
+        if c == 0x22:  # '"'
+            last = token
+            continue
+        if c == 0x7B or c == 0x5B:  # '{', '['
+            depth += 1
+        elif c == 0x7D or c == 0x5D:  # '}', ']'
+            depth -= 1
+        elif depth == 1:  # ':' after a name of the event object
+            name: str = json.loads(last)
+            if name in seen:
+                return name
+            seen.add(name)
+    return None
 
 
 def _fast(data: bytes | bytearray | memoryview | str, max_bytes: int) -> Event | None:
@@ -272,8 +411,15 @@ def _slow(data: bytes | bytearray | memoryview | str, key: bytes | None) -> Even
         raise InvalidEvent(RECORD_FIELD, _malformed(data, exc)) from None
     except RecursionError:
         raise InvalidEvent(RECORD_FIELD, "malformed JSON: nested too deeply") from None
-    if type(doc) is dict and (type(doc.get("epoch")) is float or type(doc.get("seq")) is float):
-        doc = _exact_integers(data, doc)
+    if type(doc) is dict:
+        twice = _repeated_name(data)
+        if twice is not None:
+            shown = twice if len(twice) <= 64 else twice[:64] + "..."
+            raise InvalidEvent(
+                shown, "is given twice (a duplicate JSON key; parsers differ on which one counts)"
+            )
+        if type(doc.get("epoch")) is float or type(doc.get("seq")) is float:
+            doc = _exact_integers(data, doc)
     return _explain(doc, key)
 
 

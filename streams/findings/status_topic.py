@@ -58,6 +58,12 @@ def read_status(
                 doc = orjson.loads(rec.value)
                 # The typed record (streams.core.status) checks every field is there.
                 WorkflowStatus.from_dict(doc)
+                # The key orders and selects the records: a string, or the
+                # sort and --prefix would fail on this record (a traceback).
+                if type(doc["workflow_key"]) is not str:
+                    raise TypeError(
+                        f"workflow_key must be a string, got {type(doc['workflow_key']).__name__}"
+                    )
             except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
                 kind = record_kind(rec.value)
                 # The wrong topic: name the command that reads it.
@@ -79,9 +85,13 @@ def read_status(
     return out
 
 
+_SEVERITIES = frozenset(s.value for s in Severity)
+
+
 def _rank(doc: Mapping[str, Any]) -> int:
     worst = doc.get("worst_open")
-    return -1 if worst is None else SEVERITY_RANK[Severity(worst)]
+    # Not a severity (the topic is not ours to trust): ranked as none, not a traceback.
+    return SEVERITY_RANK[Severity(worst)] if type(worst) is str and worst in _SEVERITIES else -1
 
 
 def worst_first(docs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from streams.core.records import Confidence, Kind, Severity
 from streams.core.replay import Replay
 from streams.core.whatif import ADDED, REMOVED, Change, WhatIf
 from streams.report.coverage import INTERRUPTED, Coverage
+from streams.report.terminal import term_safe
 
 __all__ = [
     "VALUE",
@@ -140,14 +141,16 @@ def _destination_lines(dests: list[Destination], *, colour: bool) -> list[str]:
     """SPEC §6 destinations: one line per sink, worst verdict first."""
     if not dests:
         return []
-    width = max(len(d.sink) for d in dests[:MAX_DESTINATION_LINES])
+    # Escaped before padding: the column lines up as printed.
+    sinks = [term_safe(d.sink) for d in dests[:MAX_DESTINATION_LINES]]
+    width = max(map(len, sinks))
     lines = ["destinations (does each sink refuse a displaced owner?):"]
-    for d in dests[:MAX_DESTINATION_LINES]:
+    for d, sink in zip(dests[:MAX_DESTINATION_LINES], sinks, strict=True):
         label = f"{_VERDICT_LABEL[d.verdict]:<14}"
         if colour and d.verdict is Verdict.IGNORES_FENCE:
             label = f"{_COLOUR[Severity.INCIDENT]}{label}{_RESET}"
         lines.append(
-            f"  {d.sink:<{width}}  {label}  {d.stale_committed} stale committed, "
+            f"  {sink:<{width}}  {label}  {d.stale_committed} stale committed, "
             f"{d.stale_rejected} stale rejected, {d.current_committed} current committed"
         )
     if len(dests) > MAX_DESTINATION_LINES:
@@ -187,14 +190,18 @@ def _what_if_lines(w: WhatIf) -> list[str]:
     """``--what-if-fenced``: what would differ, below the real findings."""
     sinks = ", ".join(w.fenced_sinks)
     lines = [
-        f"what if {sinks} had enforced the fence ({w.converted} stale commit"
-        f"{'s' if w.converted != 1 else ''} refused instead of committed):"
+        term_safe(
+            f"what if {sinks} had enforced the fence ({w.converted} stale commit"
+            f"{'s' if w.converted != 1 else ''} refused instead of committed):"
+        )
     ]
     for sink in w.unseen_sinks:
-        lines.append(f"  note: no effect event names sink {sink!r}")
+        lines.append(term_safe(f"  note: no effect event names sink {sink!r}"))
     for c in w.changes:
         f = c.finding
-        lines.append(f"  {f.workflow_key}  {f.kind.value:<18} {_at(f):<10} {change_text(c)}")
+        lines.append(
+            term_safe(f"  {f.workflow_key}  {f.kind.value:<18} {_at(f):<10} {change_text(c)}")
+        )
     if not w.changes:
         lines.append("  no finding would change")
     alt = w.findings()
@@ -216,8 +223,10 @@ def partial_lines(records: int, coverage: Coverage) -> list[str]:
         else f"stopped early ({coverage.partial})"
     )
     lines = [
-        f"PARTIAL REPORT: {why} after {_count(records, 'record')}; "
-        "findings and counts cover only what was read"
+        term_safe(
+            f"PARTIAL REPORT: {why} after {_count(records, 'record')}; "
+            "findings and counts cover only what was read"
+        )
     ]
     resume = coverage.resume_arg()
     if resume is not None and coverage.next_offsets:
@@ -232,7 +241,7 @@ def _missing_lines(coverage: Coverage) -> list[str]:
         f"missing history ({_count(n, 'record')} deleted before the audit; findings on keys "
         "of these partitions may lack earlier evidence):"
     ]
-    lines.extend(f"  {m.text()}" for m in coverage.missing)
+    lines.extend(term_safe(f"  {m.text()}") for m in coverage.missing)
     lines.append("")
     return lines
 
@@ -264,19 +273,27 @@ def render_text(
         items = list(group)
         worst = max(items, key=lambda f: _ORDER[::-1].index(f.severity)).severity
         lines.append(
-            f"{wkey}  ({len(items)} finding{'s' if len(items) != 1 else ''}, worst {worst.value})"
+            term_safe(wkey)
+            + f"  ({len(items)} finding{'s' if len(items) != 1 else ''}, worst {worst.value})"
         )
         for f in items:
             label = _LABEL[f.severity]
             if colour:
                 label = f"{_COLOUR[f.severity]}{label}{_RESET}"
-            lines.append(f"  {label} {f.kind.value:<18} {_at(f):<10} {describe(f)}")
+            # Every line that holds event data goes through term_safe; the
+            # colour (ours) is added around the escaped text, never inside it.
+            lines.append(
+                f"  {label} " + term_safe(f"{f.kind.value:<18} {_at(f):<10} {describe(f)}")
+            )
             note = coverage.history_note(f) if coverage is not None else None
             lines.append(
-                f"             confidence: {confidence_reason(f)}" + (f"; {note}" if note else "")
+                term_safe(
+                    f"             confidence: {confidence_reason(f)}"
+                    + (f"; {note}" if note else "")
+                )
             )
-            lines.append(f"             action: {f.action}")
-            lines.append(f"             {_status(health[f.finding_id])}")
+            lines.append(term_safe(f"             action: {f.action}"))
+            lines.append(term_safe(f"             {_status(health[f.finding_id])}"))
         lines.append("")
     lines.extend(_destination_lines(replay.destinations(), colour=colour))
     if what_if is not None:
@@ -290,7 +307,9 @@ def render_text(
             where = (
                 f"{inv.source}:{inv.line}" if inv.line is not None else f"{inv.source}@{inv.offset}"
             )
-            lines.append(f"  {where}: {inv.field + ': ' if inv.field else ''}{inv.reason}")
+            lines.append(
+                term_safe(f"  {where}: {inv.field + ': ' if inv.field else ''}{inv.reason}")
+            )
         if replay.invalid_count > 50:
             lines.append(f"  ... and {replay.invalid_count - 50} more (use --format json)")
         lines.append("")

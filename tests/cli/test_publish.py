@@ -207,3 +207,29 @@ def test_audit_gives_the_same_hint_for_a_gzip_file(
     err = capsys.readouterr().err
     assert f"(is it gzip-compressed? try: zcat {path} | fencewatch audit -)" in err
     assert len(err.splitlines()) == 1
+
+
+def test_a_byte_order_mark_is_not_sent_and_a_repeated_field_is_refused(
+    kafka_bootstrap: str,
+    unique_topic: Callable[..., str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A BOM at the start of the file and of a later line (files concatenated): both events
+    sent without it; a line naming a field twice is invalid, naming it; exit 1."""
+    topic = unique_topic(1, prefix="publish")
+    good = [ln for ln in FIXTURE.read_bytes().splitlines() if ln.strip()][:2]
+    twice = (
+        b'{"type": "progress", "workflow_key": "wf/a", "epoch": 1, "worker_id": "w", "epoch": 2}'
+    )
+    bom = b"\xef\xbb\xbf"
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(bom + good[0] + b"\n" + bom + good[1] + b"\n" + twice + b"\n")
+    argv = ["publish", "--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--no-event-ids"]
+    assert main([*argv, str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (
+        f"fencewatch publish: {path}:3: epoch: is given twice (a duplicate JSON key; parsers"
+        " differ on which one counts) (not sent)\n"
+    )
+    assert sorted(v for _k, v in _records(kafka_bootstrap, topic) if v) == sorted(good)

@@ -336,3 +336,40 @@ def test_the_clean_list_stops_at_its_byte_budget_and_counts_the_rest() -> None:
     fit = _CLEAN_BYTES // len(f"<li>{keys[0]}</li>")
     assert listed == keys[:fit]
     assert f"… and {len(keys) - fit:,} more (not listed)." in after
+
+
+def test_numeric_columns_are_in_numeric_order() -> None:
+    """Positions 9, 10, 100 in that order (not as text: 10, 100, 9); the overview by open
+    count 10, 9, 3, 2 (issue 43: the report has no client-side sort; its orders are numeric)."""
+
+    def commits(key: str, seqs: list[int]) -> list[dict]:
+        docs = [
+            {"type": "lease_acquired", "workflow_key": key, "epoch": e, "worker_id": w, "seq": e}
+            for e, w in ((1, "a"), (2, "b"))
+        ]
+        return docs + [
+            {
+                "type": "effect_committed",
+                "workflow_key": key,
+                "epoch": 1,
+                "worker_id": "a",
+                "seq": s,
+                "effect_key": f"fx{s}",
+            }
+            for s in seqs
+        ]
+
+    docs = commits("positions", [100, 9, 10])
+    for key, n in (("w10", 10), ("w2", 2), ("w9", 9)):
+        docs += commits(key, list(range(3, 3 + n)))
+    page = render_html(_replay(docs))
+    section = page[page.index("<h3>positions</h3>") :]
+    assert re.findall(r"data-l='at'>seq (\d+)", section)[:3] == ["9", "10", "100"]
+    blob = re.search(r"<script type='application/json' id='fw-data'>(.*?)</script>", page, re.S)
+    assert blob is not None
+    assert [(r[0], r[6]) for r in orjson.loads(blob.group(1))["wf"]] == [
+        ("w10", 10),
+        ("w9", 9),
+        ("positions", 3),
+        ("w2", 2),
+    ]

@@ -86,6 +86,8 @@ _SECURITY_HEADERS = [
 #: rather than guessing which one the browser or a proxy meant.
 _SINGLE = ("host", "origin", "cookie", "authorization", "content-type")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+#: The event loop's repeated errors are logged once in this many seconds.
+_LOOP_LOG_S = 10.0
 #: A key shorter than this always has a link of its own (a character quotes
 #: to at most 12: four UTF-8 bytes as %XX), so it cannot be a ``~`` name.
 _MIN_HASHED_KEY = (MAX_HREF - len("/w/")) // 12
@@ -713,6 +715,8 @@ class ConsoleServer:
         self._stopping: asyncio.Event | None = None
         self._stop_requested = threading.Event()
         self._thread: threading.Thread | None = None
+        #: message -> (when last logged, how many since) (the loop's thread only).
+        self._loop_errors: dict[str, tuple[float, int]] = {}
 
     @property
     def url(self) -> str:
@@ -742,6 +746,7 @@ class ConsoleServer:
         if self._sock is None:
             raise RuntimeError("the console server was stopped")
         self._loop = asyncio.get_running_loop()
+        self._loop.set_exception_handler(self._loop_error)
         self._stopping = asyncio.Event()
         if self._stop_requested.is_set():
             self._stopping.set()
@@ -754,6 +759,27 @@ class ConsoleServer:
             )
         finally:
             self._app.close()
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        # One line, not asyncio's traceback: the loop reports, e.g., an accept
+        # that found no descriptor left (it pauses accepting for a second).
+        # At most one line per message every _LOOP_LOG_S: asyncio retries the
+        # accept once per connection waiting (up to the backlog) and reports
+        # each. Once stopping, only at debug level: asyncio still runs those
+        # retries after the listening socket is closed, and they fail.
+        message = str(context.get("message", "error"))
+        exc = context.get("exception")
+        log.debug("console server: %s", context, exc_info=exc)
+        if self._stopping is not None and self._stopping.is_set():
+            return
+        now = loop.time()
+        last, quiet = self._loop_errors.get(message, (-_LOOP_LOG_S, 0))
+        if now - last < _LOOP_LOG_S:
+            self._loop_errors[message] = (last, quiet + 1)
+            return
+        more = f" ({quiet:,} more like it in the last {now - last:.0f} s)" if quiet else ""
+        self._loop_errors[message] = (now, 0)
+        log.warning("console server: %s%s%s", message, f": {exc}" if exc else "", more)
 
     def start(self) -> None:
         """Serve from a daemon thread (tests; the CLI serves in its own)."""

@@ -122,61 +122,28 @@ class Served:
         Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
 
 
-def _limit_fds() -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
+@contextlib.contextmanager
+def _serve(bootstrap: str, log: Path, fd_limit: int, *args: str) -> Iterator[Served]:
+    """A ``fencewatch serve`` process with ``fd_limit`` descriptors (soft and hard),
+    once it has said where it listens; terminated after."""
 
+    def limit_fds() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))
 
-@pytest.fixture(scope="module")
-def served(
-    kafka_bootstrap: str, kafka_admin: TopicAdmin, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Served]:
-    from confluent_kafka import Producer
-
-    tag = uuid.uuid4().hex[:10]
-    events, findings, status = (f"console-attack-{n}-{tag}" for n in ("ev", "fi", "st"))
-    kafka_admin.ensure([TopicSpec(t, 1, -1, {}) for t in (events, findings, status)])
-    p = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 50})
-    for key in HELD:
-        p.produce(status, json.dumps(_status(key)).encode(), key=key.encode())
-        for seq, (type_, epoch, worker) in enumerate(
-            [("lease_acquired", 1, "agent-a"), ("lease_acquired", 2, "agent-b")], 1
-        ):
-            p.produce(
-                events, json.dumps(_event(key, seq, type_, epoch, worker)).encode(), key.encode()
-            )
-    pad = b"x" * FILLER_BYTES
-    for i in range(FILLER):
-        p.produce(events, pad, key=b"filler")
-        if i % 10_000 == 0:
-            p.poll(0)
-    assert p.flush(60) == 0
-    log = tmp_path_factory.mktemp("console-attacks") / "serve.log"
     env = {**os.environ, "FENCEWATCH_SERVE_TOKEN": TOKEN}
-    argv = [
-        sys.executable, "-m", "streams", "serve", "--bootstrap-servers", kafka_bootstrap,
-        "--port", "0", "--events-topic", events, "--findings-topic", findings,
-        "--status-topic", status, "--allowed-hosts", "console.example", "--behind-tls",
-    ]  # fmt: skip
+    argv = [sys.executable, "-m", "streams", "serve", "--bootstrap-servers", bootstrap,
+            "--port", "0", *args]  # fmt: skip
     with log.open("wb") as err:
-        proc = subprocess.Popen(argv, stderr=err, cwd=REPO, env=env, preexec_fn=_limit_fds)
+        proc = subprocess.Popen(argv, stderr=err, cwd=REPO, env=env, preexec_fn=limit_fds)
     try:
         deadline = time.monotonic() + 60
-        first = ""
-        while not first.endswith("\n"):
+        while "\n" not in log.read_text():
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, "fencewatch serve never said where it listens"
-            first = log.read_text().split("\n", 1)[0] + ("\n" if "\n" in log.read_text() else "")
             time.sleep(0.1)
+        first = log.read_text().split("\n", 1)[0]
         assert first.startswith("fencewatch serve: http://127.0.0.1:"), first
-        port = int(first.split()[2].rsplit(":", 1)[1])
-        s = Served(proc, "127.0.0.1", port)
-        while True:
-            _, _, body = s.request("GET", "/api/workflows")
-            if json.loads(body)["held"] == len(HELD):
-                break
-            assert time.monotonic() < deadline + 60, "the console never held the workflows"
-            time.sleep(0.2)
-        yield s
+        yield Served(proc, "127.0.0.1", int(first.split()[2].rsplit(":", 1)[1]))
     finally:
         proc.terminate()
         try:
@@ -184,7 +151,68 @@ def served(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(10)
-        kafka_admin.delete([events, findings, status])
+
+
+@dataclass(frozen=True)
+class Topics:
+    events: str
+    findings: str
+    status: str
+
+    def args(self) -> list[str]:
+        return [
+            "--events-topic", self.events, "--findings-topic", self.findings,
+            "--status-topic", self.status,
+        ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def topics(kafka_bootstrap: str, kafka_admin: TopicAdmin) -> Iterator[Topics]:
+    """The 40 held workflows' status records and events, and the filler."""
+    from confluent_kafka import Producer
+
+    tag = uuid.uuid4().hex[:10]
+    t = Topics(*(f"console-attack-{n}-{tag}" for n in ("ev", "fi", "st")))
+    names = [t.events, t.findings, t.status]
+    kafka_admin.ensure([TopicSpec(name, 1, -1, {}) for name in names])
+    try:
+        p = Producer({"bootstrap.servers": kafka_bootstrap, "linger.ms": 50})
+        for key in HELD:
+            p.produce(t.status, json.dumps(_status(key)).encode(), key=key.encode())
+            for seq, (type_, epoch, worker) in enumerate(
+                [("lease_acquired", 1, "agent-a"), ("lease_acquired", 2, "agent-b")], 1
+            ):
+                doc = _event(key, seq, type_, epoch, worker)
+                p.produce(t.events, json.dumps(doc).encode(), key=key.encode())
+        pad = b"x" * FILLER_BYTES
+        for i in range(FILLER):
+            p.produce(t.events, pad, key=b"filler")
+            if i % 10_000 == 0:
+                p.poll(0)
+        assert p.flush(60) == 0
+        yield t
+    finally:
+        kafka_admin.delete(names)
+
+
+def _wait_held(s: Served) -> None:
+    deadline = time.monotonic() + 60
+    while json.loads(s.request("GET", "/api/workflows")[2])["held"] < len(HELD):
+        assert time.monotonic() < deadline, "the console never held the workflows"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def served(
+    kafka_bootstrap: str, topics: Topics, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    log = tmp_path_factory.mktemp("console-attacks") / "serve.log"
+    with _serve(
+        kafka_bootstrap, log, FD_LIMIT, *topics.args(),
+        "--allowed-hosts", "console.example", "--behind-tls",
+    ) as s:  # fmt: skip
+        _wait_held(s)
+        yield s
 
 
 # -- raw exchanges -------------------------------------------------------------
@@ -358,6 +386,50 @@ def test_two_thousand_idle_connections_do_not_stop_it_serving(served: Served) ->
             sock.close()
     status, _, body = served.request("GET", "/health")
     assert (status, body) == (200, b"ok\n")
+
+
+def test_past_its_fd_limit_it_recovers_without_spinning(
+    kafka_bootstrap: str, topics: Topics, tmp_path: Path
+) -> None:
+    """Under a limit of 256 descriptors, 400 half-requests: /health is answered once the
+    idle ones are closed, without a core spinning on accept meanwhile, and the log says
+    so in a few lines, no traceback."""
+    log = tmp_path / "serve.log"
+    # Followers already following (a follower (re)starting while no descriptor is
+    # left is another matter: it opens files then).
+    with _serve(kafka_bootstrap, log, 256, *topics.args()) as s:
+        _wait_held(s)
+        cpu0 = _cpu_s(s.proc.pid)
+        t0 = time.monotonic()
+        socks = []
+        try:
+            for _ in range(400):
+                sock = socket.socket()
+                sock.setblocking(False)
+                with contextlib.suppress(BlockingIOError):
+                    sock.connect((s.host, s.port))
+                socks.append(sock)
+            time.sleep(0.5)  # the connections land; not an assertion
+            for sock in socks:
+                with contextlib.suppress(OSError):
+                    sock.send(b"GET / HTTP/1.1\r\n")
+            status, _, body = s.request("GET", "/health")
+            assert (status, body) == (200, b"ok\n")
+        finally:
+            for sock in socks:
+                sock.close()
+        cpu, wall = _cpu_s(s.proc.pid) - cpu0, time.monotonic() - t0
+        # A spinning accept loop burns a core for the whole wait.
+        assert cpu < wall / 2, (cpu, wall)
+    text = log.read_text()
+    # Said, and not once per refused accept (asyncio reports each: 35,000 lines here).
+    assert 1 <= text.count("Too many open files") <= 10, text.count("Too many open files")
+    assert "Traceback" not in text, text[text.find("Traceback") - 500 :][:3000]
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_slow_headers_and_a_slow_body_time_out(served: Served) -> None:

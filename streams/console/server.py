@@ -242,6 +242,11 @@ class _App:
         self.console.metrics.requests.labels(route=r.route, code=str(r.status)).inc()
 
     async def _handle(self, scope: Scope, receive: Receive) -> _Reply:
+        if scope.get("http_version") not in ("1.0", "1.1"):
+            # Hypercorn also speaks HTTP/2 in clear (prior knowledge, h2c
+            # upgrade); the console's limits and tests are HTTP/1.1's, so an
+            # HTTP/2 request is refused rather than served on another framing.
+            return _json(505, {"error": "this console speaks HTTP/1.1 only"}, "bad")
         # h11 bounds a head still arriving; one that came whole in a single
         # read is measured here, so the bound holds either way.
         head = len(scope["raw_path"]) + len(scope["query_string"])

@@ -332,6 +332,32 @@ def test_each_smuggling_request_is_refused_or_framed_and_never_runs_its_body(
             assert first.headers["Server"] is None, name
 
 
+def test_http2_in_clear_is_refused(served: Served) -> None:
+    """HTTP/2 with prior knowledge (which Hypercorn would speak): every request is 505."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    head = [(":method", "GET"), (":path", "/health"), (":scheme", "http")]
+    head.append((":authority", f"127.0.0.1:{served.port}"))
+    conn.send_headers(1, head, end_stream=True)
+    status = None
+    with socket.create_connection((served.host, served.port), timeout=WAIT_S) as sock:
+        sock.sendall(conn.data_to_send())
+        ended = False
+        while not ended:
+            data = sock.recv(65536)
+            assert data, "closed before answering"
+            for event in conn.receive_data(data):
+                if isinstance(event, h2.events.ResponseReceived):
+                    status = dict(event.headers)[b":status"]
+                ended = ended or isinstance(event, h2.events.StreamEnded)
+            sock.sendall(conn.data_to_send())
+    assert status == b"505"
+
+
 def test_oversized_head_is_refused_with_the_security_headers(served: Served) -> None:
     """A 20 KiB header (whole in one write) or 64 KiB (in pieces): 431/400, no banner."""
     for size in (20_000, 65_536):

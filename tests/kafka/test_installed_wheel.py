@@ -58,6 +58,11 @@ def _install(tmp: Path) -> Path:
     try:
         _pip(*target, "--no-index", "--find-links", str(WHEELHOUSE), requirement)
     except AssertionError:  # first run, or new dependencies: fill the wheelhouse
+        # pip wheel copies ours in too, and next time takes a fencewatch wheel
+        # already there (same name, an older build: maybe without a new
+        # dependency) for the one named: never keep one.
+        for stale in WHEELHOUSE.glob("fencewatch-*.whl"):
+            stale.unlink()
         _pip("wheel", "-q", "-w", str(WHEELHOUSE), requirement)
         _pip(*target, "--no-index", "--find-links", str(WHEELHOUSE), requirement)
     return venv / "bin"

@@ -19,8 +19,9 @@ import http.client
 import time
 
 from streams.console.auth import Auth
+from streams.console.hosting import ConsoleServer
 from streams.console.metrics import ConsoleMetrics
-from streams.console.server import Console, ConsoleServer
+from streams.console.server import Console
 from streams.console.timeline import Timeline
 from streams.console.view import ConsoleView
 

@@ -7,9 +7,10 @@ from dataclasses import dataclass, field, replace
 
 from streams.console.auth import Auth
 from streams.console.follow import Follower, findings_follower, status_follower
+from streams.console.hosting import ConsoleServer
 from streams.console.limits import ServerLimits
 from streams.console.metrics import ConsoleMetrics
-from streams.console.server import Console, ConsoleServer
+from streams.console.server import Console
 from streams.console.sessions import Sessions
 from streams.console.timeline import (
     DEFAULT_REPLAY_EVENTS,

@@ -1,21 +1,21 @@
-"""The console's HTTP server: an ASGI application served by Hypercorn (h11),
-on its own event loop in one thread.
+"""The console's HTTP application: an ASGI application, served by
+Hypercorn (h11) from :mod:`.hosting`.
 
 Hypercorn does the HTTP/1.1 framing (Content-Length and chunked bodies,
 refusing conflicting or malformed framing), bounds the request head
 (:attr:`ServerLimits.max_head_bytes`) and closes a connection that sends no
 whole request head within :attr:`ServerLimits.idle_s` of opening or of its
-last response (slow headers, idle keep-alive). The application bounds the
+last response (slow headers, idle keep-alive). This application bounds the
 body (size and time), the requests in progress, and the replays
 (:mod:`.replays`); it checks the Host header (:mod:`.guard`) before
 anything else. The blocking work (the view's lock, the pages, a
 verification's publish) runs in a small thread pool, replays in the
 replay gate's own threads, so neither can starve the other nor the loop.
 
-Every response carries the security headers (the constant ones through
-Hypercorn's own response headers, so its own error responses have them
-too; the Content-Security-Policy, which carries a per-page nonce, from the
-application); none names the server or its version.
+Every response carries the security headers (the constant ones added by
+the hosting to every response Hypercorn writes, its own errors included;
+the Content-Security-Policy, which carries a per-page nonce, here); none
+names the server or its version.
 
 Routes: ``/`` and ``/w/<key>`` (HTML), ``/api/workflows``, ``/api/w/<key>``
 and ``/api/w/<key>/timeline`` (JSON), ``/metrics``, ``/health``; POST
@@ -27,24 +27,19 @@ for a request line is named ``~<sha256 hex>``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import math
 import re
 import secrets
-import socket
-import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import Any
 from urllib.parse import parse_qs, quote, unquote
 
 import orjson
-from hypercorn.asyncio import serve
-from hypercorn.config import Config
 
 from streams.console.auth import Auth
 from streams.console.guard import HostCheck, safe_next
@@ -66,7 +61,7 @@ from streams.core.findings import Finding
 from streams.core.validate import InvalidEvent
 from streams.errors import FencewatchError
 
-__all__ = ["Console", "ConsoleServer"]
+__all__ = ["Console", "ConsoleASGI"]
 
 log = logging.getLogger(__name__)
 
@@ -75,19 +70,10 @@ Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-#: On every response, Hypercorn's own error responses included.
-_SECURITY_HEADERS = [
-    (b"cache-control", b"no-store"),
-    (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"same-origin"),
-    (b"x-frame-options", b"DENY"),
-]
 #: Headers that decide who a request is: more than one of any is refused
 #: rather than guessing which one the browser or a proxy meant.
 _SINGLE = ("host", "origin", "cookie", "authorization", "content-type")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-#: The event loop's repeated errors are logged once in this many seconds.
-_LOOP_LOG_S = 10.0
 #: A key shorter than this always has a link of its own (a character quotes
 #: to at most 12: four UTF-8 bytes as %XX), so it cannot be a ``~`` name.
 _MIN_HASHED_KEY = (MAX_HREF - len("/w/")) // 12
@@ -176,15 +162,8 @@ def _csp(nonce: str | None) -> bytes:
     ).encode()
 
 
-class _Config(Config):
-    def response_headers(self, protocol: str) -> list[tuple[bytes, bytes]]:
-        # Hypercorn adds these to every response it writes, its own 400/431/
-        # 500 included, which the application never sees.
-        return [*super().response_headers(protocol), *_SECURITY_HEADERS]
-
-
-class _App:
-    """The ASGI application."""
+class ConsoleASGI:
+    """The console as an ASGI application (served by :mod:`.hosting`)."""
 
     def __init__(self, console: Console, limits: ServerLimits) -> None:
         self.console = console
@@ -689,117 +668,3 @@ def _timeline_note(tl: Timeline) -> str:
         parts.append(" Older records of the partition were not read (the scan bound).")
     cls = "banner partial" if r.truncated else "note muted"
     return f"<p class='{cls}' id='replay-note'>{_esc(''.join(parts))}</p>"
-
-
-class ConsoleServer:
-    """Binds and listens at construction (an OSError names a taken port);
-    :meth:`serve_forever` serves in the calling thread until :meth:`stop`,
-    :meth:`start` from a daemon thread."""
-
-    def __init__(
-        self, address: tuple[str, int], console: Console, limits: ServerLimits | None = None
-    ) -> None:
-        self.console = console
-        self.limits = limits = limits or ServerLimits()
-        host, port = address
-        family, type_, proto, _, addr = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, type_, proto)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(addr)
-            sock.listen(limits.backlog)
-        except OSError:
-            sock.close()
-            raise
-        self._sock: socket.socket | None = sock
-        self.server_address: tuple[str, int] = sock.getsockname()[:2]
-        self._app = _App(console, limits)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._stop_requested = threading.Event()
-        self._thread: threading.Thread | None = None
-        #: message -> (when last logged, how many since) (the loop's thread only).
-        self._loop_errors: dict[str, tuple[float, int]] = {}
-
-    @property
-    def url(self) -> str:
-        host, port = self.server_address
-        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-    def _config(self, fd: int) -> Config:
-        lim = self.limits
-        config = _Config()
-        config.bind = [f"fd://{fd}"]
-        config.backlog = lim.backlog
-        config.keep_alive_timeout = lim.idle_s
-        config.read_timeout = lim.read_s
-        config.h11_max_incomplete_size = lim.max_head_bytes
-        config.include_server_header = False
-        config.accesslog = None
-        config.errorlog = logging.getLogger(__name__ + ".hypercorn")
-        # The console's own bound on requests in progress answers 503 first.
-        config.keep_alive_max_requests = 10_000
-        config.graceful_timeout = 3.0
-        return config
-
-    def serve_forever(self) -> None:
-        asyncio.run(self._serve())
-
-    async def _serve(self) -> None:
-        if self._sock is None:
-            raise RuntimeError("the console server was stopped")
-        self._loop = asyncio.get_running_loop()
-        self._loop.set_exception_handler(self._loop_error)
-        self._stopping = asyncio.Event()
-        if self._stop_requested.is_set():
-            self._stopping.set()
-        # Hypercorn takes the listening socket by descriptor and closes it.
-        fd = self._sock.detach()
-        self._sock = None
-        try:
-            await serve(
-                cast(Any, self._app), self._config(fd), shutdown_trigger=self._stopping.wait
-            )
-        finally:
-            self._app.close()
-
-    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        # One line, not asyncio's traceback: the loop reports, e.g., an accept
-        # that found no descriptor left (it pauses accepting for a second).
-        # At most one line per message every _LOOP_LOG_S: asyncio retries the
-        # accept once per connection waiting (up to the backlog) and reports
-        # each. Once stopping, only at debug level: asyncio still runs those
-        # retries after the listening socket is closed, and they fail.
-        message = str(context.get("message", "error"))
-        exc = context.get("exception")
-        log.debug("console server: %s", context, exc_info=exc)
-        if self._stopping is not None and self._stopping.is_set():
-            return
-        now = loop.time()
-        last, quiet = self._loop_errors.get(message, (-_LOOP_LOG_S, 0))
-        if now - last < _LOOP_LOG_S:
-            self._loop_errors[message] = (last, quiet + 1)
-            return
-        more = f" ({quiet:,} more like it in the last {now - last:.0f} s)" if quiet else ""
-        self._loop_errors[message] = (now, 0)
-        log.warning("console server: %s%s%s", message, f": {exc}" if exc else "", more)
-
-    def start(self) -> None:
-        """Serve from a daemon thread (tests; the CLI serves in its own)."""
-        self._thread = threading.Thread(target=self.serve_forever, name="console-http", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop_requested.set()
-        loop, stopping = self._loop, self._stopping
-        if loop is not None and stopping is not None:
-            with contextlib.suppress(RuntimeError):  # the loop already ended
-                loop.call_soon_threadsafe(stopping.set)
-        if self._thread is not None:
-            self._thread.join(10)
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-            self._app.close()

@@ -6,11 +6,11 @@ one, a POST carries either ``Authorization: Bearer <token>`` or the login
 cookie (set by ``POST /login`` with the token; its value is a random session
 id the server keeps (:mod:`.sessions`), which expires and which ``POST
 /logout`` revokes, never the token; ``HttpOnly; SameSite=Strict``, and
-``Secure`` when the console is served over TLS or behind a TLS proxy). CSRF: a
-request whose ``Origin`` names another site is refused (403), and a
-cookie-authenticated POST must carry an ``Origin`` (browsers send one with
-every POST), so another site can neither send the cookie (SameSite) nor
-forge the origin.
+``Secure`` when the request came over TLS or the console is behind a TLS
+proxy: ``--behind-tls``). CSRF: a request whose ``Origin`` names another
+site is refused (403), and a cookie-authenticated POST must carry an
+``Origin`` (browsers send one with every POST), so another site can neither
+send the cookie (SameSite) nor forge the origin.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The bounds on timeline replays: the gate (concurrency, joining a running
-replay, the cache and its byte bound) and the read itself (bytes kept, time)."""
+replay, the cache and its byte bound), what the server answers when every
+slot is taken, and the read itself (bytes kept, time)."""
 
 from __future__ import annotations
 
@@ -110,3 +111,62 @@ def test_read_key_keeps_only_the_last_records_that_fit_max_bytes(
     with pytest.raises(BrokerError, match="time bound") as info:
         read_key(conn, topic, b"k", limit=100, scan=100, max_seconds=0)
     assert info.value.code == "_TIMED_OUT"
+
+
+def test_with_every_slot_taken_the_api_is_503_and_the_page_says_so() -> None:
+    """Two replays hold both slots: a third key's timeline is 503 with Retry-After, its
+    page is served without a timeline and says why; a key not held is 404 unreplayed."""
+    import http.client
+    import json
+
+    from streams.console.auth import Auth
+    from streams.console.hosting import ConsoleServer
+    from streams.console.metrics import ConsoleMetrics
+    from streams.console.server import Console
+    from streams.console.view import ConsoleView
+
+    release = threading.Event()
+    asked: list[str] = []
+
+    def replay(key: str) -> Timeline:
+        asked.append(key)
+        release.wait(30)
+        return _timeline(1)
+
+    view = ConsoleView()
+    for key in ("k1", "k2", "k3"):
+        view.put_status(key, {"workflow_key": key, "current_epoch": 1, "open": []})
+    console = Console(view, Auth(None), ConsoleMetrics(), replay, lambda *a: "", lambda: [])
+    server = ConsoleServer(("127.0.0.1", 0), console)
+    server.start()
+    port = server.server_address[1]
+
+    def get(path: str) -> tuple[int, http.client.HTTPMessage, bytes]:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            c.request("GET", path)
+            r = c.getresponse()
+            return r.status, r.headers, r.read()
+        finally:
+            c.close()
+
+    holders = [threading.Thread(target=get, args=(f"/api/w/{k}/timeline",)) for k in ("k1", "k2")]
+    try:
+        for t in holders:
+            t.start()
+        while len(asked) < 2:  # both replays running
+            threading.Event().wait(0.05)
+        status, headers, body = get("/api/w/k3/timeline")
+        assert status == 503 and int(headers["Retry-After"]) > 0, body
+        status, _, page = get("/w/k3")
+        assert status == 200 and b"The timeline is not drawn" in page
+        assert get("/api/w/nobody/timeline")[0] == 404
+        release.set()
+        for t in holders:
+            t.join(30)
+        status, _, body = get("/api/w/k3/timeline")
+        assert status == 200 and json.loads(body)["kept"] == 1
+        assert sorted(asked) == ["k1", "k2", "k3"]
+    finally:
+        release.set()
+        server.stop()

@@ -24,6 +24,8 @@ _EXTRA_OF_MODULE: dict[str, str] = {
     "mode": "kafka",  # faust-streaming's service framework
     "cramjam": "kafka",
     "prometheus_client": "kafka",
+    "hypercorn": "kafka",  # fencewatch serve's HTTP server
+    "h11": "kafka",
     "rocksdict": "rocksdb",
     "psycopg": "postgres",
     "psycopg_binary": "postgres",

@@ -5,12 +5,14 @@ first, each workflow's findings and ownership timeline, JSON under
 ``/api/`` and the console's metrics at ``/metrics``. Verification is enabled
 only with ``FENCEWATCH_SERVE_TOKEN`` (environment only: a flag would show in
 ``ps``). Runs until SIGINT or SIGTERM, then exits 0; 2 for a usage error, an
-unreachable broker or a port it cannot bind.
+unreachable broker or a port it cannot bind. The server's limits and the
+flags that change them: docs/operate.md, "The console's limits".
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -45,6 +47,19 @@ def register(sub: Any) -> None:
     add_connection_args(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0: any free)")
+    p.add_argument(
+        "--allowed-hosts",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME...]",
+        help="host names the console answers to besides IP addresses and localhost "
+        "(the Host header; any other is refused: DNS rebinding); repeatable",
+    )
+    p.add_argument(
+        "--behind-tls",
+        action="store_true",
+        help="the console is reached through a TLS proxy: the login cookie is Secure",
+    )
     for name, env, default in (
         ("events", "FENCEWATCH_EVENTS_TOPIC", DEFAULT_EVENTS_TOPIC),
         ("findings", "FENCEWATCH_FINDINGS_TOPIC", DEFAULT_FINDINGS_TOPIC),
@@ -66,6 +81,13 @@ def register(sub: Any) -> None:
         metavar="N",
         help="records of the key's partition a timeline reads at most, the last ones "
         f"(default {DEFAULT_REPLAY_SCAN})",
+    )
+    p.add_argument(
+        "--replay-concurrency",
+        type=int,
+        default=2,
+        metavar="N",
+        help="timeline replays running at once; more get 503 with Retry-After (default 2)",
     )
     p.add_argument(
         "--max-workflows",
@@ -105,6 +127,8 @@ def _missing_named_topics(conn: Any, settings: Any) -> list[str]:
 
 def _main(args: argparse.Namespace) -> int:
     from streams.console.app import ConsoleApp, ConsoleSettings
+    from streams.console.guard import host_name
+    from streams.console.limits import ServerLimits
     from streams.kafka.connection import check_reachable
 
     if not 0 <= args.port <= 65535:
@@ -113,10 +137,20 @@ def _main(args: argparse.Namespace) -> int:
         "--replay-events": args.replay_events,
         "--replay-scan": args.replay_scan,
         "--max-workflows": args.max_workflows,
+        "--replay-concurrency": args.replay_concurrency,
     }
     for flag, value in bounds.items():
         if value < 1:
             return _err(f"{flag} must be at least 1, got {value}")
+    hosts = tuple(h.strip() for arg in args.allowed_hosts for h in arg.split(",") if h.strip())
+    for h in hosts:
+        if host_name(h) != h.lower():
+            return _err(f"--allowed-hosts takes host names without a port, got {h!r}")
+    limits = ServerLimits(
+        replay_concurrency=args.replay_concurrency,
+        behind_tls=args.behind_tls,
+        allowed_hosts=hosts,
+    )
     token = os.environ.get(TOKEN_ENV) or None
     if token is not None and len(token) < _MIN_TOKEN:
         return _err(f"{TOKEN_ENV} must be at least {_MIN_TOKEN} characters")
@@ -141,6 +175,7 @@ def _main(args: argparse.Namespace) -> int:
             replay_events=args.replay_events,
             replay_scan=args.replay_scan,
             max_workflows=args.max_workflows,
+            limits=limits,
         )
         missing = _missing_named_topics(conn, settings)
         if missing:
@@ -153,6 +188,7 @@ def _main(args: argparse.Namespace) -> int:
         return _err(str(exc))
     except OSError as exc:
         return _err(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
+    _raise_fd_limit()
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
@@ -164,3 +200,16 @@ def _main(args: argparse.Namespace) -> int:
     finally:
         app.stop()
     return 0
+
+
+def _raise_fd_limit() -> None:
+    """Every connection is a descriptor: take the hard limit the system
+    allows rather than a shell's default soft one (often 1024)."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

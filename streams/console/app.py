@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from streams.console.auth import Auth
 from streams.console.follow import Follower, findings_follower, status_follower
+from streams.console.hosting import ConsoleServer
+from streams.console.limits import ServerLimits
 from streams.console.metrics import ConsoleMetrics
-from streams.console.server import Console, ConsoleServer
+from streams.console.server import Console
+from streams.console.sessions import Sessions
 from streams.console.timeline import (
     DEFAULT_REPLAY_EVENTS,
     DEFAULT_REPLAY_SCAN,
@@ -23,7 +26,17 @@ from streams.kafka.topics import (
     DEFAULT_STATUS_TOPIC,
 )
 
-__all__ = ["ConsoleApp", "ConsoleSettings"]
+__all__ = ["REPLAY_CONSUMER", "ConsoleApp", "ConsoleSettings"]
+
+#: librdkafka settings of a replay's consumer: its prefetch is bounded (the
+#: defaults queue up to 64 MiB per consumer, which 40 concurrent timelines
+#: turned into 2.3 GB). They win over --kafka-config: they are the console's
+#: memory bound, not a tuning choice.
+REPLAY_CONSUMER = {
+    "queued.max.messages.kbytes": "4096",
+    "fetch.max.bytes": "4194304",
+    "max.partition.fetch.bytes": "1048576",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +51,7 @@ class ConsoleSettings:
     replay_events: int = DEFAULT_REPLAY_EVENTS
     replay_scan: int = DEFAULT_REPLAY_SCAN
     max_workflows: int = DEFAULT_MAX_WORKFLOWS
+    limits: ServerLimits = field(default_factory=ServerLimits)
 
 
 class ConsoleApp:
@@ -52,10 +66,13 @@ class ConsoleApp:
             status_follower(s.connection, s.status_topic, self.view, self.metrics),
             findings_follower(s.connection, s.findings_topic, self.view, self.metrics),
         ]
-        console = Console(
-            self.view, Auth(s.token), self.metrics, self._replay, self._verify, self._errors
+        lim = s.limits
+        auth = Auth(s.token, Sessions(lim.session_ttl_s, lim.max_sessions))
+        self._replay_connection = replace(
+            s.connection, extra={**s.connection.extra, **REPLAY_CONSUMER}
         )
-        self.server = ConsoleServer((s.host, s.port), console)
+        console = Console(self.view, auth, self.metrics, self._replay, self._verify, self._errors)
+        self.server = ConsoleServer((s.host, s.port), console, lim)
 
     @property
     def url(self) -> str:
@@ -75,7 +92,13 @@ class ConsoleApp:
     def _replay(self, key: str) -> Timeline:
         s = self.settings
         return replay_key(
-            s.connection, s.events_topic, key, limit=s.replay_events, scan=s.replay_scan
+            self._replay_connection,
+            s.events_topic,
+            key,
+            limit=s.replay_events,
+            scan=s.replay_scan,
+            max_bytes=s.limits.replay_bytes,
+            max_seconds=s.limits.replay_s,
         )
 
     def _verify(self, key: str, effect: str, by: str, epoch: int, note: str | None) -> str:
@@ -97,9 +120,6 @@ class ConsoleApp:
         self.server.serve_forever()
 
     def stop(self) -> None:
-        if self.server._thread is not None:
-            self.server.stop()
-        else:
-            self.server.server_close()
+        self.server.stop()
         for f in self.followers:
             f.stop()

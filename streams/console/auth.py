@@ -3,35 +3,33 @@
 Only a console started with a token (``FENCEWATCH_SERVE_TOKEN``) accepts a
 POST; without one it is read-only and every POST is refused (403). With
 one, a POST carries either ``Authorization: Bearer <token>`` or the login
-cookie (set by ``POST /login`` with the token; its value is an HMAC of the
-token, never the token itself; ``HttpOnly; SameSite=Strict``). CSRF: a
-request whose ``Origin`` names another site is refused (403), and a
-cookie-authenticated POST must carry an ``Origin`` (browsers send one with
-every POST), so another site can neither send the cookie (SameSite) nor
-forge the origin.
+cookie (set by ``POST /login`` with the token; its value is a random session
+id the server keeps (:mod:`.sessions`), which expires and which ``POST
+/logout`` revokes, never the token; ``HttpOnly; SameSite=Strict``, and
+``Secure`` when the request came over TLS or the console is behind a TLS
+proxy: ``--behind-tls``). CSRF: a request whose ``Origin`` names another
+site is refused (403), and a cookie-authenticated POST must carry an
+``Origin`` (browsers send one with every POST), so another site can neither
+send the cookie (SameSite) nor forge the origin.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
 from http.cookies import CookieError, SimpleCookie
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TypeAlias
+
+from streams.console.sessions import Sessions
 
 __all__ = ["COOKIE", "Auth", "Decision", "Headers"]
 
-#: Request headers: the server's message, or a plain mapping (tests).
-if TYPE_CHECKING:
-    from email.message import Message
-
-    Headers: TypeAlias = Mapping[str, str] | Message[str, str]
-else:
-    Headers = Mapping
+#: Request headers, looked up by their usual spelling ("Cookie", "Origin"):
+#: the server passes a case-insensitive mapping.
+Headers: TypeAlias = Mapping[str, str]
 
 COOKIE = "fencewatch_console"
-_SESSION_LABEL = b"fencewatch-console-session-v1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,44 +40,57 @@ class Decision:
 
 
 class Auth:
-    def __init__(self, token: str | None) -> None:
+    def __init__(self, token: str | None, sessions: Sessions | None = None) -> None:
         self._token = token or None
+        self.sessions = sessions if sessions is not None else Sessions()
 
     @property
     def enabled(self) -> bool:
         """Verification is possible (a token was given)."""
         return self._token is not None
 
-    def session_value(self) -> str:
-        assert self._token is not None
-        return hmac.new(self._token.encode(), _SESSION_LABEL, hashlib.sha256).hexdigest()
-
     def token_matches(self, candidate: str) -> bool:
         return self._token is not None and hmac.compare_digest(
             candidate.encode(), self._token.encode()
         )
 
-    def set_cookie(self) -> str:
-        return f"{COOKIE}={self.session_value()}; HttpOnly; SameSite=Strict; Path=/"
+    def login(self, candidate: str) -> str | None:
+        """A new session id when ``candidate`` is the token, else None."""
+        return self.sessions.create() if self.token_matches(candidate) else None
+
+    def set_cookie(self, session_id: str, *, secure: bool = False) -> str:
+        ttl = int(self.sessions.ttl_s)
+        flags = "; Secure" if secure else ""
+        return f"{COOKIE}={session_id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={ttl}{flags}"
 
     @staticmethod
-    def clear_cookie() -> str:
-        return f"{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"
+    def clear_cookie(*, secure: bool = False) -> str:
+        flags = "; Secure" if secure else ""
+        return f"{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0{flags}"
+
+    @staticmethod
+    def session_id(headers: Headers) -> str | None:
+        """The session id the request's cookie carries, if any."""
+        raw = headers.get("Cookie")
+        if not raw:
+            return None
+        try:
+            jar = SimpleCookie(raw)
+        except CookieError:
+            return None
+        morsel = jar.get(COOKIE)
+        return morsel.value if morsel is not None and morsel.value else None
 
     def has_session(self, headers: Headers) -> bool:
         if self._token is None:
             return False
-        raw = headers.get("Cookie")
-        if not raw:
-            return False
-        try:
-            jar = SimpleCookie(raw)
-        except CookieError:
-            return False
-        morsel = jar.get(COOKIE)
-        return morsel is not None and hmac.compare_digest(
-            morsel.value.encode(), self.session_value().encode()
-        )
+        sid = self.session_id(headers)
+        return sid is not None and self.sessions.valid(sid)
+
+    def logout(self, headers: Headers) -> bool:
+        """Revoke the request's session; whether there was one."""
+        sid = self.session_id(headers)
+        return sid is not None and self.sessions.revoke(sid)
 
     @staticmethod
     def origin_ok(headers: Headers) -> bool | None:

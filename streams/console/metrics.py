@@ -41,6 +41,11 @@ class ConsoleMetrics:
         self.replays = PromCounter(
             "fencewatch_console_replays", "Workflow replays of the events topic", registry=r
         )
+        self.replays_refused = PromCounter(
+            "fencewatch_console_replays_refused",
+            "Timelines not replayed because every replay slot was taken (503)",
+            registry=r,
+        )
         self.workflows = Gauge(
             "fencewatch_console_workflows", "Workflows held in the view", registry=r
         )

@@ -1,5 +1,21 @@
-"""The console's HTTP server: the standard library's ThreadingHTTPServer
-(one thread per request; the view is shared under its lock).
+"""The console's HTTP application: an ASGI application, served by
+Hypercorn (h11) from :mod:`.hosting`.
+
+Hypercorn does the HTTP/1.1 framing (Content-Length and chunked bodies,
+refusing conflicting or malformed framing), bounds the request head
+(:attr:`ServerLimits.max_head_bytes`) and closes a connection that sends no
+whole request head within :attr:`ServerLimits.idle_s` of opening or of its
+last response (slow headers, idle keep-alive). This application bounds the
+body (size and time), the requests in progress, and the replays
+(:mod:`.replays`); it checks the Host header (:mod:`.guard`) before
+anything else. The blocking work (the view's lock, the pages, a
+verification's publish) runs in a small thread pool, replays in the
+replay gate's own threads, so neither can starve the other nor the loop.
+
+Every response carries the security headers (the constant ones added by
+the hosting to every response Hypercorn writes, its own errors included;
+the Content-Security-Policy, which carries a per-page nonce, here); none
+names the server or its version.
 
 Routes: ``/`` and ``/w/<key>`` (HTML), ``/api/workflows``, ``/api/w/<key>``
 and ``/api/w/<key>/timeline`` (JSON), ``/metrics``, ``/health``; POST
@@ -10,19 +26,24 @@ for a request line is named ``~<sha256 hex>``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import math
+import re
 import secrets
-import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from functools import partial
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote
 
 import orjson
 
 from streams.console.auth import Auth
+from streams.console.guard import HostCheck, safe_next
+from streams.console.limits import ServerLimits
 from streams.console.metrics import CONTENT_TYPE_LATEST, ConsoleMetrics
 from streams.console.pages import (
     VERIFIABLE,
@@ -32,16 +53,30 @@ from streams.console.pages import (
     workflow_href,
     workflow_page,
 )
+from streams.console.replays import ReplayGate
+from streams.console.sessions import RateLimit
 from streams.console.timeline import Timeline, draw
-from streams.console.view import PAGE_SIZE, ConsoleView
+from streams.console.view import MAX_HREF, PAGE_SIZE, ConsoleView
 from streams.core.findings import Finding
 from streams.core.validate import InvalidEvent
 from streams.errors import FencewatchError
 
-__all__ = ["Console", "ConsoleServer"]
+__all__ = ["Console", "ConsoleASGI"]
 
 log = logging.getLogger(__name__)
-_MAX_BODY = 16 * 1024
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+#: Headers that decide who a request is: more than one of any is refused
+#: rather than guessing which one the browser or a proxy meant.
+_SINGLE = ("host", "origin", "cookie", "authorization", "content-type")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+#: A key shorter than this always has a link of its own (a character quotes
+#: to at most 12: four UTF-8 bytes as %XX), so it cannot be a ``~`` name.
+_MIN_HASHED_KEY = (MAX_HREF - len("/w/")) // 12
 
 
 @dataclass
@@ -60,133 +95,312 @@ class Console:
     errors: Callable[[], list[str]]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: ConsoleServer
-    protocol_version = "HTTP/1.1"
+class _Headers(Mapping[str, str]):
+    """A request's headers by case-insensitive name (one value each)."""
 
-    # -- plumbing --------------------------------------------------------------
+    def __init__(self, items: dict[str, str]) -> None:
+        self._items = items
 
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("console %s " + format, self.address_string(), *args)
+    def __getitem__(self, name: str) -> str:
+        return self._items[name.lower()]
 
-    def _send(
-        self,
-        code: int,
-        body: bytes,
-        ctype: str,
-        route: str,
-        *,
-        nonce: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Referrer-Policy", "same-origin")
-        self.send_header("X-Frame-Options", "DENY")
-        script = f"'nonce-{nonce}'" if nonce else "'none'"
-        # Styles: inline (the timeline positions its marks with style
-        # attributes, which a nonce would forbid); scripts: only the page's own.
-        style = "'unsafe-inline'" if nonce else "'none'"
-        self.send_header(
-            "Content-Security-Policy",
-            f"default-src 'none'; script-src {script}; style-src {style}; connect-src 'self'; "
-            "img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'",
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    method: str
+    #: The path as sent (percent-encoded), and with its query (Chrome.path).
+    path: str
+    target: str
+    query: dict[str, list[str]]
+    headers: _Headers
+    body: bytes
+    client: str
+    #: Over TLS, or behind a TLS proxy (--behind-tls): the cookie is Secure.
+    secure: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    status: int
+    body: bytes
+    ctype: str
+    route: str
+    nonce: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    #: Close the connection after this reply (its request was not read whole).
+    close: bool = False
+
+
+def _json(
+    status: int,
+    doc: Any,
+    route: str,
+    headers: tuple[tuple[str, str], ...] = (),
+    close: bool = False,
+) -> _Reply:
+    return _Reply(status, orjson.dumps(doc), "application/json", route, None, headers, close)
+
+
+def _html(status: int, page: str, route: str, nonce: str) -> _Reply:
+    return _Reply(status, page.encode(), "text/html; charset=utf-8", route, nonce)
+
+
+def _csp(nonce: str | None) -> bytes:
+    script = f"'nonce-{nonce}'" if nonce else "'none'"
+    # Styles: inline (the timeline positions its marks with style attributes,
+    # which a nonce would forbid); scripts: only the page's own.
+    style = "'unsafe-inline'" if nonce else "'none'"
+    return (
+        f"default-src 'none'; script-src {script}; style-src {style}; connect-src 'self'; "
+        "img-src 'self' data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    ).encode()
+
+
+class ConsoleASGI:
+    """The console as an ASGI application (served by :mod:`.hosting`)."""
+
+    def __init__(self, console: Console, limits: ServerLimits) -> None:
+        self.console = console
+        self.limits = limits
+        self.hosts = HostCheck(limits.allowed_hosts)
+        self.logins = RateLimit()
+        self.pool = ThreadPoolExecutor(limits.workers, thread_name_prefix="console-http")
+        self.gate = ReplayGate(
+            console.replay,
+            concurrency=limits.replay_concurrency,
+            cache_s=limits.replay_cache_s,
+            cache_entries=limits.replay_cache_entries,
+            cache_bytes=limits.replay_cache_bytes,
+            on_replay=console.metrics.replays.inc,
         )
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
-        self.server.console.metrics.requests.labels(route=route, code=str(code)).inc()
+        self.in_progress = 0
 
-    def _json(self, code: int, doc: Any, route: str, headers: dict[str, str] | None = None) -> None:
-        self._send(code, orjson.dumps(doc), "application/json", route, headers=headers)
+    def close(self) -> None:
+        self.gate.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
-    def _html(self, code: int, page: str, route: str, nonce: str) -> None:
-        self._send(code, page.encode(), "text/html; charset=utf-8", route, nonce=nonce)
+    # -- ASGI ------------------------------------------------------------------
 
-    def _chrome(self, path: str) -> Chrome:
-        auth = self.server.console.auth
-        mode = (
-            "read-only"
-            if not auth.enabled
-            else "verify"
-            if auth.has_session(self.headers)
-            else "login"
-        )
-        return Chrome(secrets.token_urlsafe(16), mode, tuple(self.server.console.errors()), path)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            reply = await self._handle(scope, receive)
+            await self._send(send, reply)
+        # Anything else (a WebSocket): returning without accepting refuses it.
 
-    def _key(self, raw: str) -> str | None:
-        """The workflow key a path segment names (None: the view has no such digest)."""
-        if raw.startswith("~"):
-            digest = raw[1:]
-            for k in self.server.console.view.all_keys():
-                if hashlib.sha256(k.encode()).hexdigest() == digest:
-                    return k
-            return None
-        return unquote(raw, errors="strict")
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                self.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
 
-    # -- GET -------------------------------------------------------------------
+    async def _send(self, send: Send, r: _Reply) -> None:
+        headers = [
+            (b"content-type", r.ctype.encode()),
+            (b"content-length", str(len(r.body)).encode()),
+            (b"content-security-policy", _csp(r.nonce)),
+        ]
+        headers += [(k.lower().encode(), v.encode("latin-1")) for k, v in r.headers]
+        if r.close:
+            headers.append((b"connection", b"close"))
+        # One body message: Hypercorn writes the head and the body back to
+        # back (asyncio sets TCP_NODELAY), no wait for a delayed ACK.
+        await send({"type": "http.response.start", "status": r.status, "headers": headers})
+        await send({"type": "http.response.body", "body": r.body})
+        self.console.metrics.requests.labels(route=r.route, code=str(r.status)).inc()
 
-    def do_HEAD(self) -> None:
-        self.do_GET()
-
-    def do_GET(self) -> None:
+    async def _handle(self, scope: Scope, receive: Receive) -> _Reply:
+        if scope.get("http_version") not in ("1.0", "1.1"):
+            # Hypercorn also speaks HTTP/2 in clear (prior knowledge, h2c
+            # upgrade); the console's limits and tests are HTTP/1.1's, so an
+            # HTTP/2 request is refused rather than served on another framing.
+            return _json(505, {"error": "this console speaks HTTP/1.1 only"}, "bad")
+        # h11 bounds a head still arriving; one that came whole in a single
+        # read is measured here, so the bound holds either way.
+        head = len(scope["raw_path"]) + len(scope["query_string"])
+        head += sum(len(n) + len(v) + 4 for n, v in scope["headers"])
+        if head > self.limits.max_head_bytes:
+            return _json(431, {"error": "the request's headers are too large"}, "bad", close=True)
+        seen: dict[str, str] = {}
+        for raw_name, raw_value in scope["headers"]:
+            name = raw_name.decode("latin-1").lower()
+            if name in seen and name in _SINGLE:
+                return _json(400, {"error": f"more than one {name} header"}, "bad", close=True)
+            seen[name] = raw_value.decode("latin-1")
+        headers = _Headers(seen)
+        if not self.hosts(headers.get("Host")):
+            return _json(
+                400,
+                {"error": "this console is not served under that Host name (--allowed-hosts)"},
+                "host",
+                close=True,
+            )
+        method = scope["method"]
+        if method not in ("GET", "HEAD", "POST"):
+            return _json(
+                405, {"error": "method not allowed"}, "bad", (("Allow", "GET, HEAD, POST"),), True
+            )
+        chunked = "transfer-encoding" in headers
+        length = int(headers.get("content-length") or 0)  # digits only: h11 checked
+        if chunked and "content-length" in headers:
+            # Framed by Transfer-Encoding (RFC 9112 6.3), but a proxy before us
+            # may have read the Content-Length: refuse and close.
+            return _json(
+                400, {"error": "Content-Length and Transfer-Encoding together"}, "bad", close=True
+            )
+        if method != "POST" and (chunked or length):
+            return _json(400, {"error": f"a {method} request carries no body"}, "bad", close=True)
+        if self.in_progress >= self.limits.max_requests:
+            return _json(
+                503,
+                {"error": "the console is busy (too many requests in progress)"},
+                "busy",
+                (("Retry-After", "1"),),
+            )
+        self.in_progress += 1
         try:
-            self._get()
+            body = b""
+            if method == "POST":
+                got = await self._body(receive, length)
+                if isinstance(got, _Reply):
+                    return got
+                body = got
+            raw_path = scope["raw_path"].decode("ascii")
+            qs = scope["query_string"].decode("ascii")
+            req = _Request(
+                method,
+                raw_path,
+                raw_path + ("?" + qs if qs else ""),
+                parse_qs(qs, max_num_fields=20),
+                headers,
+                body,
+                (scope.get("client") or ("?", 0))[0],
+                scope.get("scheme") == "https" or self.limits.behind_tls,
+            )
+            return await self._route(req)
         except (UnicodeDecodeError, ValueError) as exc:
-            self._json(400, {"error": f"bad request: {exc}"[:300]}, "bad")
+            return _json(400, {"error": f"bad request: {exc}"[:300]}, "bad")
+        finally:
+            self.in_progress -= 1
 
-    def _get(self) -> None:
-        url = urlsplit(self.path)
-        q = parse_qs(url.query, max_num_fields=20)
-        path = url.path
-        console = self.server.console
+    async def _body(self, receive: Receive, length: int) -> bytes | _Reply:
+        limit = self.limits.max_body_bytes
+        too_large = _json(
+            413, {"error": f"the body must be at most {limit} bytes"}, "bad", close=True
+        )
+        if length > limit:
+            return too_large  # never read: the connection closes after the reply
+        chunks: list[bytes] = []
+        size = 0
+
+        async def read() -> bytes | _Reply:
+            nonlocal size
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    return _json(400, {"error": "the client went away"}, "bad", close=True)
+                chunk = msg.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    return too_large
+                chunks.append(chunk)
+                if not msg.get("more_body", False):
+                    return b"".join(chunks)
+
+        try:
+            return await asyncio.wait_for(read(), self.limits.body_s)
+        except TimeoutError:
+            return _json(
+                408,
+                {"error": f"the body did not arrive within {self.limits.body_s:g} s"},
+                "bad",
+                close=True,
+            )
+
+    async def _run(self, fn: Callable[..., _Reply], *args: Any) -> _Reply:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.pool, partial(fn, *args))
+
+    # -- routing ---------------------------------------------------------------
+
+    async def _route(self, req: _Request) -> _Reply:
+        if req.method == "POST":
+            return await self._run(self._post, req)
+        path = req.path
+        if path.startswith("/api/w/"):
+            raw, _, tail = path[len("/api/w/") :].partition("/")
+            if tail == "timeline":
+                return await self._api_timeline(raw)
+            return await self._run(self._api_workflow, raw, tail)
+        if path.startswith("/w/"):
+            return await self._workflow(req, path[len("/w/") :])
+        return await self._run(self._get, req)
+
+    def _get(self, req: _Request) -> _Reply:
+        console = self.console
+        q = req.query
+        path = req.path
         if path == "/":
-            chrome = self._chrome(self.path)
+            chrome = self._chrome(req, req.target)
             page = index_page(
                 chrome,
                 prefix=q.get("prefix", [""])[0],
                 severity=q.get("severity", [""])[0],
                 page=_int(q.get("page", ["1"])[0]),
             )
-            self._html(200, page, "index", chrome.nonce)
-        elif path == "/api/workflows":
-            self._json(200, self._list(q), "api_workflows")
-        elif path.startswith("/api/w/"):
-            rest = path[len("/api/w/") :]
-            raw, _, tail = rest.partition("/")
-            key = self._key(raw)
-            data = console.view.workflow(key) if key is not None else None
-            if key is None or (data is None and tail != "timeline"):
-                self._json(404, {"error": "no such workflow"}, "api_workflow")
-            elif tail == "timeline":
-                self._json(200, self._timeline(key).to_dict(), "api_timeline")
-            elif tail == "":
-                self._json(200, data, "api_workflow")
-            else:
-                self._json(404, {"error": "no such route"}, "api_workflow")
-        elif path.startswith("/w/"):
-            self._workflow(path[len("/w/") :], q)
-        elif path == "/metrics":
+            return _html(200, page, "index", chrome.nonce)
+        if path == "/api/workflows":
+            return _json(200, self._list(q), "api_workflows")
+        if path == "/metrics":
             view = console.view
             console.metrics.workflows.set(len(view))
             console.metrics.refused.set(view.refused)
             console.metrics.bytes.set(view.used_bytes())
-            self._send(200, console.metrics.exposition(), CONTENT_TYPE_LATEST, "metrics")
-        elif path == "/health":
-            self._send(200, b"ok\n", "text/plain", "health")
-        else:
-            chrome = self._chrome("/")
-            self._html(
-                404, message_page(chrome, "Not found", "No such page."), "other", chrome.nonce
-            )
+            return _Reply(200, console.metrics.exposition(), CONTENT_TYPE_LATEST, "metrics")
+        if path == "/health":
+            return _Reply(200, b"ok\n", "text/plain", "health")
+        chrome = self._chrome(req, "/")
+        return _html(404, message_page(chrome, "Not found", "No such page."), "other", chrome.nonce)
+
+    def _chrome(self, req: _Request, path: str) -> Chrome:
+        auth = self.console.auth
+        mode = (
+            "read-only"
+            if not auth.enabled
+            else "verify"
+            if auth.has_session(req.headers)
+            else "login"
+        )
+        return Chrome(secrets.token_urlsafe(16), mode, tuple(self.console.errors()), path)
+
+    def _key(self, raw: str) -> str:
+        """The workflow key a path segment names. ``~<sha256>`` names only a
+        key whose own link has that form (a long one), so it cannot alias a
+        short key; any other segment is the key itself, percent-decoded."""
+        if raw.startswith("~") and _HEX64.fullmatch(raw[1:]):
+            digest = raw[1:]
+            for k in self.console.view.all_keys():
+                if (
+                    len(k) >= _MIN_HASHED_KEY
+                    and workflow_href(k) == "/w/" + raw
+                    and hashlib.sha256(k.encode()).hexdigest() == digest
+                ):
+                    return k
+        return unquote(raw, errors="strict")
 
     def _list(self, q: dict[str, list[str]]) -> dict[str, Any]:
-        console = self.server.console
+        console = self.console
         view = console.view
         sev = q.get("severity", [""])[0] or None
         p = view.page(
@@ -206,38 +420,92 @@ class _Handler(BaseHTTPRequestHandler):
             "errors": console.errors(),
         }
 
-    def _timeline(self, key: str) -> Timeline:
-        self.server.console.metrics.replays.inc()
-        return self.server.console.replay(key)
+    def _api_workflow(self, raw: str, tail: str) -> _Reply:
+        data = self.console.view.workflow(self._key(raw))
+        if data is None:
+            return _json(404, {"error": "no such workflow"}, "api_workflow")
+        if tail != "":
+            return _json(404, {"error": "no such route"}, "api_workflow")
+        return _json(200, data, "api_workflow")
 
-    def _workflow(self, raw: str, q: dict[str, list[str]]) -> None:
-        console = self.server.console
-        chrome = self._chrome(self.path)
+    def _held(self, raw: str) -> str | None:
         key = self._key(raw)
-        data = console.view.workflow(key) if key is not None else None
-        if key is None or data is None:
-            text = (
-                "The console holds no workflow with this key."
-                if key is None
-                else (f"The console holds no workflow {key!r}.")
-            )
-            self._html(
-                404, message_page(chrome, "No such workflow", text), "workflow", chrome.nonce
-            )
-            return
+        return key if self.console.view.workflow(key) is not None else None
+
+    async def _api_timeline(self, raw: str) -> _Reply:
+        loop = asyncio.get_running_loop()
+        key = await loop.run_in_executor(self.pool, self._held, raw)
+        if key is None:
+            # Only keys the console holds are replayed: any other would be a
+            # free scan of the events topic for whoever asks.
+            return _json(404, {"error": "no such workflow"}, "api_timeline")
+        try:
+            tl = await self.gate.get(key)
+        except FencewatchError as exc:
+            return _json(502, {"error": f"the events could not be read: {exc}"}, "api_timeline")
+        if tl is None:
+            return self._busy()
+        return await self._run(lambda: _json(200, tl.to_dict(), "api_timeline"))
+
+    def _busy(self) -> _Reply:
+        self.console.metrics.replays_refused.inc()
+        return _json(
+            503,
+            {
+                "error": f"{self.gate.concurrency} timeline replays are running (the bound); "
+                "try again shortly"
+            },
+            "api_timeline",
+            (("Retry-After", "2"),),
+        )
+
+    async def _workflow(self, req: _Request, raw: str) -> _Reply:
+        loop = asyncio.get_running_loop()
+        chrome = self._chrome(req, req.target)
+        key = await loop.run_in_executor(self.pool, self._held, raw)
+        if key is None:
+            return await self._run(self._no_workflow, chrome, raw)
+        tl: Timeline | None = None
+        problem: str | None = None
+        try:
+            tl = await self.gate.get(key)
+        except FencewatchError as exc:
+            problem = f"The events could not be read: {exc}"
+        else:
+            if tl is None:
+                self.console.metrics.replays_refused.inc()
+                problem = (
+                    f"The timeline is not drawn: {self.gate.concurrency} replays of the events "
+                    "topic are running (the console's bound). Reload in a few seconds."
+                )
+        return await self._run(self._workflow_page, req, chrome, key, tl, problem)
+
+    def _no_workflow(self, chrome: Chrome, raw: str) -> _Reply:
+        try:
+            key: str | None = self._key(raw)
+        except (UnicodeDecodeError, ValueError):
+            key = None
+        text = (
+            "The console holds no workflow with this key."
+            if key is None
+            else f"The console holds no workflow {key!r}."
+        )
+        page = message_page(chrome, "No such workflow", text)
+        return _html(404, page, "workflow", chrome.nonce)
+
+    def _workflow_page(
+        self, req: _Request, chrome: Chrome, key: str, tl: Timeline | None, problem: str | None
+    ) -> _Reply:
+        data = self.console.view.workflow(key)
+        if data is None:  # dropped from the view while the replay ran
+            return self._no_workflow(chrome, quote(key, safe=""))
         findings = _findings(data)
         cleared = {f["finding_id"] for f in (data["status"] or {}).get("cleared") or []}
-        try:
-            tl = self._timeline(key)
-        except FencewatchError as exc:
-            html, note = (
-                "",
-                f"<p class='banner err'>The events could not be read: {_esc(str(exc))}</p>",
-            )
+        if tl is None:
+            html, note = "", f"<p class='banner err'>{_esc(problem or '')}</p>"
         else:
-            html = draw(tl, findings, cleared)
-            note = _timeline_note(tl)
-        published = q.get("published", [None])[0]
+            html, note = draw(tl, findings, cleared), _timeline_note(tl)
+        published = req.query.get("published", [None])[0]
         notice = (
             f"Published outcome_verified (event {published}). The finding shows as cleared once "
             "the processor has handled it (and only if the stale worker was fenced, SPEC §4)."
@@ -245,131 +513,113 @@ class _Handler(BaseHTTPRequestHandler):
             else None
         )
         page = workflow_page(chrome, key, data, html, note, notice)
-        self._html(200, page, "workflow", chrome.nonce)
+        return _html(200, page, "workflow", chrome.nonce)
 
     # -- POST ------------------------------------------------------------------
 
-    def do_POST(self) -> None:
-        try:
-            self._post()
-        except (UnicodeDecodeError, ValueError) as exc:
-            self._json(400, {"error": f"bad request: {exc}"[:300]}, "bad")
-
-    def _body(self) -> bytes:
-        n = _int(self.headers.get("Content-Length") or "0", default=-1)
-        if n < 0 or n > _MAX_BODY:
-            raise ValueError(f"Content-Length must be 0..{_MAX_BODY}")
-        return self.rfile.read(n)
-
-    def _post(self) -> None:
-        console = self.server.console
-        path = urlsplit(self.path).path
-        body = self._body()
+    def _post(self, req: _Request) -> _Reply:
+        console = self.console
+        path = req.path
         if path == "/login":
-            self._login(body)
-            return
+            return self._login(req)
         if path == "/logout":
-            self._send(
-                303,
-                b"",
-                "text/plain",
-                "logout",
-                headers={"Location": "/", "Set-Cookie": console.auth.clear_cookie()},
-            )
-            return
-        decision = console.auth.check_post(self.headers)
+            return self._logout(req)
+        decision = console.auth.check_post(req.headers)
         if not decision.allowed:
             console.metrics.verifications.labels(result="refused").inc()
-            self._json(decision.code, {"error": decision.reason}, "verify")
-            return
+            return _json(decision.code, {"error": decision.reason}, "verify")
         if path == "/api/verify":
-            doc = orjson.loads(body or b"{}")
+            doc = orjson.loads(req.body or b"{}")
             if not isinstance(doc, dict):
                 raise ValueError("the body must be a JSON object")
             key = doc.get("workflow_key")
             fields = (key, doc.get("finding_id"), doc.get("by"), doc.get("note"))
-            self._verify(*fields, form=False)
-        elif path.startswith("/w/") and path.endswith("/verify"):
-            form = parse_qs(body.decode(), max_num_fields=10)
-            key = self._key(path[len("/w/") : -len("/verify")])
-            self._verify(
-                key,
+            return self._verify(*fields, form=False)
+        if path.startswith("/w/") and path.endswith("/verify"):
+            form = parse_qs(req.body.decode(), max_num_fields=10)
+            return self._verify(
+                self._key(path[len("/w/") : -len("/verify")]),
                 form.get("finding_id", [None])[0],
                 form.get("by", [None])[0],
                 form.get("note", [None])[0],
                 form=True,
             )
-        else:
-            self._json(404, {"error": "no such route"}, "verify")
+        return _json(404, {"error": "no such route"}, "verify")
 
-    def _login(self, body: bytes) -> None:
-        auth = self.server.console.auth
-        form = parse_qs(body.decode(), max_num_fields=10)
-        target = form.get("next", ["/"])[0]
-        if not target.startswith("/") or target.startswith("//"):
-            target = "/"
+    def _login(self, req: _Request) -> _Reply:
+        auth = self.console.auth
+        form = parse_qs(req.body.decode(), max_num_fields=10)
+        target = safe_next(form.get("next", ["/"])[0])
         if not auth.enabled:
-            self._json(403, {"error": "this console is read-only (no token)"}, "login")
-        elif auth.origin_ok(self.headers) is False:
-            self._json(403, {"error": "the request's Origin is not this console"}, "login")
-        elif not auth.token_matches(form.get("token", [""])[0]):
-            self._json(401, {"error": "wrong token"}, "login")
-        else:
-            self._send(
-                303,
-                b"",
-                "text/plain",
+            return _json(403, {"error": "this console is read-only (no token)"}, "login")
+        if auth.origin_ok(req.headers) is False:
+            return _json(403, {"error": "the request's Origin is not this console"}, "login")
+        wait = self.logins.take(req.client)
+        if wait > 0:
+            return _json(
+                429,
+                {"error": f"too many login attempts: try again in {math.ceil(wait)} s"},
                 "login",
-                headers={"Location": target, "Set-Cookie": auth.set_cookie()},
+                (("Retry-After", str(math.ceil(wait))),),
             )
+        session = auth.login(form.get("token", [""])[0])
+        if session is None:
+            return _json(401, {"error": "wrong token"}, "login")
+        cookie = auth.set_cookie(session, secure=req.secure)
+        return _Reply(
+            303, b"", "text/plain", "login", None, (("Location", target), ("Set-Cookie", cookie))
+        )
 
-    def _verify(self, key: object, fid: object, by: object, note: object, *, form: bool) -> None:
-        console = self.server.console
+    def _logout(self, req: _Request) -> _Reply:
+        auth = self.console.auth
+        if auth.origin_ok(req.headers) is False:
+            return _json(403, {"error": "the request's Origin is not this console"}, "logout")
+        auth.logout(req.headers)
+        cookie = auth.clear_cookie(secure=req.secure)
+        return _Reply(
+            303, b"", "text/plain", "logout", None, (("Location", "/"), ("Set-Cookie", cookie))
+        )
+
+    def _verify(self, key: object, fid: object, by: object, note: object, *, form: bool) -> _Reply:
+        console = self.console
         metrics = console.metrics
         if not isinstance(key, str) or not isinstance(fid, str):
             raise ValueError("workflow_key and finding_id are required")
         if not isinstance(by, str) or not by.strip():
             metrics.verifications.labels(result="refused").inc()
-            self._json(
+            return _json(
                 400, {"error": "by: the name of the person who verified is required"}, "verify"
             )
-            return
         if note is not None and not isinstance(note, str):
             raise ValueError("note must be a string")
         data = console.view.workflow(key)
         finding = _latest(data, fid) if data is not None else None
         if data is None or finding is None:
-            self._json(404, {"error": "no such finding on this workflow"}, "verify")
-            return
+            return _json(404, {"error": "no such finding on this workflow"}, "verify")
         if finding.get("kind") not in VERIFIABLE or not finding.get("effect_key"):
-            self._json(
+            return _json(
                 400,
                 {"error": "only stale_commit and conflicting_commit findings are verified here"},
                 "verify",
             )
-            return
         epoch = (data["status"] or {}).get("current_epoch")
         if not isinstance(epoch, int):
-            self._json(409, {"error": "the workflow has no current epoch yet"}, "verify")
-            return
+            return _json(409, {"error": "the workflow has no current epoch yet"}, "verify")
         try:
             event_id = console.verify(
                 key, str(finding["effect_key"]), by.strip(), epoch, note or None
             )
         except InvalidEvent as exc:
             metrics.verifications.labels(result="refused").inc()
-            self._json(400, {"error": f"the event would be invalid: {exc}"}, "verify")
-            return
+            return _json(400, {"error": f"the event would be invalid: {exc}"}, "verify")
         except FencewatchError as exc:
             metrics.verifications.labels(result="failed").inc()
-            self._json(502, {"error": str(exc)}, "verify")
-            return
+            return _json(502, {"error": str(exc)}, "verify")
         metrics.verifications.labels(result="published").inc()
         if form:
             where = f"{workflow_href(key)}?published={quote(event_id)}"
-            self._send(303, b"", "text/plain", "verify", headers={"Location": where})
-        else:
-            self._json(200, {"published": event_id, "epoch": epoch}, "verify")
+            return _Reply(303, b"", "text/plain", "verify", None, (("Location", where),))
+        return _json(200, {"published": event_id, "epoch": epoch}, "verify")
 
 
 def _int(text: str, default: int = 1) -> int:
@@ -411,33 +661,10 @@ def _timeline_note(tl: Timeline) -> str:
         "of the events topic."
     ]
     if r.matched > len(r.records):
-        parts.append(f" Only the last {tl.limit:,} events are shown ({r.matched:,} were read).")
+        parts.append(
+            f" Only the last {len(r.records):,} events are shown ({r.matched:,} were read)."
+        )
     if r.scan_cut:
         parts.append(" Older records of the partition were not read (the scan bound).")
     cls = "banner partial" if r.truncated else "note muted"
     return f"<p class='{cls}' id='replay-note'>{_esc(''.join(parts))}</p>"
-
-
-class ConsoleServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, address: tuple[str, int], console: Console) -> None:
-        self.console = console
-        super().__init__(address, _Handler)
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> None:
-        """Serve from a daemon thread (tests; the CLI serves in its own)."""
-        self._thread = threading.Thread(target=self.serve_forever, name="console-http", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self.shutdown()
-        self.server_close()
-        if self._thread is not None:
-            self._thread.join(10)

@@ -45,9 +45,24 @@ class Timeline:
 
 
 def replay_key(
-    connection: KafkaConnection, topic: str, key: str, *, limit: int, scan: int
+    connection: KafkaConnection,
+    topic: str,
+    key: str,
+    *,
+    limit: int,
+    scan: int,
+    max_bytes: int | None = None,
+    max_seconds: float | None = None,
 ) -> Timeline:
-    read = read_key(connection, topic, key.encode(), limit=limit, scan=scan)
+    read = read_key(
+        connection,
+        topic,
+        key.encode(),
+        limit=limit,
+        scan=scan,
+        max_bytes=max_bytes,
+        max_seconds=max_seconds,
+    )
     replay = Replay(Detector(DetectorConfig(max_events_per_key=max(8, limit))))
     for rec in read.records:
         replay.feed(

@@ -10,11 +10,12 @@ candidates are read (one partition when they agree).
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections import deque
 from dataclasses import dataclass
 
-from streams.errors import BrokerUnreachable
+from streams.errors import BrokerError, BrokerUnreachable
 from streams.kafka.connection import KafkaConnection, check_reachable
 from streams.kafka.errors import (
     first_metadata,
@@ -86,10 +87,20 @@ def key_partitions(key: bytes, n_partitions: int) -> tuple[int, ...]:
 
 
 def read_key(
-    connection: KafkaConnection, topic: str, key: bytes, *, limit: int, scan: int
+    connection: KafkaConnection,
+    topic: str,
+    key: bytes,
+    *,
+    limit: int,
+    scan: int,
+    max_bytes: int | None = None,
+    max_seconds: float | None = None,
 ) -> KeyRead:
     """The key's last ``limit`` records among the last ``scan`` records of
-    each candidate partition. Client failures leave as BrokerError."""
+    each candidate partition, and of them only as many of the last as fit
+    ``max_bytes`` of values (the console's memory bound). Client failures
+    leave as BrokerError; a read past ``max_seconds`` stops as one too
+    (code ``_TIMED_OUT``), since a partial read would show a wrong timeline."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     check_reachable(connection)
@@ -104,8 +115,10 @@ def read_key(
         )
     )
     kept: deque[KeyRecord] = deque(maxlen=limit)
+    kept_bytes = 0
     matched = 0
     cut = False
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
     try:
         with kafka_errors(f"reading {topic}"):
             # In slices: a refused login ends the wait at once (first_metadata).
@@ -132,6 +145,13 @@ def read_key(
                     continue
                 consumer.assign([TopicPartition(topic, p, start)])
                 while True:
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise BrokerError(
+                            f"reading {topic}/{p}: stopped after {max_seconds:g} s "
+                            "(the replay's time bound)",
+                            code="_TIMED_OUT",
+                            retriable=True,
+                        )
                     msg = consumer.poll(connection.connect_timeout)
                     if msg is None:
                         raise BrokerUnreachable(
@@ -151,7 +171,13 @@ def read_key(
                     if msg.key() == key:
                         matched += 1
                         ts_type, ts = msg.timestamp()
-                        kept.append(KeyRecord(msg.value(), p, offset, ts if ts_type else -1))
+                        value = msg.value()
+                        if len(kept) == limit:
+                            kept_bytes -= len(kept[0].value or b"")
+                        kept.append(KeyRecord(value, p, offset, ts if ts_type else -1))
+                        kept_bytes += len(value or b"")
+                        while max_bytes is not None and kept_bytes > max_bytes and len(kept) > 1:
+                            kept_bytes -= len(kept.popleft().value or b"")
                     if offset + 1 >= high:
                         break
                 consumer.unassign()

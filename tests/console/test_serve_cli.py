@@ -50,6 +50,8 @@ def test_serve_announces_its_url_serves_and_stops_on_sigterm(kafka_bootstrap: st
         (["--port", "70000"], {}, "--port must be 0..65535"),
         (["--replay-events", "0"], {}, "--replay-events must be at least 1"),
         ([], {"FENCEWATCH_SERVE_TOKEN": "short"}, "at least 16 characters"),
+        (["--replay-concurrency", "0"], {}, "--replay-concurrency must be at least 1"),
+        (["--allowed-hosts", "a.example,b.example:443"], {}, "without a port, got 'b.example:443'"),
     ],
 )
 def test_bad_settings_are_one_line_and_exit_2(
@@ -59,7 +61,7 @@ def test_bad_settings_are_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A bad port, bound or token: one line naming it, status 2."""
+    """A bad port, bound, host name or token: one line naming it, status 2."""
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert main(["serve", "--bootstrap-servers", "127.0.0.1:1", *argv]) == 2

@@ -58,6 +58,11 @@ def _install(tmp: Path) -> Path:
     try:
         _pip(*target, "--no-index", "--find-links", str(WHEELHOUSE), requirement)
     except AssertionError:  # first run, or new dependencies: fill the wheelhouse
+        # pip wheel copies ours in too, and next time takes a fencewatch wheel
+        # already there (same name, an older build: maybe without a new
+        # dependency) for the one named: never keep one.
+        for stale in WHEELHOUSE.glob("fencewatch-*.whl"):
+            stale.unlink()
         _pip("wheel", "-q", "-w", str(WHEELHOUSE), requirement)
         _pip(*target, "--no-index", "--find-links", str(WHEELHOUSE), requirement)
     return venv / "bin"
@@ -78,7 +83,8 @@ def test_installed_wheel_works_from_outside_the_checkout(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     """Non-editable wheel[kafka] in a fresh venv, run from a temp dir: version, audit of the
-    packaged fixture (exit 1, four findings), run until /health ok, demo live, rocksdb hint."""
+    packaged fixture (exit 1, four findings), run and serve until /health ok, demo live,
+    rocksdb hint."""
     bin_dir = _install(tmp_path)
     work = tmp_path / "elsewhere"
     work.mkdir()
@@ -132,10 +138,36 @@ def test_installed_wheel_works_from_outside_the_checkout(
     )
 
     _run_until_healthy(fencewatch, kafka_bootstrap, work, env)
+    _serve_until_healthy(fencewatch, kafka_bootstrap, work, env)
     _publish(cli, kafka_bootstrap, where, work)
 
     demo = cli("demo", "live", "--bootstrap-servers", kafka_bootstrap, timeout=240)
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+
+
+def _serve_until_healthy(fencewatch: str, bootstrap: str, work: Path, env: dict[str, str]) -> None:
+    """The console (its HTTP server is in the kafka extra) answers /health, stops on SIGTERM."""
+    log = work / "serve.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [fencewatch, "serve", "--bootstrap-servers", bootstrap, "--port", "0"],
+            cwd=work, env=env, stderr=err,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "\n" not in log.read_text():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        url = log.read_text().split()[2]
+        with urllib.request.urlopen(url + "/health", timeout=30) as resp:
+            assert resp.read() == b"ok\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
 
 
 def _run_until_healthy(fencewatch: str, bootstrap: str, work: Path, env: dict[str, str]) -> None:

@@ -57,6 +57,15 @@ class Follower:
                 self.error = str(exc)
                 log.warning("console %s follower: %s (retrying in %s s)", self.name, exc, RETRY_S)
                 self._stop.wait(RETRY_S)
+            except (OSError, MemoryError) as exc:
+                # Out of file descriptors or memory (a flood of connections
+                # to the console): the follower waits and tries again; ending
+                # its thread stopped the console following that topic for good.
+                self.error = f"{type(exc).__name__}: {exc}"
+                log.warning(
+                    "console %s follower: %s (retrying in %s s)", self.name, self.error, RETRY_S
+                )
+                self._stop.wait(RETRY_S)
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()

@@ -370,6 +370,9 @@ class ConsoleASGI:
             return _Reply(200, console.metrics.exposition(), CONTENT_TYPE_LATEST, "metrics")
         if path == "/health":
             return _Reply(200, b"ok\n", "text/plain", "health")
+        if path == "/api" or path.startswith("/api/"):
+            # An API client gets JSON, not the HTML page.
+            return _json(404, {"error": "no such route"}, "other")
         chrome = self._chrome(req, "/")
         return _html(404, message_page(chrome, "Not found", "No such page."), "other", chrome.nonce)
 

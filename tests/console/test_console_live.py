@@ -383,6 +383,16 @@ def test_metrics_and_api(stack: Stack) -> None:
     assert all(w["workflow_key"].startswith("live/") for w in doc["workflows"])
 
 
+def test_an_unknown_api_path_is_a_json_404(stack: Stack) -> None:
+    """/api and /api/<unknown> answer JSON (an API client's), not the HTML page."""
+    for path in ("/api", "/api/nope"):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(stack.read_only.url + path, timeout=30)
+        assert err.value.code == 404
+        assert err.value.headers["Content-Type"].startswith("application/json")
+        assert json.loads(err.value.read()) == {"error": "no such route"}
+
+
 def test_key_partitions_cover_both_partitioners(stack: Stack) -> None:
     """murmur2 and CRC32 as the broker's clients place keys: the replay reads the right one."""
     from confluent_kafka import Producer

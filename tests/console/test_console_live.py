@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from streams.console.app import ConsoleApp
 from streams.console.view import workflow_href

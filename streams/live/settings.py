@@ -129,6 +129,12 @@ class LiveSettings:
         return self.connection.bootstrap_servers
 
     @property
+    def stall_after(self) -> float:
+        """Seconds without a commit (partitions with lag) before /health says
+        stalled: ``stall_timeout``, and never under 3 commit intervals."""
+        return max(self.stall_timeout, 3 * self.commit_interval)
+
+    @property
     def dlq(self) -> str:
         return self.dlq_topic or dlq_topic_for(self.events_topic)
 
@@ -197,8 +203,6 @@ class LiveSettings:
                 "stall timeout must be within 5..3600 seconds "
                 f"(--stall-timeout or FENCEWATCH_STALL_TIMEOUT), got {self.stall_timeout:g}"
             )
-        if self.stall_timeout <= self.commit_interval:
-            raise ConfigError("stall timeout must be longer than the commit interval")
         return self
 
     def replace(self, **changes: Any) -> LiveSettings:

@@ -9,8 +9,10 @@ hook took it.
 
 Exit status: 0; 2 for a usage error, an unreachable broker, or a topic that
 holds no findings; 3 when alert hooks delivered nothing (every finding
-dead-lettered); 130 after Ctrl-C (a second Ctrl-C stops the hook deliveries
-at once).
+dead-lettered); 4 when a hooked read stopped (SIGTERM, or the drain time ran
+out) with findings read but neither delivered nor dead-lettered (not
+committed: a restart with the same --group sends them); 130 after Ctrl-C (a
+second Ctrl-C stops the hook deliveries at once).
 """
 
 from __future__ import annotations
@@ -46,6 +48,10 @@ def register(sub: Any) -> None:
         "findings",
         help="show or follow the findings topic; alert hooks (--exec, --webhook)",
         description="Read ownership findings: the latest revision of each, or follow new ones.",
+        epilog="exit status: 0; 2 usage error, unreachable broker or no findings on the topic; "
+        "3 hooks delivered nothing (all dead-lettered); 4 a hooked read stopped with findings "
+        "neither delivered nor dead-lettered (not committed: a restart with the same --group "
+        "sends them); 130 Ctrl-C",
     )
     add_connection_args(p)
     p.add_argument(
@@ -65,7 +71,23 @@ def register(sub: Any) -> None:
     h = p.add_argument_group("alert hooks")
     target = h.add_mutually_exclusive_group()
     target.add_argument("--exec", dest="exec_cmd", metavar="CMD", help="run CMD per finding")
-    target.add_argument("--webhook", metavar="URL", help="POST each finding to URL")
+    target.add_argument(
+        "--webhook",
+        metavar="URL",
+        help="POST each finding to URL (http or https, TLS verified; userinfo is sent as Basic "
+        "auth; HTTP(S)_PROXY/NO_PROXY apply; redirects are not followed); shown and "
+        "dead-lettered with userinfo and query values redacted",
+    )
+    h.add_argument(
+        "--webhook-header",
+        action="append",
+        default=[],
+        metavar="HEADER",
+        help="an extra request header, repeatable: 'NAME: VALUE', or 'NAME=@FILE' (value read "
+        "from FILE) or 'NAME=env:VAR' (value from environment variable VAR). Secrets never need "
+        "to be on the command line (ps shows it to every user): Authorization, "
+        "Proxy-Authorization and Cookie are only taken from a file or the environment",
+    )
     h.add_argument(
         "--dead-letter",
         metavar="FILE",
@@ -82,16 +104,17 @@ def register(sub: Any) -> None:
         help="deliveries in parallel, each finding always on the same lane "
         "(webhook: N connections, default 4; exec: default 1)",
     )
+    # No longer used (the webhook is one request at a time per lane on
+    # urllib3): still taken so that a deployment passing it keeps starting.
+    h.add_argument("--hook-pipeline", type=int, default=None, help=argparse.SUPPRESS)
     h.add_argument(
-        "--hook-pipeline",
-        type=int,
-        default=None,
-        metavar="N",
-        help="webhook: requests a lane sends before reading their answers (HTTP/1.1 "
-        "pipelining, turned off by itself for a server that does not take it); default 16 "
-        "with several lanes, 1 (off: total order) with one",
+        "--hook-timeout",
+        type=float,
+        default=10.0,
+        help="seconds per attempt, all of it: connecting, sending and the whole answer "
+        "(webhook; an answer body over 64 KiB is not read on and fails the attempt) or the "
+        "command's run (default 10)",
     )
-    h.add_argument("--hook-timeout", type=float, default=10.0, help="seconds per attempt (10)")
     add_kafka_config_arg(p)
     p.set_defaults(handler=_main)
 
@@ -315,33 +338,64 @@ def _follow(consumer: Any, fmt: str) -> None:
 #: Exit status of a hooked read in which no delivery succeeded (every
 #: finding dead-lettered): a wrong URL or a broken command must not look fine.
 ALL_DELIVERIES_FAILED = 3
+#: Exit status of a hooked read that stopped with findings read but neither
+#: delivered nor dead-lettered (SIGTERM, or the stop's drain time ran out):
+#: a service manager must see that alerts were left behind.
+STOPPED_UNDELIVERED = 4
+
+
+def _hook_targets(args: argparse.Namespace, lanes: int) -> list[Any]:
+    from streams.findings import ExecTarget, WebhookTarget
+    from streams.findings.webhook import parse_header
+
+    if args.hook_timeout is None or not args.hook_timeout > 0:
+        raise ValueError("--hook-timeout must be more than 0 seconds")
+    if args.webhook is None:
+        if args.webhook_header:
+            raise ValueError("--webhook-header goes with --webhook")
+        return [ExecTarget(args.exec_cmd, timeout_s=args.hook_timeout) for _ in range(lanes)]
+    if args.hook_pipeline is not None:
+        _err("--hook-pipeline is no longer used (one request at a time per lane): ignored")
+    headers = [parse_header(spec) for spec in args.webhook_header]
+    return [
+        WebhookTarget(args.webhook, timeout_s=args.hook_timeout, headers=headers)
+        for _ in range(lanes)
+    ]
+
+
+def _health_line(kind: str) -> Any:
+    """One stderr line when deliveries start failing, one when they recover
+    (not one per finding: the dead-letter count is said at the end)."""
+
+    def report(failed: Any, attempts: int) -> None:
+        if failed is not None:
+            _err(
+                f"{kind} deliveries are failing: {failed} (retried up to --max-attempts "
+                "times per finding, then dead-lettered)"
+            )
+        else:
+            _err(f"{kind} deliveries recovered ({attempts} attempt(s) had failed)")
+
+    return report
 
 
 def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop) -> int:
-    from streams.findings import DeadLetterFile, ExecTarget, HookSender, RetryPolicy, WebhookTarget
+    from streams.findings import DeadLetterFile, HookSender, RetryPolicy
 
     lanes = args.hook_lanes if args.hook_lanes is not None else (4 if args.webhook else 1)
     if lanes < 1:
         raise ValueError("--hook-lanes must be at least 1")
-    # One lane is the total-order choice: a pipelined failure is retried
-    # after the requests sent behind it, so one lane pipelines only when told.
-    pipeline = args.hook_pipeline if args.hook_pipeline is not None else (16 if lanes > 1 else 1)
-    if pipeline < 1:
-        raise ValueError("--hook-pipeline must be at least 1")
-    targets: list[Any] = [
-        WebhookTarget(args.webhook, timeout_s=args.hook_timeout, pipeline=pipeline)
-        if args.webhook is not None
-        else ExecTarget(args.exec_cmd, timeout_s=args.hook_timeout)
-        for _ in range(lanes)
-    ]
+    targets = _hook_targets(args, lanes)
     sender = HookSender(
         targets,
         consumer.ack,
         policy=RetryPolicy(max_attempts=args.max_attempts),
         dead_letters=DeadLetterFile(Path(args.dead_letter)),
         max_in_flight=args.max_in_flight,
+        on_health=_health_line("webhook" if args.webhook is not None else "command"),
     )
     stop.sender = sender
+    handed = 0
     try:
         while not consumer.stopping and not consumer.finished:
             # A batch, at most what the lanes may hold: the reader then holds
@@ -350,6 +404,9 @@ def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop) -> int:
             if not batch:
                 continue
             _emit(batch, args.format)
+            # Counted as handed over before it is: what submit_batch leaves
+            # out when stopping is undelivered too.
+            handed += len(batch)
             # The whole batch, even once a stop was asked for: its deliveries
             # go to several lanes, and one left out would hold back the
             # position past those delivered after it (a restart would repeat
@@ -368,6 +425,18 @@ def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop) -> int:
         st = sender.stats
         if st.dead_lettered:
             _err(f"{st.dead_lettered} finding(s) written to the dead letters {args.dead_letter}")
+    undelivered = handed - st.delivered - st.dead_lettered
+    if undelivered > 0:
+        again = (
+            f"a restart with --group {args.group} sends them"
+            if args.group
+            else "without --group they are not sent again"
+        )
+        _err(
+            f"stopped with {undelivered} finding(s) neither delivered nor dead-lettered "
+            f"(not committed: {again}; exit {STOPPED_UNDELIVERED})"
+        )
+        return STOPPED_UNDELIVERED
     if st.dead_lettered and not st.delivered:
         _err(f"no finding was delivered (exit {ALL_DELIVERIES_FAILED})")
         return ALL_DELIVERIES_FAILED

@@ -32,6 +32,8 @@ class Receiver:
     delay_s: float = 0.0
     #: Client connections open now (a sender that closes its own shows 0).
     open_connections: int = 0
+    #: While true every POST is answered 503 (an outage of the receiver).
+    down: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def keys(self) -> list[str]:
@@ -83,7 +85,7 @@ def webhook_receiver() -> Iterator[Receiver]:
                 time.sleep(rx.delay_s)
             with rx.lock:
                 plan = rx.fail_first.get(key)
-                status = plan.pop(0) if plan else 200
+                status = plan.pop(0) if plan else 503 if rx.down else 200
                 if status == 200:
                     rx.posts.append(Received(key, json.loads(body), time.time()))
             self.send_response(status)

@@ -104,8 +104,9 @@ def register(sub: Any) -> None:
         help="deliveries in parallel, each finding always on the same lane "
         "(webhook: N connections, default 4; exec: default 1)",
     )
-    # No longer used (the webhook is one request at a time per lane on
-    # urllib3): still taken so that a deployment passing it keeps starting.
+    # No longer used (no maintained client pipelines HTTP/1.1: the webhook
+    # is one request at a time per lane): still taken, so that a deployment
+    # passing it keeps starting, and said to be ignored.
     h.add_argument("--hook-pipeline", type=int, default=None, help=argparse.SUPPRESS)
     h.add_argument(
         "--hook-timeout",

@@ -1,62 +1,52 @@
-"""The alert hooks' webhook: one ``POST`` per finding through urllib3.
+"""The alert hooks' webhook: one ``POST`` per finding through libcurl (pycurl).
 
-Why urllib3 and not a parser of our own: a hand-written HTTP/1.1 reader
+Why libcurl and not a parser of our own: a hand-written HTTP/1.1 reader
 believed whatever a receiver sent (a 2^40 Content-Length, a chunk size of
 ``FFFFFFFFFF``, endless interim answers or trailers) and held or waited for
-it. urllib3 (over :mod:`http.client`) bounds every line and the number of
-header fields, reads a body as far as asked, reuses a kept-alive
-connection, verifies TLS by default and speaks to proxies. What it does not
-do, done here:
+it. Why libcurl and not urllib3 or httpx: both bound one socket operation,
+not an attempt (a receiver sending a byte a second, or interim answers for
+ever, never trips them), and each costs ~150-250 CPU µs per request in the
+interpreter (headers parsed by :mod:`email`, two writes per request), where
+libcurl's ~30-40 µs keeps the follower within its CPU budget
+(bench/findings_follow_cpu.py; docs/operate.md). libcurl gives, per attempt:
 
-- **A deadline per attempt.** urllib3's timeouts bound one socket operation;
-  a receiver that sends one byte a second, or interim answers for ever,
-  never trips them. A watchdog thread shuts the socket of an attempt down
-  when its deadline (``timeout_s`` from its start) passes: the blocked read
-  ends at once, and the attempt fails as unanswered.
-- **A bounded answer.** At most ``max_body`` bytes of the answer's body are
-  read (not decoded); a longer one is not read on: the connection is closed.
-  A 2xx whose body did not end within the bound is not taken as delivered
-  (the answer did not end), so a receiver that streams for ever is retried,
-  then dead-lettered, never waited on.
+- **A total deadline** (``CURLOPT_TIMEOUT_MS``): connecting, sending and the
+  whole answer end within ``timeout_s``, whatever the receiver sends.
+- **A bounded answer.** The body goes to a callback that counts it and drops
+  it; past ``max_body`` bytes it stops the transfer (the connection is
+  closed). A 2xx whose body did not end there is not taken as delivered (the
+  answer did not end), so a receiver that streams for ever is retried, then
+  dead-lettered, never held in memory. Header lines and their total are
+  bounded by libcurl (100 KiB a line, 300 KiB in all).
+- One kept-alive connection per target (the handle's), a request on a dead
+  reused connection tried once more on a fresh one by libcurl itself; no
+  redirects followed (a 3xx is a failed delivery: give the final URL); only
+  http and https; TLS verified against the CAs Python's :mod:`ssl` uses
+  (``SSL_CERT_FILE``/``SSL_CERT_DIR`` when set); no compressed answers asked for.
+- **Proxies as the Python ecosystem reads them**: ``HTTP_PROXY``/
+  ``HTTPS_PROXY``/``NO_PROXY`` through :func:`urllib.request.getproxies`, as
+  requests and httpx do (libcurl's own reading of the environment differs: it
+  skips an upper-case ``HTTP_PROXY``), handed to libcurl explicitly.
 - **Credentials sent, never stored.** URL userinfo is sent as Basic auth;
   extra headers (``Authorization`` ...) may take their value from a file or
   an environment variable (:func:`parse_header`). Every message this module
-  makes names the URL redacted (:func:`redact_url`): no userinfo, no query
-  values.
-- **Proxies as the ecosystem expects**: ``HTTP_PROXY``/``HTTPS_PROXY``/
-  ``NO_PROXY`` from the environment (:func:`urllib.request.getproxies`, as
-  requests and httpx read them). No redirect is followed (a 3xx is a failed
-  delivery: point the URL at the final address).
+  makes names the URL redacted (:func:`redact_url`: no userinfo, no query
+  values), and a libcurl message has the URL's secrets and the header values
+  masked before it is shown or stored.
 """
 
 from __future__ import annotations
 
-import contextlib
-import http.client
+import base64
 import os
 import re
-import socket
-import threading
-import time
+import ssl
 import urllib.parse
 import urllib.request
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import urllib3
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import (
-    ConnectTimeoutError,
-    HTTPError,
-    NameResolutionError,
-    NewConnectionError,
-    ProtocolError,
-    ProxyError,
-    ReadTimeoutError,
-    SSLError,
-)
+import pycurl
 
 from streams.errors import DeliveryFailed
 from streams.findings.consumer import Delivery
@@ -64,20 +54,25 @@ from streams.findings.select import encode_finding
 
 __all__ = ["MAX_ANSWER_BODY", "WebhookTarget", "parse_header", "redact_url"]
 
-#: Bytes of an answer's body read at most; the rest is not read (the
+#: Bytes of an answer's body read at most; the transfer stops past them (the
 #: connection is closed). A webhook's answer carries nothing the follower uses.
 MAX_ANSWER_BODY = 64 * 1024
 #: A header value read from a file is at most this long (a token, not a file).
 MAX_HEADER_FILE = 8 * 1024
-#: How often the watchdog looks, at the longest (its wait otherwise ends at
-#: the nearest deadline).
-_WATCH_S = 0.25
 
 # RFC 9110 field-name: a token.
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 #: Headers the webhook sets itself (or the client does): not overridable.
 _RESERVED = frozenset(
-    {"host", "content-length", "transfer-encoding", "connection", "content-type", "idempotency-key"}
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "content-type",
+        "idempotency-key",
+        "expect",
+    }
 )
 #: Headers whose value is a credential: never accepted literally on a command line.
 _SECRET = frozenset({"authorization", "proxy-authorization", "cookie"})
@@ -167,176 +162,57 @@ def parse_header(spec: str, environ: Mapping[str, str] | None = None) -> tuple[s
     return name, value
 
 
-class _Attempt:
-    """A target's attempt in progress: its deadline and the socket it uses.
-    The lane arms and disarms it; the watchdog expires it. One lock, never
-    contended but by the watchdog's look, so that an expiry never hits the
-    socket of the next attempt."""
-
-    __slots__ = ("__weakref__", "deadline", "expired", "lock", "opened", "sock")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.deadline: float | None = None
-        self.expired = False
-        self.sock: socket.socket | None = None
-        #: Connections opened so far (to tell a reused one from a fresh one).
-        self.opened = 0
-
-    def arm(self, timeout_s: float) -> None:
-        with self.lock:
-            self.deadline = time.monotonic() + timeout_s
-            self.expired = False
-
-    def disarm(self) -> None:
-        with self.lock:
-            self.deadline = None
-
-    def left(self) -> float:
-        deadline = self.deadline
-        return 0.001 if deadline is None else max(0.001, deadline - time.monotonic())
-
-    def track(self, sock: socket.socket | None) -> None:
-        with self.lock:
-            self.sock = sock
-            self.opened += 1
-            if self.expired:  # connected after the deadline passed
-                _shut(sock)
-
-    def expire_if_due(self, now: float) -> float | None:
-        """Ends the attempt if its deadline passed; else its deadline (None: idle)."""
-        with self.lock:
-            deadline = self.deadline
-            if deadline is None or self.expired:
-                return None
-            if now < deadline:
-                return deadline
-            self.expired = True
-            _shut(self.sock)
-            return None
+#: libcurl's errors in our words (its own message is added, masked).
+_CURL_ERRORS = {
+    pycurl.E_OPERATION_TIMEDOUT: "timeout",
+    pycurl.E_COULDNT_RESOLVE_HOST: "cannot resolve the host name",
+    pycurl.E_COULDNT_RESOLVE_PROXY: "cannot resolve the proxy's host name",
+    pycurl.E_COULDNT_CONNECT: "cannot connect",
+    pycurl.E_SSL_CONNECT_ERROR: "TLS handshake failed",
+    pycurl.E_PEER_FAILED_VERIFICATION: "TLS: the server's certificate is not trusted",
+    pycurl.E_SSL_CACERT: "TLS: the server's certificate is not trusted",
+    pycurl.E_GOT_NOTHING: "the server closed the connection without an answer",
+    pycurl.E_SEND_ERROR: "connection broken while sending",
+    pycurl.E_RECV_ERROR: "connection broken or not HTTP while receiving",
+    pycurl.E_PARTIAL_FILE: "the answer was cut short",
+    pycurl.E_UNSUPPORTED_PROTOCOL: "the answer is not HTTP/1.x",
+    8: "the answer is not HTTP/1.x",  # CURLE_WEIRD_SERVER_REPLY
+}
 
 
-def _shut(sock: socket.socket | None) -> None:
-    # shutdown(), not close(): the reading thread owns the descriptor (a close
-    # could let the number be reused under it); shutdown ends its blocked read
-    # with end-of-file. The plain socket's method, so that a TLS socket's
-    # state is left to the thread using it.
-    if sock is None:
-        return
-    with contextlib.suppress(OSError):  # closed or never connected: nothing to end
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+def _code(exc: pycurl.error) -> int:
+    """libcurl's error number of ``exc`` (0 if it has none)."""
+    first = exc.args[0] if exc.args else 0
+    return first if isinstance(first, int) else 0
 
 
-class _Watchdog:
-    """One daemon thread for every webhook target of the process: expires
-    the attempts whose deadline passed. It wakes at the nearest deadline, or
-    every ``_WATCH_S`` when none is near (a new attempt's deadline is at
-    least its timeout away)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._attempts: weakref.WeakSet[_Attempt] = weakref.WeakSet()
-        self._thread: threading.Thread | None = None
-
-    def watch(self, attempt: _Attempt) -> None:
-        with self._lock:
-            self._attempts.add(attempt)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="fencewatch-webhook-deadlines", daemon=True
-                )
-                self._thread.start()
-
-    def forget(self, attempt: _Attempt) -> None:
-        with self._lock:
-            self._attempts.discard(attempt)
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                attempts = list(self._attempts)
-            now = time.monotonic()
-            nearest = now + _WATCH_S
-            for attempt in attempts:
-                deadline = attempt.expire_if_due(now)
-                if deadline is not None and deadline < nearest:
-                    nearest = deadline
-            del attempts
-            time.sleep(max(0.002, nearest - time.monotonic()))
+def _ca_paths() -> tuple[str | None, str | None]:
+    """The CA file and directory Python's ssl verifies with (the environment's
+    SSL_CERT_FILE/SSL_CERT_DIR first): a libcurl built elsewhere (pycurl's
+    wheel) may look for them where this system has none."""
+    paths = ssl.get_default_verify_paths()
+    cafile = os.environ.get("SSL_CERT_FILE") or paths.cafile
+    capath = os.environ.get("SSL_CERT_DIR") or paths.capath
+    return (
+        cafile if cafile and os.path.isfile(cafile) else None,
+        capath if capath and os.path.isdir(capath) else None,
+    )
 
 
-_WATCHDOG = _Watchdog()
-#: The attempt the calling (lane) thread is making: a connection opened
-#: during it is tracked by it (urllib3 opens connections inside urlopen).
-_current = threading.local()
-
-
-def _tracked(conn: HTTPConnection) -> None:
-    attempt: _Attempt | None = getattr(_current, "attempt", None)
-    if attempt is not None:
-        attempt.track(conn.sock)
-
-
-class _TrackedHTTPConnection(HTTPConnection):
-    def connect(self) -> None:
-        super().connect()
-        _tracked(self)
-
-
-class _TrackedHTTPSConnection(HTTPSConnection):
-    # The socket is known after the TLS handshake (wrapping replaces it):
-    # the handshake itself is bounded per read by the connect timeout.
-    def connect(self) -> None:
-        super().connect()
-        _tracked(self)
-
-
-class _HTTPPool(HTTPConnectionPool):
-    ConnectionCls = _TrackedHTTPConnection
-
-
-class _HTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _TrackedHTTPSConnection
-
-
-def _manager(scheme: str, host: str) -> urllib3.PoolManager:
-    """A one-connection pool manager, through the environment's proxy for
-    ``scheme`` unless NO_PROXY exempts ``host``."""
-    kw = {"num_pools": 2, "maxsize": 1, "block": False, "retries": False}
-    proxy = None
+def _proxy_for(scheme: str, host: str) -> str:
+    """The environment's proxy for ``scheme`` (as urllib.request reads it),
+    or "" (none) when there is none or NO_PROXY exempts ``host``."""
     proxies = urllib.request.getproxies()
     if scheme in proxies and not urllib.request.proxy_bypass(host):
-        proxy = proxies[scheme]
-    if proxy is None:
-        pm = urllib3.PoolManager(**kw)  # type: ignore[arg-type]
-    else:
-        parts = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
-        headers = {}
-        if parts.username is not None:
-            user, password = parts.username, parts.password or ""
-            auth = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
-            headers = urllib3.make_headers(proxy_basic_auth=auth)
-        bare = urllib.parse.urlunsplit(
-            (parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", "")
-        )
-        try:
-            pm = urllib3.ProxyManager(bare, proxy_headers=headers, **kw)  # type: ignore[arg-type]
-        except (ValueError, HTTPError) as exc:
-            raise ValueError(
-                f"the {scheme} proxy {redact_url(proxy)} is not usable: {exc}"
-            ) from None
-    pm.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
-    return pm
+        return proxies[scheme]
+    return ""
 
 
 class WebhookTarget:
     """POST each finding to ``url`` (the sender is one thread per target:
-    one kept-alive connection). Each attempt ends within ``timeout_s``:
-    connecting, sending and the whole answer. A failure on a reused
-    connection is tried once more at once on a fresh one, within the same
-    deadline (the server may have closed an idle connection; a repeat the
-    receiver drops by the idempotency key). ``headers``: extra request
-    headers (:func:`parse_header`)."""
+    one libcurl handle, one kept-alive connection). Each attempt ends within
+    ``timeout_s``: connecting, sending and the whole answer. ``headers``:
+    extra request headers (:func:`parse_header`)."""
 
     def __init__(
         self,
@@ -366,43 +242,83 @@ class WebhookTarget:
         self.url = shown
         self.timeout_s = timeout_s
         self.max_body = max_body
-        base: dict[str, str] = {
-            "Content-Type": "application/json",
-            "User-Agent": "fencewatch-findings",
+        fields: dict[str, tuple[str, str]] = {
+            "content-type": ("Content-Type", "application/json"),
+            "user-agent": ("User-Agent", "fencewatch-findings"),
+            # libcurl would ask for 100 Continue before a larger body: a round
+            # trip for nothing (and one more answer a receiver could stretch).
+            "expect": ("Expect", ""),
         }
-        names: set[str] = set()
+        given: set[str] = set()
         for name, value in headers:
             low = name.lower()
-            if low in names:
+            if low in given:
                 raise ValueError(f"webhook header {name} is given twice")
             if low in _RESERVED:
                 raise ValueError(f"webhook header {name} is set by the webhook itself")
-            names.add(low)
-            # A given User-Agent replaces ours.
-            base = {k: v for k, v in base.items() if k.lower() != low}
-            base[name] = value
+            given.add(low)
+            fields[low] = (name, value)  # a given User-Agent replaces ours
+        #: Strings a libcurl message must not show (it may quote the request).
+        self._secrets = [v for _, v in headers if v]
         if parts.username is not None:
-            if "authorization" in names:
+            if "authorization" in given:
                 raise ValueError(
                     "the webhook URL has credentials and an Authorization header is given: keep one"
                 )
             user = urllib.parse.unquote(parts.username)
             password = urllib.parse.unquote(parts.password or "")
-            basic = urllib3.make_headers(basic_auth=f"{user}:{password}")["authorization"]
-            base["Authorization"] = basic
-        self._headers = base
+            basic = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+            fields["authorization"] = ("Authorization", f"Basic {basic}")
+            self._secrets += [s for s in (parts.username, parts.password, basic) if s]
+        if parts.query:
+            self._secrets += [
+                parts.query,
+                *(v for _, v in urllib.parse.parse_qsl(parts.query) if v),
+            ]
+        self._secrets.sort(key=len, reverse=True)  # the longest first: none left half-masked
+        self._headers = [
+            f"{name}: {value}" if value else f"{name}:" for name, value in fields.values()
+        ]
         netloc = parts.netloc.rpartition("@")[2]
         #: What is requested: the URL without its userinfo (sent as a header).
         self._url = urllib.parse.urlunsplit(
             (parts.scheme, netloc, parts.path or "/", parts.query, "")
         )
-        self._http = _manager(parts.scheme, parts.hostname)
-        self._attempt = _Attempt()
-        _WATCHDOG.watch(self._attempt)
+        self._proxy = _proxy_for(parts.scheme, parts.hostname)
+        self._body_bytes = 0
+        self._curl = self._handle()
+
+    def _handle(self) -> pycurl.Curl:
+        c = pycurl.Curl()
+        c.setopt(pycurl.URL, self._url)
+        c.setopt(pycurl.POST, 1)
+        c.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
+        c.setopt(pycurl.FOLLOWLOCATION, 0)
+        c.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_1_1)
+        # Threads: no signals for timeouts (libcurl's alarm() would hit the
+        # process), and the deadline is the whole attempt.
+        c.setopt(pycurl.NOSIGNAL, 1)
+        timeout_ms = max(1, round(self.timeout_s * 1000))
+        c.setopt(pycurl.TIMEOUT_MS, timeout_ms)
+        c.setopt(pycurl.CONNECTTIMEOUT_MS, timeout_ms)
+        c.setopt(pycurl.PROXY, self._proxy)  # "": none, whatever libcurl would read
+        cafile, capath = _ca_paths()
+        if cafile is not None:
+            c.setopt(pycurl.CAINFO, cafile)
+        if capath is not None:
+            c.setopt(pycurl.CAPATH, capath)
+        c.setopt(pycurl.WRITEFUNCTION, self._body)
+        return c
+
+    def _body(self, data: bytes) -> int | None:
+        """libcurl's body callback: counted, dropped; 0 (stop) past the bound."""
+        self._body_bytes += len(data)
+        return 0 if self._body_bytes > self.max_body else None
 
     def close(self) -> None:
         """Close the kept-alive connection (another send opens one again)."""
-        self._http.clear()
+        self._curl.close()
+        self._curl = self._handle()
 
     def send(self, delivery: Delivery) -> None:
         """One attempt: returns once a 2xx answer was read whole within the
@@ -414,124 +330,39 @@ class WebhookTarget:
                 f"finding id {delivery.finding.finding_id!r} cannot be an Idempotency-Key header",
                 retriable=False,
             )
-        body = encode_finding(delivery.finding)
-        headers = {**self._headers, "Idempotency-Key": key}
-        attempt = self._attempt
-        attempt.arm(self.timeout_s)
-        _current.attempt = attempt
+        c = self._curl
+        c.setopt(pycurl.HTTPHEADER, [*self._headers, f"Idempotency-Key: {key}"])
+        c.setopt(pycurl.POSTFIELDS, encode_finding(delivery.finding))
+        self._body_bytes = 0
         try:
-            status, unfinished = self._post(body, headers, attempt)
-        finally:
-            _current.attempt = None
-            attempt.disarm()
-        if attempt.expired:
-            # Whatever was read after the watchdog shut the socket down may
-            # look like an ending (end-of-file ends a body without a length,
-            # or trailers): the answer was cut, not finished.
-            raise DeliveryFailed(
-                f"{self.url}: no complete answer within {self.timeout_s:g} s", retriable=True
-            )
+            c.perform()
+        except pycurl.error as exc:
+            status = int(c.getinfo(pycurl.RESPONSE_CODE))
+            code = _code(exc)
+            if code == pycurl.E_WRITE_ERROR and self._body_bytes > self.max_body:
+                unfinished = f"its body passed {self.max_body // 1024} KiB"
+            else:
+                unfinished = self._reason(exc)
+            if 200 <= status < 300 or status == 0 or code == pycurl.E_OPERATION_TIMEDOUT:
+                what = f"answered {status} but {unfinished}" if status else unfinished
+                raise DeliveryFailed(f"{self.url}: {what}", retriable=True) from None
+            raise self._refused(status) from None
+        status = int(c.getinfo(pycurl.RESPONSE_CODE))
         if 200 <= status < 300:
-            if unfinished is None:
-                return
-            raise DeliveryFailed(f"{self.url} answered {status} but {unfinished}", retriable=True)
+            return
         raise self._refused(status)
 
-    def _post(
-        self, body: bytes, headers: dict[str, str], attempt: _Attempt
-    ) -> tuple[int, str | None]:
-        """(status, None when the answer was read whole, else why not)."""
-        for tries in (1, 2):
-            opened = attempt.opened
-            left = attempt.left()
-            try:
-                r = self._http.urlopen(
-                    "POST",
-                    self._url,
-                    body=body,
-                    headers=headers,
-                    redirect=False,
-                    retries=False,
-                    preload_content=False,
-                    decode_content=False,
-                    timeout=urllib3.Timeout(connect=left, read=left),
-                )
-            except (HTTPError, OSError, ValueError, http.client.HTTPException) as exc:
-                reused = attempt.opened == opened
-                if tries == 1 and reused and not attempt.expired and isinstance(exc, ProtocolError):
-                    continue
-                raise DeliveryFailed(f"{self.url}: {self._reason(exc)}", retriable=True) from None
-            return r.status, self._read_answer(r)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _read_answer(self, r: urllib3.BaseHTTPResponse) -> str | None:
-        """Read (and drop) the body, at most ``max_body`` bytes: None when it
-        ended there, else why not. An answer not read whole closes the
-        connection (never reused with part of an answer unread)."""
-        got = 0
-        why: str | None = f"its body passed {self.max_body // 1024} KiB"
-        try:
-            while got <= self.max_body:
-                data = r.read(self.max_body + 1 - got, decode_content=False)
-                if not data:
-                    why = None
-                    break
-                got += len(data)
-        except Exception as exc:  # any reading error: the answer did not end
-            # (broken off, a line too long, the deadline; http.client lets a
-            # negative chunk size through as a ValueError)
-            why = f"its body did not end: {self._reason(exc)}"
-        finally:
-            if why is not None:
-                r.close()
-            r.release_conn()
-        return why
-
-    def _reason(self, exc: BaseException) -> str:
-        """A short reason for a failed attempt: never the URL (urllib3's
-        messages name the host and objects), never a header."""
-        if self._attempt.expired or isinstance(
-            exc, ReadTimeoutError | ConnectTimeoutError | TimeoutError
-        ):
+    def _reason(self, exc: pycurl.error) -> str:
+        code = _code(exc)
+        if code == pycurl.E_OPERATION_TIMEDOUT:
             return f"no complete answer within {self.timeout_s:g} s"
-        if isinstance(exc, NameResolutionError):
-            return "cannot resolve the host name"
-        if isinstance(exc, SSLError):
-            return f"TLS: {_inner(exc)}"
-        if isinstance(exc, ProxyError):
-            return f"proxy: {_inner(exc)}"
-        if isinstance(exc, NewConnectionError):
-            return f"cannot connect: {_inner(exc)}"
-        if isinstance(exc, ProtocolError):
-            return f"connection broken: {_inner(exc)}"
-        if isinstance(exc, OSError):
-            return exc.strerror or type(exc).__name__
-        return type(exc).__name__
+        words = _CURL_ERRORS.get(code, f"curl error {code}")
+        detail = str(exc.args[1]) if len(exc.args) > 1 else ""
+        for secret in self._secrets:
+            detail = detail.replace(secret, "***")
+        return f"{words} ({detail[:200]})" if detail else words
 
     def _refused(self, status: int) -> DeliveryFailed:
         retriable = status >= 500 or status in (408, 429)
         note = " (redirects are not followed: give the final URL)" if 300 <= status < 400 else ""
         return DeliveryFailed(f"{self.url} answered {status}{note}", retriable=retriable)
-
-
-def _inner(exc: BaseException) -> str:
-    """The innermost cause's own words (an OSError's strerror, an SSL
-    error's reason), at most 200 characters, without object reprs."""
-    seen = 0
-    while seen < 5:
-        seen += 1
-        nxt: BaseException | None = None
-        if isinstance(exc, HTTPError) and exc.args and isinstance(exc.args[-1], BaseException):
-            nxt = exc.args[-1]
-        nxt = nxt or exc.__cause__ or exc.__context__
-        if nxt is None:
-            break
-        exc = nxt
-    if isinstance(exc, OSError) and exc.strerror:
-        text = exc.strerror
-    elif isinstance(exc, OSError) and getattr(exc, "reason", None):
-        text = str(getattr(exc, "reason", ""))
-    else:
-        text = str(exc) or type(exc).__name__
-    text = re.sub(r"<[^>]*>", "", text).strip(" :")
-    return text[:200] or type(exc).__name__

@@ -5,6 +5,7 @@ Idempotency-Key, body and arrival time; can be told to fail some keys first."""
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections import Counter
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 
@@ -62,7 +64,8 @@ class Receiver:
 
 
 @contextmanager
-def webhook_receiver() -> Iterator[Receiver]:
+def webhook_receiver(tls: tuple[Path, Path] | None = None) -> Iterator[Receiver]:
+    """The receiver; ``tls`` (certificate, key files): https with that certificate."""
     rx = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
@@ -96,7 +99,13 @@ def webhook_receiver() -> Iterator[Receiver]:
             return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    rx.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    scheme = "http"
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    rx.url = f"{scheme}://127.0.0.1:{server.server_address[1]}/hook"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

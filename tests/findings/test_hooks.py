@@ -215,7 +215,7 @@ def test_webhook_reads_every_http_answer_style_and_keeps_the_connection_only_whe
 @pytest.mark.parametrize(
     ("answer", "reason"),
     [
-        (b"SSH-2.0-OpenSSH\r\n\r\n", "connection broken"),
+        (b"SSH-2.0-OpenSSH\r\n\r\n", "not HTTP/1.x"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-3\r\nabc\r\n", "answered 200"),
     ],
 )
@@ -531,3 +531,41 @@ def test_submit_batch_waiting_for_room_gives_up_at_stop_now(tmp_path: Path) -> N
         gate.open.set()
     assert sender.pending <= 4
     sender.close()
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A throwaway certificate for 127.0.0.1 and its key (openssl)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_a_tls_receiver_is_verified_refused_untrusted_and_reached_with_its_ca(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """https to a self-signed receiver: refused as untrusted (retriable), nothing
+    received; with SSL_CERT_FILE naming its certificate, the finding is delivered."""
+    cert, key = _self_signed(tmp_path)
+    item = _deliveries()[0]
+    with webhook_receiver(tls=(cert, key)) as rx:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        untrusted = WebhookTarget(rx.url, timeout_s=5)
+        try:
+            with pytest.raises(DeliveryFailed) as refused:
+                untrusted.send(item)
+        finally:
+            untrusted.close()
+        assert refused.value.retriable and "not trusted" in str(refused.value)
+        assert rx.count() == 0
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        trusted = WebhookTarget(rx.url, timeout_s=5)
+        try:
+            trusted.send(item)
+        finally:
+            trusted.close()
+        assert rx.keys() == [item.idempotency_key]

@@ -346,6 +346,8 @@ class _Lane:
         self.target = target
         self.stats = HookStats()
         self.capacity = size
+        #: Free room at which a submitter waiting for room is woken.
+        self._wake_room = max(1, size // 4)
         #: Deliveries queued or being tried (at most ``capacity``).
         self.count = 0
         self._queue: deque[Delivery] = deque()
@@ -419,15 +421,20 @@ class _Lane:
         return True
 
     def _finished(self, *deliveries: Delivery) -> None:
-        """Delivered or dead-lettered: acknowledged, and their room freed
-        (one lock and at most one wake-up for a pipeline's worth)."""
+        """Delivered or dead-lettered: acknowledged, and their room freed.
+        A submitter waiting for room is woken once a quarter of the lane is
+        free (or the lane is empty), not per delivery: a wake-up per finding
+        was a thread switch per finding while the reader drains a backlog
+        (its wait also ends every 0.2 s, so a late wake-up cannot stall it)."""
         done = self.sender._done
         for d in deliveries:
             done(d)
         if deliveries:
             with self._lock:
                 self.count -= len(deliveries)
-                if self._waiting:
+                if self._waiting and (
+                    self.count == 0 or self.capacity - self.count >= self._wake_room
+                ):
                     self._room.notify()
 
     def _deliver(self, delivery: Delivery) -> bool:

@@ -42,6 +42,14 @@ from streams.kafka.topics import DEFAULT_FINDINGS_TOPIC
 
 __all__ = ["register", "render_finding_line"]
 
+#: Webhook lanes (sender threads) by default, and the requests each has in
+#: flight at once (with several lanes; one connection each): libcurl waits
+#: for a lane's answers together, so fewer threads each with more requests
+#: cost less CPU per finding (bench/findings_follow_cpu.py, 20,000 findings:
+#: ~42 µs with 2 x 8, ~46-55 with 4 x 4, ~59 with 4 x 1; docs/operate.md).
+DEFAULT_WEBHOOK_LANES = 2
+DEFAULT_CONCURRENCY = 8
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -102,12 +110,18 @@ def register(sub: Any) -> None:
         default=None,
         metavar="N",
         help="deliveries in parallel, each finding always on the same lane "
-        "(webhook: N connections, default 4; exec: default 1)",
+        f"(webhook: default {DEFAULT_WEBHOOK_LANES}, each with --hook-pipeline connections; "
+        "exec: default 1)",
     )
-    # No longer used (no maintained client pipelines HTTP/1.1: the webhook
-    # is one request at a time per lane): still taken, so that a deployment
-    # passing it keeps starting, and said to be ignored.
-    h.add_argument("--hook-pipeline", type=int, default=None, help=argparse.SUPPRESS)
+    h.add_argument(
+        "--hook-pipeline",
+        type=int,
+        default=None,
+        metavar="N",
+        help="webhook: first attempts a lane makes at once, each on a connection of its own "
+        "(so up to lanes x N connections; a finding's revisions never together); default "
+        f"{DEFAULT_CONCURRENCY} with several lanes, 1 (total order) with one",
+    )
     h.add_argument(
         "--hook-timeout",
         type=float,
@@ -355,11 +369,18 @@ def _hook_targets(args: argparse.Namespace, lanes: int) -> list[Any]:
         if args.webhook_header:
             raise ValueError("--webhook-header goes with --webhook")
         return [ExecTarget(args.exec_cmd, timeout_s=args.hook_timeout) for _ in range(lanes)]
-    if args.hook_pipeline is not None:
-        _err("--hook-pipeline is no longer used (one request at a time per lane): ignored")
+    # One lane is the total-order choice: a failure among requests made
+    # together is retried after them, so one lane sends together only when told.
+    together = args.hook_pipeline
+    if together is None:
+        together = DEFAULT_CONCURRENCY if lanes > 1 else 1
+    if together < 1:
+        raise ValueError("--hook-pipeline must be at least 1")
     headers = [parse_header(spec) for spec in args.webhook_header]
     return [
-        WebhookTarget(args.webhook, timeout_s=args.hook_timeout, headers=headers)
+        WebhookTarget(
+            args.webhook, timeout_s=args.hook_timeout, headers=headers, concurrency=together
+        )
         for _ in range(lanes)
     ]
 
@@ -383,7 +404,9 @@ def _health_line(kind: str) -> Any:
 def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop) -> int:
     from streams.findings import DeadLetterFile, HookSender, RetryPolicy
 
-    lanes = args.hook_lanes if args.hook_lanes is not None else (4 if args.webhook else 1)
+    lanes = args.hook_lanes
+    if lanes is None:
+        lanes = DEFAULT_WEBHOOK_LANES if args.webhook is not None else 1
     if lanes < 1:
         raise ValueError("--hook-lanes must be at least 1")
     targets = _hook_targets(args, lanes)

@@ -228,6 +228,7 @@ class HookSender:
         #: success takes the lock only when it changes the state).
         self._failing = False
         self._failed_attempts = 0
+        self._recovered_at = float("-inf")
         per_lane = max(1, max_in_flight // len(lanes))
         self._lanes = [_Lane(self, t, per_lane, i) for i, t in enumerate(lanes)]
 
@@ -277,12 +278,16 @@ class HookSender:
         self._stop_now.set()
         self._abort.set()
 
-    def _health(self, failed: DeliveryFailed | None) -> None:
-        """An attempt's outcome, from a lane: reported when it changes the state."""
+    def _health(self, failed: DeliveryFailed | None, started: float = 0.0) -> None:
+        """An attempt's outcome, from a lane: reported when it changes the
+        state. A failed attempt that ``started`` (time.monotonic()) before the
+        last recovery was seen does not turn the state back to failing: its
+        answer was sent before that success (other requests in flight when a
+        receiver comes back), and a line for it would flap."""
         with self._health_lock:
             if failed is not None:
                 self._failed_attempts += 1
-                if self._failing:
+                if self._failing or started < self._recovered_at:
                     return
                 self._failing = True
                 count = self._failed_attempts
@@ -290,6 +295,7 @@ class HookSender:
                 if not self._failing:
                     return
                 self._failing = False
+                self._recovered_at = time.monotonic()
                 count, self._failed_attempts = self._failed_attempts, 0
             if self._on_health is not None:
                 self._on_health(failed, count)
@@ -408,11 +414,63 @@ class _Lane:
     def _loop(self) -> None:
         sender = self.sender
         try:
+            send_many = getattr(self.target, "send_many", None)
             while (batch := self._take()) is not None:
-                if not all(self._one(item) for item in batch):
+                if callable(send_many):
+                    done = self._grouped(batch, send_many)
+                else:
+                    done = all(self._one(item) for item in batch)
+                if not done:
                     return  # aborted: the rest stays unacknowledged (a restart sends it)
         except BaseException as exc:  # reported to the polling thread by submit()/close()
             sender._failure = exc
+
+    def _grouped(
+        self,
+        batch: list[Delivery],
+        send_many: Callable[[list[Delivery]], list[DeliveryFailed | None]],
+    ) -> bool:
+        """Deliver ``batch`` with first attempts made together (send_many:
+        a webhook's concurrent requests) in groups that hold one revision of
+        a finding at most: a failed one is retried after the group, so a
+        later revision of it must not be in the group (the receiver would
+        see the revisions out of order)."""
+        sender = self.sender
+        i, n = 0, len(batch)
+        while i < n:
+            if sender._abort.is_set():
+                return False
+            ids: set[str] = set()
+            j = i
+            while j < n and batch[j].finding.finding_id not in ids:
+                ids.add(batch[j].finding.finding_id)
+                j += 1
+            group = batch[i:j]
+            started = time.monotonic()
+            outcomes = send_many(group)
+            if not outcomes:  # not sent together: the first one on its own
+                if not self._one(group[0]):
+                    return False
+                i += 1
+                continue
+            failed: list[tuple[Delivery, DeliveryFailed]] = []
+            delivered: list[Delivery] = []
+            for d, outcome in zip(group, outcomes, strict=False):
+                if outcome is None:
+                    delivered.append(d)
+                else:
+                    failed.append((d, outcome))
+            # The failures are reported as _deliver() takes them up.
+            if delivered and sender._failing:
+                sender._health(None)
+            self.stats.delivered += len(delivered)
+            self._finished(*delivered)
+            for d, exc in failed:
+                if not self._deliver(d, exc, started):
+                    return False
+                self._finished(d)
+            i += len(outcomes)
+        return True
 
     def _one(self, delivery: Delivery) -> bool:
         if self.sender._abort.is_set() or not self._deliver(delivery):
@@ -437,22 +495,30 @@ class _Lane:
                 ):
                     self._room.notify()
 
-    def _deliver(self, delivery: Delivery) -> bool:
+    def _deliver(
+        self, delivery: Delivery, failed: DeliveryFailed | None = None, started: float = 0.0
+    ) -> bool:
         """True once delivered or dead-lettered; False when aborted (left
-        unacknowledged, so it is sent again after a restart)."""
+        unacknowledged, so it is sent again after a restart). ``failed``:
+        the first attempt was made already (in a group, ``started`` then) and
+        failed so."""
         sender = self.sender
         policy = sender.policy
         attempt = 0
         while True:
             attempt += 1
             try:
+                if failed is not None:
+                    exc, failed = failed, None
+                    raise exc
+                started = time.monotonic()
                 self.target.send(delivery)
                 self.stats.delivered += 1
                 if sender._failing:
                     sender._health(None)
                 return True
             except DeliveryFailed as exc:
-                sender._health(exc)
+                sender._health(exc, started)
                 if not exc.retriable or attempt >= policy.max_attempts:
                     sender.dead_letters.append(delivery, attempts=attempt, error=str(exc))
                     self.stats.dead_lettered += 1

@@ -208,6 +208,35 @@ def _proxy_for(scheme: str, host: str) -> str:
     return ""
 
 
+class _Handle:
+    """One libcurl easy handle of a target (one kept-alive connection) and
+    the count of the answer body it is reading."""
+
+    __slots__ = ("curl", "got", "headers", "max_body")
+
+    def __init__(self, target: WebhookTarget) -> None:
+        self.curl = pycurl.Curl()
+        self.got = 0
+        self.max_body = target.max_body
+        self.headers = target._headers
+        target.setup(self.curl)
+        self.curl.setopt(pycurl.WRITEFUNCTION, self._body)
+
+    def _body(self, data: bytes) -> int | None:
+        """libcurl's body callback: counted, dropped; 0 (stop) past the bound."""
+        self.got += len(data)
+        return 0 if self.got > self.max_body else None
+
+    def load(self, key: str, delivery: Delivery) -> None:
+        """Set up the request of ``delivery``."""
+        self.curl.setopt(pycurl.HTTPHEADER, [*self.headers, f"Idempotency-Key: {key}"])
+        self.curl.setopt(pycurl.POSTFIELDS, encode_finding(delivery.finding))
+        self.got = 0
+
+    def close(self) -> None:
+        self.curl.close()
+
+
 class WebhookTarget:
     """POST each finding to ``url`` (the sender is one thread per target:
     one libcurl handle, one kept-alive connection). Each attempt ends within
@@ -221,7 +250,10 @@ class WebhookTarget:
         timeout_s: float = 10.0,
         headers: Sequence[tuple[str, str]] = (),
         max_body: int = MAX_ANSWER_BODY,
+        concurrency: int = 1,
     ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
         if not url.isascii() or any(c in url for c in "\r\n\t \x00"):
             raise ValueError(
                 f"webhook URL has characters a request line cannot carry: {redact_url(url)!r}"
@@ -240,6 +272,8 @@ class WebhookTarget:
             raise ValueError("max_body must be >= 0")
         #: The URL as shown in messages and dead letters (redacted).
         self.url = shown
+        #: Requests :meth:`send_many` has in flight at once (1: one at a time).
+        self.concurrency = concurrency
         self.timeout_s = timeout_s
         self.max_body = max_body
         fields: dict[str, tuple[str, str]] = {
@@ -285,11 +319,14 @@ class WebhookTarget:
             (parts.scheme, netloc, parts.path or "/", parts.query, "")
         )
         self._proxy = _proxy_for(parts.scheme, parts.hostname)
-        self._body_bytes = 0
-        self._curl = self._handle()
+        self._one = _Handle(self)
+        #: The handles of send_many's concurrent requests (made when first
+        #: used) and the multi handle that drives them.
+        self._group: list[_Handle] = []
+        self._multi: pycurl.CurlMulti | None = None
 
-    def _handle(self) -> pycurl.Curl:
-        c = pycurl.Curl()
+    def setup(self, c: pycurl.Curl) -> None:
+        """The options every request of this target has."""
         c.setopt(pycurl.URL, self._url)
         c.setopt(pycurl.POST, 1)
         c.setopt(pycurl.PROTOCOLS, pycurl.PROTO_HTTP | pycurl.PROTO_HTTPS)
@@ -307,50 +344,105 @@ class WebhookTarget:
             c.setopt(pycurl.CAINFO, cafile)
         if capath is not None:
             c.setopt(pycurl.CAPATH, capath)
-        c.setopt(pycurl.WRITEFUNCTION, self._body)
-        return c
-
-    def _body(self, data: bytes) -> int | None:
-        """libcurl's body callback: counted, dropped; 0 (stop) past the bound."""
-        self._body_bytes += len(data)
-        return 0 if self._body_bytes > self.max_body else None
 
     def close(self) -> None:
-        """Close the kept-alive connection (another send opens one again)."""
-        self._curl.close()
-        self._curl = self._handle()
+        """Close the kept-alive connections (another send opens one again)."""
+        self._one.close()
+        self._one = _Handle(self)
+        if self._multi is not None:
+            for handle in self._group:
+                handle.close()
+            self._multi.close()
+        self._group, self._multi = [], None
 
-    def send(self, delivery: Delivery) -> None:
-        """One attempt: returns once a 2xx answer was read whole within the
-        deadline; raises DeliveryFailed (retriable for 5xx, 408, 429, no or
-        an unfinished answer, a broken connection)."""
+    def _key(self, delivery: Delivery) -> str:
         key = delivery.idempotency_key
         if not key.isascii() or "\r" in key or "\n" in key:
             raise DeliveryFailed(
                 f"finding id {delivery.finding.finding_id!r} cannot be an Idempotency-Key header",
                 retriable=False,
             )
-        c = self._curl
-        c.setopt(pycurl.HTTPHEADER, [*self._headers, f"Idempotency-Key: {key}"])
-        c.setopt(pycurl.POSTFIELDS, encode_finding(delivery.finding))
-        self._body_bytes = 0
+        return key
+
+    def send(self, delivery: Delivery) -> None:
+        """One attempt: returns once a 2xx answer was read whole within the
+        deadline; raises DeliveryFailed (retriable for 5xx, 408, 429, no or
+        an unfinished answer, a broken connection)."""
+        handle = self._one
+        handle.load(self._key(delivery), delivery)
         try:
-            c.perform()
+            handle.curl.perform()
         except pycurl.error as exc:
-            status = int(c.getinfo(pycurl.RESPONSE_CODE))
-            code = _code(exc)
-            if code == pycurl.E_WRITE_ERROR and self._body_bytes > self.max_body:
-                unfinished = f"its body passed {self.max_body // 1024} KiB"
-            else:
-                unfinished = self._reason(exc)
-            if 200 <= status < 300 or status == 0 or code == pycurl.E_OPERATION_TIMEDOUT:
-                what = f"answered {status} but {unfinished}" if status else unfinished
-                raise DeliveryFailed(f"{self.url}: {what}", retriable=True) from None
-            raise self._refused(status) from None
-        status = int(c.getinfo(pycurl.RESPONSE_CODE))
-        if 200 <= status < 300:
-            return
-        raise self._refused(status)
+            failed = self._outcome(handle, _code(exc), exc)
+        else:
+            failed = self._outcome(handle, 0, None)
+        if failed is not None:
+            raise failed
+
+    def send_many(self, deliveries: Sequence[Delivery]) -> list[DeliveryFailed | None]:
+        """The first attempt of up to ``concurrency`` deliveries at once,
+        each on a connection of its own (libcurl's multi interface: one
+        wait for all their answers, where one request at a time waits for
+        each), each within the deadline. Returns the outcome of a prefix of
+        ``deliveries`` (None: delivered; else the failed attempt), or []
+        when they are to go through :meth:`send` (concurrency 1, or one
+        delivery). Requests sent together may arrive in any order."""
+        if self.concurrency <= 1 or len(deliveries) <= 1:
+            return []
+        group = list(deliveries[: self.concurrency])
+        outcomes: list[DeliveryFailed | None] = [None] * len(group)
+        if self._multi is None:
+            self._multi = pycurl.CurlMulti()
+            self._group = [_Handle(self) for _ in range(self.concurrency)]
+        multi = self._multi
+        running: dict[pycurl.Curl, int] = {}
+        for i, d in enumerate(group):
+            try:
+                key = self._key(d)
+            except DeliveryFailed as exc:
+                outcomes[i] = exc
+                continue
+            handle = self._group[i]
+            handle.load(key, d)
+            multi.add_handle(handle.curl)
+            running[handle.curl] = i
+        try:
+            while running:
+                while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+                    pass
+                _, done, errors = multi.info_read()
+                for curl in done:
+                    i = running.pop(curl)
+                    outcomes[i] = self._outcome(self._group[i], 0, None)
+                    multi.remove_handle(curl)
+                for curl, code, message in errors:
+                    i = running.pop(curl)
+                    outcomes[i] = self._outcome(self._group[i], code, pycurl.error(code, message))
+                    multi.remove_handle(curl)
+                if running:
+                    # Each transfer ends by its own deadline (TIMEOUT_MS):
+                    # this wait is only until the next socket event.
+                    multi.select(0.5)
+        finally:
+            for curl in running:  # only when interrupted: give the handles back
+                multi.remove_handle(curl)
+        return outcomes
+
+    def _outcome(
+        self, handle: _Handle, code: int, exc: pycurl.error | None
+    ) -> DeliveryFailed | None:
+        """What a finished transfer means: None (delivered) or the failure."""
+        status = int(handle.curl.getinfo(pycurl.RESPONSE_CODE))
+        if exc is None:
+            return None if 200 <= status < 300 else self._refused(status)
+        if code == pycurl.E_WRITE_ERROR and handle.got > self.max_body:
+            unfinished = f"its body passed {self.max_body // 1024} KiB"
+        else:
+            unfinished = self._reason(exc)
+        if 200 <= status < 300 or status == 0 or code == pycurl.E_OPERATION_TIMEDOUT:
+            what = f"answered {status} but {unfinished}" if status else unfinished
+            return DeliveryFailed(f"{self.url}: {what}", retriable=True)
+        return self._refused(status)
 
     def _reason(self, exc: pycurl.error) -> str:
         code = _code(exc)

@@ -334,9 +334,10 @@ def test_sigkill_mid_stream_loses_nothing_and_resends_only_the_uncommitted(
         )
 
     with webhook_receiver() as rx:
-        # ~3.6 s for the stream on the follower's 4 lanes: the kill lands in the
-        # middle, after the position was committed at least once (every 0.5 s).
-        rx.delay_s = 0.012
+        # ~3.6 s for the stream with the follower's 16 requests in flight (2
+        # lanes x 8): the kill lands in the middle, after the position was
+        # committed at least once (every 0.5 s).
+        rx.delay_s = 0.048
         first = follower(logs[0])
         rx.wait_for(400, sender=first)
         # The kill lands just after a commit, when up to 100 findings are queued
@@ -569,3 +570,53 @@ def test_a_tls_receiver_is_verified_refused_untrusted_and_reached_with_its_ca(
         finally:
             trusted.close()
         assert rx.keys() == [item.idempotency_key]
+
+
+def test_requests_made_together_each_get_their_outcome() -> None:
+    """send_many of three at once (three connections): the 503 in the middle is that
+    one's retriable failure, the other two are delivered."""
+    items = _deliveries()[:3]
+    with webhook_receiver() as rx:
+        rx.fail_first[items[1].idempotency_key] = [503]
+        target = WebhookTarget(rx.url, concurrency=16)
+        try:
+            outcomes = target.send_many(items)
+        finally:
+            target.close()
+        assert sorted(rx.keys()) == sorted(items[i].idempotency_key for i in (0, 2))
+    assert outcomes[0] is None and outcomes[2] is None
+    assert isinstance(outcomes[1], DeliveryFailed) and outcomes[1].retriable
+    assert "answered 503" in str(outcomes[1])
+
+
+def test_a_revision_that_fails_among_requests_made_together_is_retried_before_the_next(
+    tmp_path: Path,
+) -> None:
+    """One lane with 16 requests at once, revision 1 of ten findings then revision 2 of
+    each, f-00003/1 answered 503 twice: everything is delivered once, and each finding's
+    revisions arrive in increasing order (a retry never lets a later revision overtake it)."""
+    findings = synthetic_findings(10, revisions=2)
+    items = [Delivery(f, 0, i, -1, None) for i, f in enumerate(findings)]
+    with webhook_receiver() as rx:
+        rx.fail_first["f-00003/1"] = [503, 503]
+        done, dead = _send_all(WebhookTarget(rx.url, concurrency=16), tmp_path, items)
+        keys = rx.keys()
+    assert sorted(keys) == sorted(d.idempotency_key for d in items)
+    assert keys.index("f-00003/1") < keys.index("f-00003/2")
+    assert sorted(done) == list(range(len(items))) and not dead.exists()
+
+
+def test_requests_made_together_to_a_receiver_too_slow_end_at_the_deadline() -> None:
+    """send_many of three to a receiver that takes 2 s per answer, with a 0.5 s
+    timeout: each outcome is a retriable failure naming the deadline."""
+    with webhook_receiver() as rx:
+        rx.delay_s = 2.0
+        target = WebhookTarget(rx.url, timeout_s=0.5, concurrency=4)
+        try:
+            outcomes = target.send_many(_deliveries()[:3])
+        finally:
+            target.close()
+    assert len(outcomes) == 3
+    for failed in outcomes:
+        assert isinstance(failed, DeliveryFailed) and failed.retriable
+        assert "within 0.5 s" in str(failed)

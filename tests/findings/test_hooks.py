@@ -620,3 +620,34 @@ def test_requests_made_together_to_a_receiver_too_slow_end_at_the_deadline() -> 
     for failed in outcomes:
         assert isinstance(failed, DeliveryFailed) and failed.retriable
         assert "within 0.5 s" in str(failed)
+
+
+def test_the_environments_proxy_is_used_and_no_proxy_bypasses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HTTP_PROXY set: the POST goes to the proxy with the absolute URL (the receiver's
+    host never resolved here); NO_PROXY naming the host: it goes direct (and fails to
+    resolve this host, said so)."""
+    proxy = _CannedServer([(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", True)])
+    proxy_url = proxy.url.split("/hook")[0]
+    monkeypatch.setenv("HTTP_PROXY", proxy_url)
+    monkeypatch.delenv("http_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    item = _deliveries()[0]
+    through = WebhookTarget("http://receiver.invalid/hook", timeout_s=5)
+    try:
+        through.send(item)
+    finally:
+        through.close()
+        proxy.close()
+    head = proxy.requests[0][1].decode().split("\r\n")
+    assert head[0] == "POST http://receiver.invalid/hook HTTP/1.1"
+    assert f"Idempotency-Key: {item.idempotency_key}" in head
+    monkeypatch.setenv("NO_PROXY", "receiver.invalid")
+    direct = WebhookTarget("http://receiver.invalid/hook", timeout_s=5)
+    try:
+        with pytest.raises(DeliveryFailed, match="cannot resolve the host name"):
+            direct.send(item)
+    finally:
+        direct.close()

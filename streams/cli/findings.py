@@ -18,6 +18,7 @@ second Ctrl-C stops the hook deliveries at once).
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import time
@@ -243,7 +244,13 @@ def _main(args: argparse.Namespace) -> int:
     if args.format == "json" and (args.follow or hooked):
         _err("--format json is one document at the end of a bounded read: use jsonl or text")
         return 2
+    if args.webhook_header and args.webhook is None:
+        _err("--webhook-header goes with --webhook")
+        return 2
     try:
+        # The hook's URL, headers and timeout are checked before the broker
+        # is asked anything (a typo is one line at once, not after a connect).
+        targets = _hook_targets(args) if hooked else []
         settings = _settings(args)
         consumer = FindingsConsumer(
             settings, on_commit_state=lambda reason: _commit_state(settings.group, reason)
@@ -256,7 +263,7 @@ def _main(args: argparse.Namespace) -> int:
     try:
         with consumer, _stop_on_signals(stop):
             if hooked:
-                status = _hooked(consumer, args, stop)
+                status = _hooked(consumer, args, stop, targets)
             elif args.follow:
                 _follow(consumer, args.format)
             else:
@@ -359,15 +366,19 @@ ALL_DELIVERIES_FAILED = 3
 STOPPED_UNDELIVERED = 4
 
 
-def _hook_targets(args: argparse.Namespace, lanes: int) -> list[Any]:
+def _hook_targets(args: argparse.Namespace) -> list[Any]:
+    """One hook target per lane, from the command line (ValueError: one line)."""
     from streams.findings import ExecTarget, WebhookTarget
     from streams.findings.webhook import parse_header
 
-    if args.hook_timeout is None or not args.hook_timeout > 0:
-        raise ValueError("--hook-timeout must be more than 0 seconds")
+    lanes = args.hook_lanes
+    if lanes is None:
+        lanes = DEFAULT_WEBHOOK_LANES if args.webhook is not None else 1
+    if lanes < 1:
+        raise ValueError("--hook-lanes must be at least 1")
+    if not (0 < args.hook_timeout < math.inf):
+        raise ValueError("--hook-timeout must be a number of seconds more than 0")
     if args.webhook is None:
-        if args.webhook_header:
-            raise ValueError("--webhook-header goes with --webhook")
         return [ExecTarget(args.exec_cmd, timeout_s=args.hook_timeout) for _ in range(lanes)]
     # One lane is the total-order choice: a failure among requests made
     # together is retried after them, so one lane sends together only when told.
@@ -401,15 +412,9 @@ def _health_line(kind: str) -> Any:
     return report
 
 
-def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop) -> int:
+def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop, targets: list[Any]) -> int:
     from streams.findings import DeadLetterFile, HookSender, RetryPolicy
 
-    lanes = args.hook_lanes
-    if lanes is None:
-        lanes = DEFAULT_WEBHOOK_LANES if args.webhook is not None else 1
-    if lanes < 1:
-        raise ValueError("--hook-lanes must be at least 1")
-    targets = _hook_targets(args, lanes)
     sender = HookSender(
         targets,
         consumer.ack,

@@ -41,6 +41,7 @@ libcurl's ~30-40 µs keeps the follower within its CPU budget
 from __future__ import annotations
 
 import base64
+import math
 import os
 import re
 import ssl
@@ -271,8 +272,8 @@ class WebhookTarget:
             parts.port  # noqa: B018 - validates the port
         except ValueError:
             raise ValueError(f"webhook URL has a bad port: {shown!r}") from None
-        if not timeout_s > 0:
-            raise ValueError("the hook timeout must be > 0 seconds")
+        if not 0 < timeout_s < math.inf:
+            raise ValueError("the hook timeout must be a number of seconds more than 0")
         if max_body < 0:
             raise ValueError("max_body must be >= 0")
         #: The URL as shown in messages and dead letters (redacted).
@@ -324,6 +325,14 @@ class WebhookTarget:
             (parts.scheme, netloc, parts.path or "/", parts.query, "")
         )
         self._proxy = _proxy_for(parts.scheme, parts.hostname)
+        if self._proxy:  # libcurl sends a proxy's userinfo as its Basic auth
+            try:
+                proxied = urllib.parse.urlsplit(self._proxy)
+                hidden = [proxied.username, proxied.password]
+            except ValueError:
+                hidden = []
+            self._secrets += [h for h in hidden if h]
+            self._secrets.sort(key=len, reverse=True)
         self._one = _Handle(self)
         #: The handles of send_many's concurrent requests (made when first
         #: used) and the multi handle that drives them.

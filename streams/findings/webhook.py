@@ -434,9 +434,10 @@ class WebhookTarget:
                     outcomes[i] = self._outcome(self._group[i], code, pycurl.error(code, message))
                     multi.remove_handle(curl)
                 if running:
-                    # Each transfer ends by its own deadline (TIMEOUT_MS):
-                    # this wait is only until the next socket event.
-                    multi.select(0.5)
+                    # Until the next socket event or libcurl's next timer
+                    # (a transfer's deadline, TIMEOUT_MS, is one of them).
+                    wanted_ms = multi.timeout()
+                    multi.select(0.5 if wanted_ms < 0 else min(0.5, wanted_ms / 1000))
         finally:
             for curl in running:  # only when interrupted: give the handles back
                 multi.remove_handle(curl)

@@ -417,7 +417,9 @@ def test_sigterm_drains_and_commits_so_a_restart_repeats_nothing(
             "--topic", topic, "--follow", "--group", group, "--format", "jsonl",
             "--webhook", rx.url, "--dead-letter", str(tmp_path / "dead.jsonl"),
         ]  # fmt: skip
-        rx.delay_s = 0.005
+        # ~1.5 s for the 300 with the follower's 16 requests in flight (2 lanes
+        # x 8): the stop lands mid-stream.
+        rx.delay_s = 0.08
         first = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL)
         rx.wait_for(100)
         first.send_signal(signal.SIGTERM)

@@ -9,13 +9,16 @@ hook took it.
 
 Exit status: 0; 2 for a usage error, an unreachable broker, or a topic that
 holds no findings; 3 when alert hooks delivered nothing (every finding
-dead-lettered); 130 after Ctrl-C (a second Ctrl-C stops the hook deliveries
-at once).
+dead-lettered); 4 when a hooked read stopped (SIGTERM, or the drain time ran
+out) with findings read but neither delivered nor dead-lettered (not
+committed: a restart with the same --group sends them); 130 after Ctrl-C (a
+second Ctrl-C stops the hook deliveries at once).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import time
@@ -41,12 +44,24 @@ from streams.report.terminal import term_safe
 
 __all__ = ["register", "render_finding_line"]
 
+#: Webhook lanes (sender threads) by default, and the requests each has in
+#: flight at once (with several lanes; one connection each): libcurl waits
+#: for a lane's answers together, so fewer threads each with more requests
+#: cost less CPU per finding (bench/findings_follow_cpu.py, 20,000 findings:
+#: ~42 µs with 2 x 8, ~46-55 with 4 x 4, ~59 with 4 x 1; docs/operate.md).
+DEFAULT_WEBHOOK_LANES = 2
+DEFAULT_CONCURRENCY = 8
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "findings",
         help="show or follow the findings topic; alert hooks (--exec, --webhook)",
         description="Read ownership findings: the latest revision of each, or follow new ones.",
+        epilog="exit status: 0; 2 usage error, unreachable broker or no findings on the topic; "
+        "3 hooks delivered nothing (all dead-lettered); 4 a hooked read stopped with findings "
+        "neither delivered nor dead-lettered (not committed: a restart with the same --group "
+        "sends them); 130 Ctrl-C",
     )
     add_connection_args(p)
     p.add_argument(
@@ -66,7 +81,23 @@ def register(sub: Any) -> None:
     h = p.add_argument_group("alert hooks")
     target = h.add_mutually_exclusive_group()
     target.add_argument("--exec", dest="exec_cmd", metavar="CMD", help="run CMD per finding")
-    target.add_argument("--webhook", metavar="URL", help="POST each finding to URL")
+    target.add_argument(
+        "--webhook",
+        metavar="URL",
+        help="POST each finding to URL (http or https, TLS verified; userinfo is sent as Basic "
+        "auth; HTTP(S)_PROXY/NO_PROXY apply; redirects are not followed); shown and "
+        "dead-lettered with userinfo and query values redacted",
+    )
+    h.add_argument(
+        "--webhook-header",
+        action="append",
+        default=[],
+        metavar="HEADER",
+        help="an extra request header, repeatable: 'NAME: VALUE', or 'NAME=@FILE' (value read "
+        "from FILE) or 'NAME=env:VAR' (value from environment variable VAR). Secrets never need "
+        "to be on the command line (ps shows it to every user): Authorization, "
+        "Proxy-Authorization and Cookie are only taken from a file or the environment",
+    )
     h.add_argument(
         "--dead-letter",
         metavar="FILE",
@@ -81,18 +112,26 @@ def register(sub: Any) -> None:
         default=None,
         metavar="N",
         help="deliveries in parallel, each finding always on the same lane "
-        "(webhook: N connections, default 4; exec: default 1)",
+        f"(webhook: default {DEFAULT_WEBHOOK_LANES}, each with --hook-pipeline connections; "
+        "exec: default 1)",
     )
     h.add_argument(
         "--hook-pipeline",
         type=int,
         default=None,
         metavar="N",
-        help="webhook: requests a lane sends before reading their answers (HTTP/1.1 "
-        "pipelining, turned off by itself for a server that does not take it); default 16 "
-        "with several lanes, 1 (off: total order) with one",
+        help="webhook: first attempts a lane makes at once, each on a connection of its own "
+        "(so up to lanes x N connections; a finding's revisions never together); default "
+        f"{DEFAULT_CONCURRENCY} with several lanes, 1 (total order) with one",
     )
-    h.add_argument("--hook-timeout", type=float, default=10.0, help="seconds per attempt (10)")
+    h.add_argument(
+        "--hook-timeout",
+        type=float,
+        default=10.0,
+        help="seconds per attempt, all of it: connecting, sending and the whole answer "
+        "(webhook; an answer body over 64 KiB is not read on and fails the attempt) or the "
+        "command's run (default 10)",
+    )
     add_kafka_config_arg(p)
     p.set_defaults(handler=_main)
 
@@ -214,7 +253,13 @@ def _main(args: argparse.Namespace) -> int:
         if program is not None:
             _err(f"--exec: {program}: command not found on PATH (nothing was read)")
             return 2
+    if args.webhook_header and args.webhook is None:
+        _err("--webhook-header goes with --webhook")
+        return 2
     try:
+        # The hook's URL, headers and timeout are checked before the broker
+        # is asked anything (a typo is one line at once, not after a connect).
+        targets = _hook_targets(args) if hooked else []
         settings = _settings(args)
         consumer = FindingsConsumer(
             settings, on_commit_state=lambda reason: _commit_state(settings.group, reason)
@@ -227,7 +272,7 @@ def _main(args: argparse.Namespace) -> int:
     try:
         with consumer, _stop_on_signals(stop):
             if hooked:
-                status = _hooked(consumer, args, stop)
+                status = _hooked(consumer, args, stop, targets)
             elif args.follow:
                 _follow(consumer, args.format)
             else:
@@ -328,33 +373,71 @@ def _follow(consumer: Any, fmt: str) -> None:
 #: Exit status of a hooked read in which no delivery succeeded (every
 #: finding dead-lettered): a wrong URL or a broken command must not look fine.
 ALL_DELIVERIES_FAILED = 3
+#: Exit status of a hooked read that stopped with findings read but neither
+#: delivered nor dead-lettered (SIGTERM, or the stop's drain time ran out):
+#: a service manager must see that alerts were left behind.
+STOPPED_UNDELIVERED = 4
 
 
-def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop) -> int:
-    from streams.findings import DeadLetterFile, ExecTarget, HookSender, RetryPolicy, WebhookTarget
+def _hook_targets(args: argparse.Namespace) -> list[Any]:
+    """One hook target per lane, from the command line (ValueError: one line)."""
+    from streams.findings import ExecTarget, WebhookTarget
+    from streams.findings.webhook import parse_header
 
-    lanes = args.hook_lanes if args.hook_lanes is not None else (4 if args.webhook else 1)
+    lanes = args.hook_lanes
+    if lanes is None:
+        lanes = DEFAULT_WEBHOOK_LANES if args.webhook is not None else 1
     if lanes < 1:
         raise ValueError("--hook-lanes must be at least 1")
-    # One lane is the total-order choice: a pipelined failure is retried
-    # after the requests sent behind it, so one lane pipelines only when told.
-    pipeline = args.hook_pipeline if args.hook_pipeline is not None else (16 if lanes > 1 else 1)
-    if pipeline < 1:
+    if not (0 < args.hook_timeout < math.inf):
+        raise ValueError("--hook-timeout must be a number of seconds more than 0")
+    if args.webhook is None:
+        return [ExecTarget(args.exec_cmd, timeout_s=args.hook_timeout) for _ in range(lanes)]
+    # One lane is the total-order choice: a failure among requests made
+    # together is retried after them, so one lane sends together only when told.
+    together = args.hook_pipeline
+    if together is None:
+        together = DEFAULT_CONCURRENCY if lanes > 1 else 1
+    if together < 1:
         raise ValueError("--hook-pipeline must be at least 1")
-    targets: list[Any] = [
-        WebhookTarget(args.webhook, timeout_s=args.hook_timeout, pipeline=pipeline)
-        if args.webhook is not None
-        else ExecTarget(args.exec_cmd, timeout_s=args.hook_timeout)
+    headers = [parse_header(spec) for spec in args.webhook_header]
+    return [
+        WebhookTarget(
+            args.webhook, timeout_s=args.hook_timeout, headers=headers, concurrency=together
+        )
         for _ in range(lanes)
     ]
+
+
+def _health_line(kind: str) -> Any:
+    """One stderr line when deliveries start failing, one when they recover
+    (not one per finding: the dead-letter count is said at the end)."""
+
+    def report(failed: Any, attempts: int) -> None:
+        if failed is not None:
+            _err(
+                f"{kind} deliveries are failing: {failed} (retried up to --max-attempts "
+                "times per finding, then dead-lettered)"
+            )
+        else:
+            _err(f"{kind} deliveries recovered ({attempts} attempt(s) had failed)")
+
+    return report
+
+
+def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop, targets: list[Any]) -> int:
+    from streams.findings import DeadLetterFile, HookSender, RetryPolicy
+
     sender = HookSender(
         targets,
         consumer.ack,
         policy=RetryPolicy(max_attempts=args.max_attempts),
         dead_letters=DeadLetterFile(Path(args.dead_letter)),
         max_in_flight=args.max_in_flight,
+        on_health=_health_line("webhook" if args.webhook is not None else "command"),
     )
     stop.sender = sender
+    handed = 0
     try:
         while not consumer.stopping and not consumer.finished:
             # A batch, at most what the lanes may hold: the reader then holds
@@ -363,6 +446,9 @@ def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop) -> int:
             if not batch:
                 continue
             _emit(batch, args.format)
+            # Counted as handed over before it is: what submit_batch leaves
+            # out when stopping is undelivered too.
+            handed += len(batch)
             # The whole batch, even once a stop was asked for: its deliveries
             # go to several lanes, and one left out would hold back the
             # position past those delivered after it (a restart would repeat
@@ -381,6 +467,18 @@ def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop) -> int:
         st = sender.stats
         if st.dead_lettered:
             _err(f"{st.dead_lettered} finding(s) written to the dead letters {args.dead_letter}")
+    undelivered = handed - st.delivered - st.dead_lettered
+    if undelivered > 0:
+        again = (
+            f"a restart with --group {args.group} sends them"
+            if args.group
+            else "without --group they are not sent again"
+        )
+        _err(
+            f"stopped with {undelivered} finding(s) neither delivered nor dead-lettered "
+            f"(not committed: {again}; exit {STOPPED_UNDELIVERED})"
+        )
+        return STOPPED_UNDELIVERED
     if st.dead_lettered and not st.delivered:
         return ALL_DELIVERIES_FAILED
     return 0

@@ -11,14 +11,11 @@ A delivery that still fails, or fails permanently (a 4xx answer other than
 counts as handled. Only then is its position acknowledged to the consumer,
 so a killed follower resends at most what was in flight or uncommitted.
 
-Webhook: ``POST`` of the finding JSON with ``Content-Type: application/json``
-and ``Idempotency-Key: <finding_id>/<revision>``; 2xx is success; 5xx, 408,
-429 and connection errors/timeouts are retried. With ``pipeline`` > 1 a lane
-sends the first attempts of what it has queued as pipelined HTTP/1.1
-requests (at most one revision of a finding per pipeline, so a retried
-failure is never overtaken by its finding's next revision; findings of one
-lane may then arrive out of order), and stops pipelining to a server that
-closes or stops answering part-way.
+Webhook (:mod:`streams.findings.webhook`): ``POST`` of the finding JSON with
+``Content-Type: application/json`` and ``Idempotency-Key:
+<finding_id>/<revision>``; 2xx read whole within the attempt's deadline is
+success; 5xx, 408, 429, connection errors and an answer not ended within the
+deadline or the body bound are retried.
 
 Command: ``/bin/sh -c CMD`` with the finding JSON on stdin and
 ``FENCEWATCH_FINDING_ID``, ``_REVISION``, ``_KIND``, ``_SEVERITY``,
@@ -30,25 +27,23 @@ Command: ``/bin/sh -c CMD`` with the finding JSON on stdin and
 from __future__ import annotations
 
 import os
-import socket
-import ssl
 import subprocess
 import threading
 import time
-import urllib.parse
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Protocol
 
 import orjson
 
 from streams.errors import DeliveryFailed, FencewatchError
 from streams.findings.consumer import Delivery
 from streams.findings.select import encode_finding
+from streams.findings.webhook import WebhookTarget
 
 __all__ = [
     "DeadLetterFile",
@@ -86,285 +81,6 @@ class RetryPolicy:
 
 def _body(delivery: Delivery) -> bytes:
     return encode_finding(delivery.finding)
-
-
-#: A response head (status line and headers) longer than this is refused.
-_MAX_HEAD = 64 * 1024
-#: Pipelined requests stop at about this many bytes per write: what is sent
-#: before any answer is read must fit in the socket buffers, or a server that
-#: stops reading while its answers are not read would stall both sides.
-_PIPELINE_BYTES = 64 * 1024
-
-
-class _BadResponse(Exception):
-    """The server's answer is not HTTP/1.x as understood here."""
-
-
-class _HttpConnection:
-    """One HTTP/1.1 client connection, kept alive between requests: a request
-    goes out in one write, the answer is read with the small parser below.
-
-    Why not :mod:`http.client`: at 2,000 findings/s its per-request cost
-    (~170 CPU µs: the headers and the body in two writes, so the receiver
-    wakes twice, and the response headers parsed by :mod:`email`) made the
-    follower spend a core on posting, on the host that also runs the worker;
-    this costs ~20 µs (bench/findings_webhook.py, docs/operate.md)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self._buf = bytearray()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def _fill(self) -> None:
-        chunk = self.sock.recv(65536)
-        if not chunk:
-            raise ConnectionResetError("connection closed by the server")
-        self._buf += chunk
-
-    def _until(self, end_mark: bytes, what: str) -> bytes:
-        """The buffered bytes up to ``end_mark`` (consumed with it), reading
-        more as needed; ``what`` names them when they grow past the bound."""
-        while (end := self._buf.find(end_mark)) < 0:
-            if len(self._buf) > _MAX_HEAD:
-                raise _BadResponse(f"{what} too long")
-            self._fill()
-        part = bytes(self._buf[:end])
-        del self._buf[: end + len(end_mark)]
-        return part
-
-    def _head(self) -> bytes:
-        return self._until(b"\r\n\r\n", "response head")
-
-    def _line(self) -> bytes:
-        return self._until(b"\r\n", "chunk header")
-
-    def _skip(self, n: int) -> None:
-        while len(self._buf) < n:
-            self._fill()
-        del self._buf[:n]
-
-    def _skip_chunked(self) -> None:
-        while True:
-            digits = self._line().split(b";", 1)[0].strip()
-            if not digits or digits.strip(b"0123456789abcdefABCDEF"):
-                raise _BadResponse(f"bad chunk size {digits[:20]!r}")
-            size = int(digits, 16)
-            if size == 0:
-                while self._line():  # trailer fields, up to the empty line
-                    pass
-                return
-            self._skip(size + 2)  # the chunk and its CRLF
-
-    def _skip_to_close(self) -> None:
-        self._buf.clear()
-        while self.sock.recv(65536):
-            pass
-
-    def exchange(self, request: bytes) -> tuple[int, bool]:
-        """Send ``request``; read the answer. Returns (status, whether the
-        server closes the connection after it)."""
-        self.sock.sendall(request)
-        return self.answer()
-
-    def answer(self) -> tuple[int, bool]:
-        """Read the next answer: (status, whether the server closes the
-        connection after it)."""
-        while True:
-            lines = self._head().split(b"\r\n")
-            status = lines[0].split(None, 2)
-            if len(status) < 2 or not status[0].startswith(b"HTTP/1.") or not status[1].isdigit():
-                raise _BadResponse(f"not an HTTP/1.x status line: {lines[0][:80]!r}")
-            code = int(status[1])
-            fields: dict[bytes, bytes] = {}
-            for line in lines[1:]:
-                name, sep, value = line.partition(b":")
-                if sep:
-                    fields[name.strip().lower()] = value.strip().lower()
-            if 100 <= code < 200:
-                continue  # an interim answer (100 Continue): the final one follows
-            tokens = {t.strip() for t in fields.get(b"connection", b"").split(b",")}
-            close = b"close" in tokens or (status[0] == b"HTTP/1.0" and b"keep-alive" not in tokens)
-            if code in (204, 304):
-                return code, close
-            if b"chunked" in fields.get(b"transfer-encoding", b""):
-                self._skip_chunked()
-            elif (length := fields.get(b"content-length")) is not None:
-                if not length.isdigit():
-                    raise _BadResponse(f"bad Content-Length {length[:20]!r}")
-                self._skip(int(length))
-            else:  # the body ends with the connection
-                self._skip_to_close()
-                close = True
-            return code, close
-
-
-class WebhookTarget:
-    """POST each finding to ``url`` over one kept-alive connection (the
-    sender is one thread), reopened after an error or when the server
-    closes it. A failure on a reused connection is tried once more at once on
-    a fresh one: the server may have closed an idle connection (a repeat the
-    receiver drops by the idempotency key)."""
-
-    def __init__(self, url: str, *, timeout_s: float = 10.0, pipeline: int = 1) -> None:
-        if pipeline < 1:
-            raise ValueError("pipeline must be >= 1")
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"webhook URL must be http:// or https://HOST..., got {url!r}")
-        try:
-            port = parts.port
-        except ValueError:
-            raise ValueError(f"webhook URL has a bad port: {url!r}") from None
-        self.url = url
-        self.timeout_s = timeout_s
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname
-        self._port = port or (443 if self._https else 80)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        host = parts.netloc.rpartition("@")[2]  # as given, without credentials
-        if not (target + host).isascii() or any(c in target + host for c in "\r\n "):
-            raise ValueError(f"webhook URL has characters a request line cannot carry: {url!r}")
-        #: What every request starts with; the per-finding headers follow.
-        self._prefix = (
-            f"POST {target} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            "User-Agent: fencewatch-findings\r\n"
-        ).encode()
-        self._conn: _HttpConnection | None = None
-        #: Requests :meth:`send_many` sends before reading the answers (1:
-        #: one at a time, the default: a retried failure is then never
-        #: overtaken by a later finding); set to 1 once the server showed it
-        #: does not take pipelined requests.
-        self.pipeline = pipeline
-
-    def _connection(self) -> tuple[_HttpConnection, bool]:
-        if self._conn is not None:
-            return self._conn, True
-        sock = socket.create_connection((self._host, self._port), timeout=self.timeout_s)
-        try:
-            # The request is one write; nothing to gain from waiting to coalesce.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._https:
-                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self._host)
-        except BaseException:
-            sock.close()
-            raise
-        self._conn = _HttpConnection(sock)
-        return self._conn, False
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    def _request(self, delivery: Delivery) -> bytes:
-        key = delivery.idempotency_key
-        if not key.isascii() or "\r" in key or "\n" in key:
-            raise DeliveryFailed(
-                f"finding id {delivery.finding.finding_id!r} cannot be an Idempotency-Key header",
-                retriable=False,
-            )
-        body = _body(delivery)
-        return b"".join(
-            (
-                self._prefix,
-                f"Idempotency-Key: {key}\r\nContent-Length: {len(body)}\r\n\r\n".encode(),
-                body,
-            )
-        )
-
-    def _failed(self, code: int) -> DeliveryFailed:
-        retriable = code >= 500 or code in (408, 429)
-        return DeliveryFailed(f"{self.url} answered {code}", retriable=retriable)
-
-    def send_many(self, deliveries: Sequence[Delivery]) -> list[DeliveryFailed | None]:
-        """The first attempt of several deliveries as pipelined HTTP/1.1
-        requests: up to ``pipeline`` requests (and about 64 KiB) in one write,
-        then their answers in order (one round trip and a few system calls
-        for all, where one request at a time costs a round trip and two
-        system calls each, on both sides). Returns the outcome of a prefix of
-        ``deliveries`` (None: delivered; else the failed attempt); the rest
-        were not answered and are for :meth:`send` (possibly on the server,
-        so a receiver may see them twice: the idempotency key tells).
-
-        A server that closes the connection part-way or stops answering
-        (one that does not take pipelined requests) turns pipelining off for
-        this target: every later delivery goes through :meth:`send`."""
-        if self.pipeline <= 1 or len(deliveries) <= 1:
-            return []
-        outcomes: list[DeliveryFailed | None] = []
-        requests: list[bytes] = []
-        size = 0
-        for d in deliveries[: self.pipeline]:
-            try:
-                request = self._request(d)
-            except DeliveryFailed as exc:
-                if requests:
-                    break  # send what is built; this one through send()
-                return [exc]
-            requests.append(request)
-            size += len(request)
-            if size >= _PIPELINE_BYTES:
-                break
-        if len(requests) == 1:
-            return []
-        payload = b"".join(requests)
-        for _ in range(2):  # once more on a fresh connection if a reused one died at once
-            try:
-                conn, reused = self._connection_or_fail()
-            except DeliveryFailed as exc:
-                return [exc]
-            try:
-                conn.sock.sendall(payload)
-                while len(outcomes) < len(requests):
-                    code, close = conn.answer()
-                    outcomes.append(None if 200 <= code < 300 else self._failed(code))
-                    if close:
-                        self.close()
-                        if len(outcomes) < len(requests):
-                            self.pipeline = 1  # it answers one request per connection
-                        return outcomes
-                return outcomes
-            except (OSError, ValueError, _BadResponse) as exc:  # reset, timeout, garbage
-                self.close()
-                if reused and not outcomes:
-                    continue  # the server may have closed an idle connection
-                # Sent, then answered part-way or not at all: perhaps a server
-                # that does not take pipelined requests (one that closes
-                # with requests unread resets the connection, which can lose
-                # the answer it sent). Not pipelined to again.
-                self.pipeline = 1
-                if outcomes:
-                    return outcomes
-                reason = getattr(exc, "reason", None) or exc or type(exc).__name__
-                return [DeliveryFailed(f"{self.url}: {reason}", retriable=True)]
-        return outcomes
-
-    def send(self, delivery: Delivery) -> None:
-        request = self._request(delivery)
-        while True:
-            conn, reused = self._connection_or_fail()
-            try:
-                code, close = conn.exchange(request)
-            except (OSError, ValueError, _BadResponse) as exc:  # reset, timeout, garbage
-                self.close()
-                if reused:
-                    continue
-                reason = getattr(exc, "reason", None) or exc or type(exc).__name__
-                raise DeliveryFailed(f"{self.url}: {reason}", retriable=True) from None
-            if close:
-                self.close()
-            if 200 <= code < 300:
-                return
-            raise self._failed(code)
-
-    def _connection_or_fail(self) -> tuple[_HttpConnection, bool]:
-        try:
-            return self._connection()
-        except OSError as exc:  # refused, unreachable, TLS handshake
-            reason = getattr(exc, "reason", None) or exc or type(exc).__name__
-            raise DeliveryFailed(f"{self.url}: {reason}", retriable=True) from None
 
 
 class ExecTarget:
@@ -506,7 +222,13 @@ class HookSender:
     lane it has deliveries for is full, so a slow target holds up the reader,
     never grows memory. A batch is handed to a lane in one step (one lock and
     one wake-up, not one per finding), and a lane takes everything queued
-    when it wakes."""
+    when it wakes.
+
+    ``on_health`` hears of state changes, not of each finding: called with
+    the failed attempt when deliveries start failing (the first failed
+    attempt after a success, or at the start), and with None and the count of
+    attempts that failed meanwhile when one succeeds again. Called on a
+    sender thread, under a lock (one call at a time)."""
 
     def __init__(
         self,
@@ -516,6 +238,7 @@ class HookSender:
         policy: RetryPolicy | None = None,
         dead_letters: DeadLetterFile,
         max_in_flight: int = 100,
+        on_health: Callable[[DeliveryFailed | None, int], None] | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
@@ -528,6 +251,13 @@ class HookSender:
         self._abort = threading.Event()
         self._stop_now = threading.Event()
         self._failure: BaseException | None = None
+        self._on_health = on_health
+        self._health_lock = threading.Lock()
+        #: Deliveries are failing (read without the lock by the lanes: a
+        #: success takes the lock only when it changes the state).
+        self._failing = False
+        self._failed_attempts = 0
+        self._recovered_at = float("-inf")
         per_lane = max(1, max_in_flight // len(lanes))
         self._lanes = [_Lane(self, t, per_lane, i) for i, t in enumerate(lanes)]
 
@@ -576,6 +306,28 @@ class HookSender:
         handler (it takes no lock: a lane sees the flag within its idle wait)."""
         self._stop_now.set()
         self._abort.set()
+
+    def _health(self, failed: DeliveryFailed | None, started: float = 0.0) -> None:
+        """An attempt's outcome, from a lane: reported when it changes the
+        state. A failed attempt that ``started`` (time.monotonic()) before the
+        last recovery was seen does not turn the state back to failing: its
+        answer was sent before that success (other requests in flight when a
+        receiver comes back), and a line for it would flap."""
+        with self._health_lock:
+            if failed is not None:
+                self._failed_attempts += 1
+                if self._failing or started < self._recovered_at:
+                    return
+                self._failing = True
+                count = self._failed_attempts
+            else:
+                if not self._failing:
+                    return
+                self._failing = False
+                self._recovered_at = time.monotonic()
+                count, self._failed_attempts = self._failed_attempts, 0
+            if self._on_health is not None:
+                self._on_health(failed, count)
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -629,6 +381,8 @@ class _Lane:
         self.target = target
         self.stats = HookStats()
         self.capacity = size
+        #: Free room at which a submitter waiting for room is woken.
+        self._wake_room = max(1, size // 4)
         #: Deliveries queued or being tried (at most ``capacity``).
         self.count = 0
         self._queue: deque[Delivery] = deque()
@@ -692,7 +446,7 @@ class _Lane:
             send_many = getattr(self.target, "send_many", None)
             while (batch := self._take()) is not None:
                 if callable(send_many):
-                    done = self._pipelined(batch, send_many)
+                    done = self._grouped(batch, send_many)
                 else:
                     done = all(self._one(item) for item in batch)
                 if not done:
@@ -700,17 +454,20 @@ class _Lane:
         except BaseException as exc:  # reported to the polling thread by submit()/close()
             sender._failure = exc
 
-    def _pipelined(
-        self, batch: list[Delivery], send_many: Callable[[list[Delivery]], list[Any]]
+    def _grouped(
+        self,
+        batch: list[Delivery],
+        send_many: Callable[[list[Delivery]], list[DeliveryFailed | None]],
     ) -> bool:
-        """Deliver ``batch`` with first attempts pipelined (send_many) in
-        groups that hold one revision of a finding at most: a failed one is
-        retried after the group, so a later revision of it must not be in
-        the group (the receiver would see the revisions out of order)."""
-        abort = self.sender._abort
+        """Deliver ``batch`` with first attempts made together (send_many:
+        a webhook's concurrent requests) in groups that hold one revision of
+        a finding at most: a failed one is retried after the group, so a
+        later revision of it must not be in the group (the receiver would
+        see the revisions out of order)."""
+        sender = self.sender
         i, n = 0, len(batch)
         while i < n:
-            if abort.is_set():
+            if sender._abort.is_set():
                 return False
             ids: set[str] = set()
             j = i
@@ -718,8 +475,9 @@ class _Lane:
                 ids.add(batch[j].finding.finding_id)
                 j += 1
             group = batch[i:j]
+            started = time.monotonic()
             outcomes = send_many(group)
-            if not outcomes:  # not pipelined: the first one on its own
+            if not outcomes:  # not sent together: the first one on its own
                 if not self._one(group[0]):
                     return False
                 i += 1
@@ -731,10 +489,13 @@ class _Lane:
                     delivered.append(d)
                 else:
                     failed.append((d, outcome))
+            # The failures are reported as _deliver() takes them up.
+            if delivered and sender._failing:
+                sender._health(None)
             self.stats.delivered += len(delivered)
             self._finished(*delivered)
             for d, exc in failed:
-                if not self._deliver(d, exc):
+                if not self._deliver(d, exc, started):
                     return False
                 self._finished(d)
             i += len(outcomes)
@@ -747,21 +508,29 @@ class _Lane:
         return True
 
     def _finished(self, *deliveries: Delivery) -> None:
-        """Delivered or dead-lettered: acknowledged, and their room freed
-        (one lock and at most one wake-up for a pipeline's worth)."""
+        """Delivered or dead-lettered: acknowledged, and their room freed.
+        A submitter waiting for room is woken once a quarter of the lane is
+        free (or the lane is empty), not per delivery: a wake-up per finding
+        was a thread switch per finding while the reader drains a backlog
+        (its wait also ends every 0.2 s, so a late wake-up cannot stall it)."""
         done = self.sender._done
         for d in deliveries:
             done(d)
         if deliveries:
             with self._lock:
                 self.count -= len(deliveries)
-                if self._waiting:
+                if self._waiting and (
+                    self.count == 0 or self.capacity - self.count >= self._wake_room
+                ):
                     self._room.notify()
 
-    def _deliver(self, delivery: Delivery, failed: DeliveryFailed | None = None) -> bool:
+    def _deliver(
+        self, delivery: Delivery, failed: DeliveryFailed | None = None, started: float = 0.0
+    ) -> bool:
         """True once delivered or dead-lettered; False when aborted (left
         unacknowledged, so it is sent again after a restart). ``failed``:
-        the first attempt was made already (pipelined) and failed so."""
+        the first attempt was made already (in a group, ``started`` then) and
+        failed so."""
         sender = self.sender
         policy = sender.policy
         attempt = 0
@@ -771,10 +540,14 @@ class _Lane:
                 if failed is not None:
                     exc, failed = failed, None
                     raise exc
+                started = time.monotonic()
                 self.target.send(delivery)
                 self.stats.delivered += 1
+                if sender._failing:
+                    sender._health(None)
                 return True
             except DeliveryFailed as exc:
+                sender._health(exc, started)
                 if not exc.retriable or attempt >= policy.max_attempts:
                     sender.dead_letters.append(delivery, attempts=attempt, error=str(exc))
                     self.stats.dead_lettered += 1

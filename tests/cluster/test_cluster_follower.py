@@ -36,7 +36,7 @@ def test_follower_delivers_every_revision_in_order_across_a_leader_kill(
     produce_findings(kafka_cluster.bootstrap, topic, findings)
     group = f"cluster-follow-{os.getpid()}-{time.monotonic_ns()}"
     with webhook_receiver() as rx:
-        rx.delay_s = 0.03  # stretches the stream so the kill lands mid-way
+        rx.delay_s = 0.12  # stretches the stream so the kill lands mid-way (16 posts in flight)
         cmd = [
             sys.executable, "-m", "streams", "findings",
             "--bootstrap-servers", kafka_cluster.bootstrap, "--topic", topic,

@@ -5,6 +5,7 @@ Idempotency-Key, body and arrival time; can be told to fail some keys first."""
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections import Counter
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 
@@ -32,6 +34,8 @@ class Receiver:
     delay_s: float = 0.0
     #: Client connections open now (a sender that closes its own shows 0).
     open_connections: int = 0
+    #: While true every POST is answered 503 (an outage of the receiver).
+    down: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def keys(self) -> list[str]:
@@ -60,7 +64,8 @@ class Receiver:
 
 
 @contextmanager
-def webhook_receiver() -> Iterator[Receiver]:
+def webhook_receiver(tls: tuple[Path, Path] | None = None) -> Iterator[Receiver]:
+    """The receiver; ``tls`` (certificate, key files): https with that certificate."""
     rx = Receiver()
 
     class Handler(BaseHTTPRequestHandler):
@@ -83,7 +88,7 @@ def webhook_receiver() -> Iterator[Receiver]:
                 time.sleep(rx.delay_s)
             with rx.lock:
                 plan = rx.fail_first.get(key)
-                status = plan.pop(0) if plan else 200
+                status = plan.pop(0) if plan else 503 if rx.down else 200
                 if status == 200:
                     rx.posts.append(Received(key, json.loads(body), time.time()))
             self.send_response(status)
@@ -94,7 +99,13 @@ def webhook_receiver() -> Iterator[Receiver]:
             return
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    rx.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    scheme = "http"
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    rx.url = f"{scheme}://127.0.0.1:{server.server_address[1]}/hook"
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

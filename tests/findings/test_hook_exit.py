@@ -111,3 +111,75 @@ def test_ctrl_c_on_a_plain_follower_exits_130(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _follower(
+    bootstrap: str, topic: str, url: str, tmp_path: Path, *extra: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    err = tmp_path / "err.txt"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FENCEWATCH_")}
+    with err.open("wb") as e:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streams", "findings", "-f", "--bootstrap-servers",
+             bootstrap, "--topic", topic, "--webhook", url, "--format", "jsonl",
+             "--dead-letter", str(tmp_path / "dead.jsonl"), *extra],
+            cwd=REPO, env={**env, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
+            stderr=e,
+        )  # fmt: skip
+    return proc, err
+
+
+def test_an_outage_is_one_failing_line_and_one_recovered_line(
+    kafka_bootstrap: str, findings_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """A receiver answering 503 to everything, then 200: stderr says once that the
+    deliveries are failing (after the first attempt) and once that they recovered; every
+    finding is delivered, nothing dead-lettered."""
+    from tests.findings.receiver import webhook_receiver
+
+    topic = findings_topic()
+    with webhook_receiver() as rx:
+        rx.down = True
+        proc, err = _follower(kafka_bootstrap, topic, rx.url, tmp_path, "--max-attempts", "100")
+        try:
+            _wait_for_text(err, "webhook deliveries are failing", proc, within=60)
+            rx.down = False
+            _wait_for_text(err, "webhook deliveries recovered", proc, within=60)
+            rx.wait_for(5, sender=proc)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(40)
+    text = err.read_text()
+    assert text.count("deliveries are failing") == 1, text
+    assert text.count("deliveries recovered") == 1, text
+    assert f"{rx.url} answered 503" in text
+    assert rc == 0 and not (tmp_path / "dead.jsonl").exists()
+
+
+def test_a_stop_with_findings_undelivered_exits_4(
+    kafka_bootstrap: str, findings_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """A receiver that never answers: SIGTERM, then a second SIGTERM to give up the
+    drain: the follower names the undelivered findings and exits 4 (was 0)."""
+    from streams.cli.findings import STOPPED_UNDELIVERED
+
+    topic = findings_topic()
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/hook"
+        proc, err = _follower(
+            kafka_bootstrap, topic, url, tmp_path, "--hook-timeout", "1", "--max-attempts", "50"
+        )
+        try:
+            _wait_for_text(err, "no complete answer within 1 s", proc, within=60)
+            proc.send_signal(signal.SIGTERM)
+            _wait_for_text(err, "stopping: waiting up to", proc, within=10)
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    text = err.read_text()
+    assert rc == STOPPED_UNDELIVERED == 4, text
+    assert "stopped with 5 finding(s) neither delivered nor dead-lettered" in text
+    assert not (tmp_path / "dead.jsonl").exists()

@@ -215,14 +215,13 @@ def test_webhook_reads_every_http_answer_style_and_keeps_the_connection_only_whe
 @pytest.mark.parametrize(
     ("answer", "reason"),
     [
-        (b"SSH-2.0-OpenSSH\r\n\r\n", "status line"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\nabcdef", "Content-Length"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-3\r\nabc\r\n", "chunk size"),
+        (b"SSH-2.0-OpenSSH\r\n\r\n", "not HTTP/1.x"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-3\r\nabc\r\n", "answered 200"),
     ],
 )
 def test_webhook_answer_that_is_not_http_is_a_retriable_failure(answer: bytes, reason: str) -> None:
     """A server answering something that is not HTTP (a bad status line, a
-    negative length or chunk size) fails the delivery, retriably."""
+    negative chunk size) fails the delivery, retriably."""
     server = _CannedServer([(answer, True)])
     target = WebhookTarget(server.url)
     try:
@@ -335,9 +334,10 @@ def test_sigkill_mid_stream_loses_nothing_and_resends_only_the_uncommitted(
         )
 
     with webhook_receiver() as rx:
-        # ~3.6 s for the stream on the follower's 4 lanes: the kill lands in the
-        # middle, after the position was committed at least once (every 0.5 s).
-        rx.delay_s = 0.012
+        # ~3.6 s for the stream with the follower's 16 requests in flight (2
+        # lanes x 8): the kill lands in the middle, after the position was
+        # committed at least once (every 0.5 s).
+        rx.delay_s = 0.048
         first = follower(logs[0])
         rx.wait_for(400, sender=first)
         # The kill lands just after a commit, when up to 100 findings are queued
@@ -417,7 +417,9 @@ def test_sigterm_drains_and_commits_so_a_restart_repeats_nothing(
             "--topic", topic, "--follow", "--group", group, "--format", "jsonl",
             "--webhook", rx.url, "--dead-letter", str(tmp_path / "dead.jsonl"),
         ]  # fmt: skip
-        rx.delay_s = 0.005
+        # ~1.5 s for the 300 with the follower's 16 requests in flight (2 lanes
+        # x 8): the stop lands mid-stream.
+        rx.delay_s = 0.08
         first = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL)
         rx.wait_for(100)
         first.send_signal(signal.SIGTERM)
@@ -534,105 +536,120 @@ def test_submit_batch_waiting_for_room_gives_up_at_stop_now(tmp_path: Path) -> N
     sender.close()
 
 
-_OK = (b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", False)
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A throwaway certificate for 127.0.0.1 and its key (openssl)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
 
 
-def test_pipelined_requests_go_on_one_connection_and_each_answer_is_an_outcome() -> None:
-    """send_many of three: all three requests on one connection, their answers
-    read in order; a 503 in the middle is that one's (retriable) failure."""
-    server = _CannedServer([_OK, (b"HTTP/1.1 503 Busy\r\nContent-Length: 0\r\n\r\n", False), _OK])
-    target = WebhookTarget(server.url, pipeline=16)
+def test_a_tls_receiver_is_verified_refused_untrusted_and_reached_with_its_ca(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """https to a self-signed receiver: refused as untrusted (retriable), nothing
+    received; with SSL_CERT_FILE naming its certificate, the finding is delivered."""
+    cert, key = _self_signed(tmp_path)
+    item = _deliveries()[0]
+    with webhook_receiver(tls=(cert, key)) as rx:
+        monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+        untrusted = WebhookTarget(rx.url, timeout_s=5)
+        try:
+            with pytest.raises(DeliveryFailed) as refused:
+                untrusted.send(item)
+        finally:
+            untrusted.close()
+        assert refused.value.retriable and "not trusted" in str(refused.value)
+        assert rx.count() == 0
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        trusted = WebhookTarget(rx.url, timeout_s=5)
+        try:
+            trusted.send(item)
+        finally:
+            trusted.close()
+        assert rx.keys() == [item.idempotency_key]
+
+
+def test_requests_made_together_each_get_their_outcome() -> None:
+    """send_many of three at once (three connections): the 503 in the middle is that
+    one's retriable failure, the other two are delivered."""
     items = _deliveries()[:3]
-    try:
-        outcomes = target.send_many(items)
-    finally:
-        target.close()
-        server.close()
+    with webhook_receiver() as rx:
+        rx.fail_first[items[1].idempotency_key] = [503]
+        target = WebhookTarget(rx.url, concurrency=16)
+        try:
+            outcomes = target.send_many(items)
+        finally:
+            target.close()
+        assert sorted(rx.keys()) == sorted(items[i].idempotency_key for i in (0, 2))
     assert outcomes[0] is None and outcomes[2] is None
     assert isinstance(outcomes[1], DeliveryFailed) and outcomes[1].retriable
-    assert [c for c, _, _ in server.requests] == [0, 0, 0]
-    heads = [h.decode() for _, h, _ in server.requests]
-    for head, d in zip(heads, items, strict=True):
-        assert f"Idempotency-Key: {d.idempotency_key}" in head
+    assert "answered 503" in str(outcomes[1])
 
 
-def test_a_server_that_closes_after_one_answer_turns_pipelining_off() -> None:
-    """Connection: close on the first answer of a pipeline: only that one has an
-    outcome (the rest are left to send()), and the target stops pipelining."""
-    close = (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n", True)
-    server = _CannedServer([close, _OK])
-    target = WebhookTarget(server.url, pipeline=16)
-    items = _deliveries()[:3]
-    try:
-        assert target.send_many(items) == [None]
-        assert target.pipeline == 1
-        assert target.send_many(items[1:]) == []  # not pipelined any more
-    finally:
-        target.close()
-        server.close()
-
-
-class _OneAnswerPerRead:
-    """A keep-alive server that answers one request per read and drops the rest
-    of what it read: one that does not take pipelined requests. Counts the
-    requests it answered per idempotency key."""
-
-    def __init__(self) -> None:
-        self.answered: list[str] = []
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/hook"
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
-
-    def _connection(self, conn: socket.socket) -> None:
-        with conn:
-            while chunk := conn.recv(1 << 20):
-                key = chunk.split(b"Idempotency-Key: ")[1].split(b"\r\n")[0]
-                self.answered.append(key.decode())
-                conn.sendall(_OK[0])
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def test_a_server_that_ignores_pipelined_requests_gets_every_finding_once_after_a_timeout(
+def test_a_revision_that_fails_among_requests_made_together_is_retried_before_the_next(
     tmp_path: Path,
 ) -> None:
-    """Against a server that answers only the first of pipelined requests, the
-    lane waits for the second answer (the hook timeout), stops pipelining, and
-    sends the rest one at a time: every finding delivered, each answered once,
-    nothing dead-lettered."""
-    server = _OneAnswerPerRead()
-    items = [Delivery(f, 0, i, -1, None) for i, f in enumerate(synthetic_findings(6, 1))]
-    try:
-        target = WebhookTarget(server.url, timeout_s=0.5, pipeline=16)
-        done, dead = _send_all(target, tmp_path, items)
-    finally:
-        server.close()
-    assert sorted(done) == list(range(6)) and not dead.exists()
-    assert sorted(server.answered) == sorted(d.idempotency_key for d in items)
-
-
-def test_a_pipelined_revision_that_fails_is_retried_before_the_next_revision_is_sent(
-    tmp_path: Path,
-) -> None:
-    """One lane, revision 1 of ten findings then revision 2 of each, f-00003/1
-    answered 503 twice: everything is delivered once, and each finding's
-    revisions arrive in increasing order (a retry never lets a later revision
-    of the same finding overtake it)."""
+    """One lane with 16 requests at once, revision 1 of ten findings then revision 2 of
+    each, f-00003/1 answered 503 twice: everything is delivered once, and each finding's
+    revisions arrive in increasing order (a retry never lets a later revision overtake it)."""
     findings = synthetic_findings(10, revisions=2)
     items = [Delivery(f, 0, i, -1, None) for i, f in enumerate(findings)]
     with webhook_receiver() as rx:
         rx.fail_first["f-00003/1"] = [503, 503]
-        done, dead = _send_all(WebhookTarget(rx.url, pipeline=16), tmp_path, items)
+        done, dead = _send_all(WebhookTarget(rx.url, concurrency=16), tmp_path, items)
         keys = rx.keys()
     assert sorted(keys) == sorted(d.idempotency_key for d in items)
     assert keys.index("f-00003/1") < keys.index("f-00003/2")
     assert sorted(done) == list(range(len(items))) and not dead.exists()
+
+
+def test_requests_made_together_to_a_receiver_too_slow_end_at_the_deadline() -> None:
+    """send_many of three to a receiver that takes 2 s per answer, with a 0.5 s
+    timeout: each outcome is a retriable failure naming the deadline."""
+    with webhook_receiver() as rx:
+        rx.delay_s = 2.0
+        target = WebhookTarget(rx.url, timeout_s=0.5, concurrency=4)
+        try:
+            outcomes = target.send_many(_deliveries()[:3])
+        finally:
+            target.close()
+    assert len(outcomes) == 3
+    for failed in outcomes:
+        assert isinstance(failed, DeliveryFailed) and failed.retriable
+        assert "within 0.5 s" in str(failed)
+
+
+def test_the_environments_proxy_is_used_and_no_proxy_bypasses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HTTP_PROXY set: the POST goes to the proxy with the absolute URL (the receiver's
+    host never resolved here); NO_PROXY naming the host: it goes direct (and fails to
+    resolve this host, said so)."""
+    proxy = _CannedServer([(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", True)])
+    proxy_url = proxy.url.split("/hook")[0]
+    monkeypatch.setenv("HTTP_PROXY", proxy_url)
+    monkeypatch.delenv("http_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    item = _deliveries()[0]
+    through = WebhookTarget("http://receiver.invalid/hook", timeout_s=5)
+    try:
+        through.send(item)
+    finally:
+        through.close()
+        proxy.close()
+    head = proxy.requests[0][1].decode().split("\r\n")
+    assert head[0] == "POST http://receiver.invalid/hook HTTP/1.1"
+    assert f"Idempotency-Key: {item.idempotency_key}" in head
+    monkeypatch.setenv("NO_PROXY", "receiver.invalid")
+    direct = WebhookTarget("http://receiver.invalid/hook", timeout_s=5)
+    try:
+        with pytest.raises(DeliveryFailed, match="cannot resolve the host name"):
+            direct.send(item)
+    finally:
+        direct.close()

@@ -8,8 +8,12 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
     FENCEWATCH_METRICS_HOST=0.0.0.0
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md hatch_build.py ./
 COPY schemas ./schemas
+# Shipped in the wheel too (pyproject's force-include): the specification
+# `fencewatch spec` prints and the broker script `fencewatch local` runs.
+COPY docs/spec.md ./docs/spec.md
+COPY scripts/kafka-local scripts/kafka-version scripts/kafka-jars ./scripts/
 # The wheel ships examples/ and deploy/ (`fencewatch demo files`), so both are build inputs.
 COPY examples ./examples
 COPY deploy ./deploy

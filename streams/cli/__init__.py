@@ -27,6 +27,7 @@ _COMMANDS: tuple[str, ...] = (
     "status",
     "verify",
     "serve",
+    "report",
 )
 
 

@@ -296,6 +296,8 @@ def _run_jobs(
         partitions=args.partitions,
         progress=progress,
         interrupt=interrupt,
+        # The evidence itself: for the timelines and the what-if replay only.
+        keep_states=args.format == "html" or bool(args.what_if_fenced),
     )
     unreadable = _not_an_events_topic(args, audit)
     if unreadable is not None:

@@ -420,15 +420,21 @@ def _watch(
         if any(f.exception() is not None for f in done):
             stop.set()  # the others stop soon; the error is raised by result()
             return
-        if progress is None:
-            continue
-        fig = list(figures)
-        rows = [fig[i * _FIGURES : (i + 1) * _FIGURES] for i in range(n)]
-        if not shown and all(r[4] for r in rows):
-            progress.topic(topic, sum(r[0] for r in rows), sum(r[1] for r in rows))
-            shown = True
-        if shown:
-            progress.records(sum(r[2] for r in rows), sum(r[3] for r in rows))
+        if progress is not None:
+            shown = _show(progress, topic, figures, n, shown)
+
+
+def _show(progress: TopicProgress, topic: str, figures: Any, n: int, shown: bool) -> bool:
+    """The display fed the workers' summed figures: the topic's totals once
+    every worker has planned, then how far they got. Returns ``shown``."""
+    fig = list(figures)
+    rows = [fig[i * _FIGURES : (i + 1) * _FIGURES] for i in range(n)]
+    if not shown and all(r[4] for r in rows):
+        progress.topic(topic, sum(r[0] for r in rows), sum(r[1] for r in rows))
+        shown = True
+    if shown:
+        progress.records(sum(r[2] for r in rows), sum(r[3] for r in rows))
+    return shown
 
 
 def _merge(audit: TopicAudit, replay: MergedReplay, results: list[_Result]) -> None:

@@ -241,3 +241,49 @@ def test_jobs_and_partitions_need_a_topic(capsys: pytest.CaptureFixture[str]) ->
     assert "apply to --topic only" in capsys.readouterr().err
     assert main(["audit", "--topic", "t", "--jobs", "2", "--strict"]) == 2
     assert "give --jobs 1 with it" in capsys.readouterr().err
+
+
+class _Recorder:
+    """A TopicProgress that records what it is told."""
+
+    def __init__(self) -> None:
+        self.topics: list[tuple[str, int, int]] = []
+        self.updates: list[tuple[int, int]] = []
+
+    def topic(self, name: str, total_records: int, partitions: int) -> None:
+        self.topics.append((name, total_records, partitions))
+
+    def records(self, done: int, partitions_done: int) -> None:
+        self.updates.append((done, partitions_done))
+
+
+def test_the_progress_display_sums_the_workers(kafka_bootstrap: str, events_topic: str) -> None:
+    """One topic line with every partition's records, updates ending at all of them read."""
+    from streams.audit.shard import run_jobs
+    from streams.core.detector import DetectorConfig
+    from streams.kafka.connection import KafkaConnection
+
+    progress = _Recorder()
+    audit = run_jobs(
+        KafkaConnection(kafka_bootstrap),
+        events_topic,
+        jobs=2,
+        config=DetectorConfig(),
+        max_event_bytes=1 << 20,
+        progress=progress,
+    )
+    total = sum(stop - begin for begin, stop in audit.bounds().values())
+    assert total == audit.replay.records > 0
+    assert progress.topics == [(events_topic, total, PARTITIONS)]
+    assert progress.updates[-1] == (total, PARTITIONS)
+    assert [d for d, _ in progress.updates] == sorted(d for d, _ in progress.updates)
+
+
+def test_what_if_fenced_with_jobs_is_the_single_process_report(
+    kafka_bootstrap: str, events_topic: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--what-if-fenced replays the merged evidence as the single process does."""
+    argv = ("--format", "json", "--what-if-fenced", "(unnamed)")
+    code, single, _ = _audit(capsys, kafka_bootstrap, events_topic, *argv)
+    assert json.loads(single)["what_if"]["changed"]
+    assert _audit(capsys, kafka_bootstrap, events_topic, *argv, "--jobs", "2") == (code, single, "")

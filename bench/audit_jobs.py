@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from audit_bench import generate
 from results import Figure, add_json_arg, emit
 
+from streams import __version__
 from streams.audit.files import batch_gc
 from streams.audit.shard import run_jobs
 from streams.audit.topic import TopicAudit
@@ -75,7 +76,7 @@ def one_job(conn: KafkaConnection, topic: str) -> tuple[float, str]:
     t0 = time.perf_counter()
     with batch_gc():
         audit = TopicAudit(conn, topic, replay=Replay()).run()
-        text = render_json(audit.replay, source=audit.source())
+        text = render_json(audit.replay, source=audit.source(__version__))
     return time.perf_counter() - t0, text
 
 
@@ -85,7 +86,7 @@ def two_jobs(conn: KafkaConnection, topic: str) -> tuple[float, str]:
         audit = run_jobs(
             conn, topic, jobs=2, config=DetectorConfig(), max_event_bytes=Replay().max_event_bytes
         )
-        text = render_json(audit.replay, source=audit.source())
+        text = render_json(audit.replay, source=audit.source(__version__))
     return time.perf_counter() - t0, text
 
 

@@ -135,12 +135,10 @@ class TopicAudit:
         reached (its end bound, unless the read stopped early)."""
         return {p: (b, self.reached.get(p, b)) for p, b in sorted(self.begin.items())}
 
-    def source(self) -> Source:
+    def source(self, version: str) -> Source:
         """What was read, for the JSON report (``"source"``): the bounds per
         partition, the bounds asked for, the detector's settings and
-        fencewatch's version; what merging shard reports checks and joins."""
-        from streams import __version__
-
+        ``version`` (fencewatch's); what merging shard reports checks and joins."""
         config = self.replay.detector.config
         flagged = {f.workflow_key for f in self.replay.latest.values()}
         return Source(
@@ -153,7 +151,7 @@ class TopicAudit:
                 "max_events_per_key": config.max_events_per_key,
                 "max_findings_per_key": config.max_findings_per_key,
             },
-            version=__version__,
+            version=version,
             history_keys={k: p for k, p in self.keys.items() if k in flagged},
         )
 

@@ -32,6 +32,7 @@ from contextlib import ExitStack
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
+from streams import __version__
 from streams._native import native_summary
 from streams.audit.files import (
     Input,
@@ -478,7 +479,7 @@ def _audit(args: argparse.Namespace) -> int:
     if what_if is not None and args.format == "jsonl":
         _err("--what-if-fenced is reported by --format text, json and html, not jsonl")
     if args.format == "json":
-        source = topic.source() if topic is not None else None
+        source = topic.source(__version__) if topic is not None else None
         text = render_json(
             replay, partial=partial, what_if=what_if, coverage=coverage, source=source
         )

@@ -302,9 +302,11 @@ class _StopEvent:
         self._n = 0
 
     def call(self, fn: Callable[..., _T], *args: Any) -> _T | None:
-        self._n += 1
+        # The first call looks too: a Ctrl-C while the workers start up
+        # stops them before their first record.
         if self._n % CHECK_EVERY == 0 and _STOP.is_set():
             self.requested = True
+        self._n += 1
         if self.requested:
             return None
         return fn(*args)

@@ -287,3 +287,58 @@ def test_what_if_fenced_with_jobs_is_the_single_process_report(
     code, single, _ = _audit(capsys, kafka_bootstrap, events_topic, *argv)
     assert json.loads(single)["what_if"]["changed"]
     assert _audit(capsys, kafka_bootstrap, events_topic, *argv, "--jobs", "2") == (code, single, "")
+
+
+def test_missing_history_merges_as_one_audit_reports_it(
+    kafka_bootstrap: str,
+    unique_topic: Callable[..., str],
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """A partition with deleted records: --jobs and merged shards name the gap and note
+    its findings exactly as the single audit does (text and JSON)."""
+    from tests.audit.test_audit_missing_history import _truncated_topic
+
+    topic = unique_topic(partitions=2)
+    _truncated_topic(kafka_bootstrap, topic)
+    for fmt in ("json", "text"):
+        single = _audit(capsys, kafka_bootstrap, topic, "--format", fmt)
+        mark = '"missing_history"' if fmt == "json" else "earlier evidence may be missing"
+        assert single[0] == 1 and mark in single[1]
+        assert _audit(capsys, kafka_bootstrap, topic, "--format", fmt, "--jobs", "2") == single
+        shards = [str(tmp_path / f"{p}.json") for p in ("0", "1")]
+        for p, path in zip(("0", "1"), shards, strict=True):
+            _audit(
+                capsys, kafka_bootstrap, topic, "--format", "json", "--partitions", p, "-o", path
+            )
+        assert _merge(capsys, *shards, "--format", fmt) == single
+
+
+class _Pressed:
+    """An Interruptible whose Ctrl-C was pressed before the read."""
+
+    requested = True
+
+    def call(self, fn: Callable[..., object], *args: object) -> object:
+        return None
+
+
+def test_a_ctrl_c_reaches_every_worker(kafka_bootstrap: str, events_topic: str) -> None:
+    """Ctrl-C in the parent stops the workers: the merged audit is interrupted, nothing read."""
+    from streams.audit.shard import run_jobs
+    from streams.core.detector import DetectorConfig
+    from streams.kafka.connection import KafkaConnection
+
+    conn = KafkaConnection(kafka_bootstrap)
+    audit = run_jobs(
+        conn,
+        events_topic,
+        jobs=2,
+        config=DetectorConfig(),
+        max_event_bytes=1 << 20,
+        interrupt=_Pressed(),
+    )
+    assert audit.interrupted and audit.partial
+    assert audit.replay.records == 0
+    whole = run_jobs(conn, events_topic, jobs=2, config=DetectorConfig(), max_event_bytes=1 << 20)
+    assert not whole.partial and whole.replay.records > 0

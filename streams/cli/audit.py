@@ -66,6 +66,9 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 _FAIL_ON = [s.value for s in Severity] + ["never"]
+#: Most worker processes --jobs starts (each holds a Kafka client and its
+#: partitions' evidence; past the cores they only take turns).
+MAX_JOBS = 64
 
 
 class _Unreadable(Exception):
@@ -146,11 +149,11 @@ def register(sub: Any) -> None:
     )
     t.add_argument(
         "--jobs",
-        type=_positive_int,
+        type=_jobs,
         default=1,
         metavar="N",
-        help="read the partitions in N worker processes and merge their results into the"
-        " one report (default 1)",
+        help="read the partitions in N worker processes (at most one per partition, and"
+        f" {MAX_JOBS}) and merge their results into the one report (default 1)",
     )
     add_kafka_config_arg(t)
     p.set_defaults(handler=_main)
@@ -164,6 +167,14 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _jobs(text: str) -> int:
+    """argparse type of --jobs: 1 to :data:`MAX_JOBS` worker processes."""
+    value = _positive_int(text)
+    if value > MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_JOBS} worker processes, got {value}")
     return value
 
 

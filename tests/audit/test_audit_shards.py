@@ -241,6 +241,10 @@ def test_jobs_and_partitions_need_a_topic(capsys: pytest.CaptureFixture[str]) ->
     assert "apply to --topic only" in capsys.readouterr().err
     assert main(["audit", "--topic", "t", "--jobs", "2", "--strict"]) == 2
     assert "give --jobs 1 with it" in capsys.readouterr().err
+    assert main(["audit", "--topic", "t", "--jobs", "65"]) == 2
+    assert "at most 64 worker processes, got 65" in capsys.readouterr().err
+    assert main(["audit", "--topic", "t", "--jobs", "0"]) == 2
+    assert "must be at least 1, got 0" in capsys.readouterr().err
 
 
 class _Recorder:

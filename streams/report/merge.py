@@ -229,6 +229,10 @@ def _merge_sources(shards: list[tuple[str, Source]]) -> Source:
     owner: dict[int, str] = {}
     keys: dict[str, int] = {}
     start, end = first.start, first.end
+    names = [name for name, _ in shards]
+    twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if twice is not None:
+        raise MergeRefused(f"{twice} is given twice: shards must not overlap")
     for name, s in shards:
         for what, mine, theirs in (
             ("topics", s.topic, first.topic),

@@ -369,10 +369,11 @@ def run_jobs(
 ) -> TopicAudit:
     """Audit ``topic`` (its ``partitions``, default all) in ``jobs`` worker
     processes and return the :class:`TopicAudit` one process would have
-    made (its attributes filled from the workers'), its
-    ``replay`` the :class:`MergedReplay` (with the key states when
-    ``keep_states``: for the HTML report and --what-if-fenced). Raises the reader's errors (from
-    the plan, or from a worker) and ValueError for an absent partition."""
+    made (its attributes filled from the workers'), its ``replay`` the
+    :class:`MergedReplay` (with the key states when ``keep_states``: for the
+    HTML report and --what-if-fenced). Raises the reader's errors (from the
+    plan, or from a worker), :class:`WorkerDied`, and ValueError for an
+    absent partition."""
     sizes = plan_partitions(
         conn, topic, start=start, end=end, partitions=partitions, timeout=timeout
     )

@@ -19,22 +19,37 @@ read a topic once between two bounds, feed every record to a
   :attr:`TopicAudit.holds` names what the topic holds (fencewatch's own output).
 * ``interrupt`` (the CLI's Ctrl-C) makes the read stop between two records;
   ``strict`` stops it at the first invalid record.
+* ``partitions`` reads those partitions alone (a shard: ``--partitions``,
+  ``--jobs``); one the topic does not have is a ``ValueError`` naming it.
+* Invalid records are listed in (partition, offset) order once the read
+  ends, not in the order partitions happened to interleave: the same list
+  however the partitions were read (one process or shards merged).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import orjson
 
 from streams.audit.ports import Interruptible, TopicProgress
-from streams.core.replay import Replay
+from streams.core.replay import Invalid, Replay
 from streams.kafka.connection import KafkaConnection
-from streams.kafka.reader import BEGINNING, END, Bound, TopicRecord, Truncated
+from streams.kafka.reader import (
+    BEGINNING,
+    END,
+    Bound,
+    Offset,
+    PartitionOffsets,
+    Timestamp,
+    TopicRecord,
+    Truncated,
+)
 from streams.report.coverage import INTERRUPTED, Coverage, MissingHistory
+from streams.report.source import Source
 
-__all__ = ["TopicAudit", "audit_topic"]
+__all__ = ["TopicAudit", "audit_topic", "invalid_order"]
 
 #: Records between two progress updates (an update of the terminal display
 #: takes a lock and formats; per record it would cost more than the detector).
@@ -58,6 +73,7 @@ class TopicAudit:
         "keys",
         "lost",
         "missing",
+        "partitions",
         "reached",
         "records",
         "replay",
@@ -75,8 +91,11 @@ class TopicAudit:
         replay: Replay | None = None,
         start: Bound = BEGINNING,
         end: Bound = END,
+        partitions: Collection[int] | None = None,
     ) -> None:
         self.conn = conn
+        #: The partitions to read (None: every partition of the topic).
+        self.partitions = None if partitions is None else frozenset(partitions)
         self.topic = topic
         self.replay = replay if replay is not None else Replay()
         self.start = start
@@ -111,6 +130,31 @@ class TopicAudit:
         nexts = dict(self.reached) if partial is not None and self.reached else None
         return Coverage(partial=partial, next_offsets=nexts, missing=self.missing, keys=self.keys)
 
+    def bounds(self) -> dict[int, tuple[int, int]]:
+        """Per partition read: the offset the read began at and the one it
+        reached (its end bound, unless the read stopped early)."""
+        return {p: (b, self.reached.get(p, b)) for p, b in sorted(self.begin.items())}
+
+    def source(self, version: str) -> Source:
+        """What was read, for the JSON report (``"source"``): the bounds per
+        partition, the bounds asked for, the detector's settings and
+        ``version`` (fencewatch's); what merging shard reports checks and joins."""
+        config = self.replay.detector.config
+        flagged = {f.workflow_key for f in self.replay.latest.values()}
+        return Source(
+            topic=self.topic,
+            bounds=self.bounds(),
+            start=_bound_doc(self.start, self.begin),
+            end=_bound_doc(self.end, self.begin),
+            settings={
+                "max_event_bytes": self.replay.max_event_bytes,
+                "max_events_per_key": config.max_events_per_key,
+                "max_findings_per_key": config.max_findings_per_key,
+            },
+            version=version,
+            history_keys={k: p for k, p in self.keys.items() if k in flagged},
+        )
+
     def latest(self) -> dict[str, dict[str, Any]]:
         """The latest revision of each finding, by finding id (JSON documents)."""
         return {f.finding_id: f.to_dict() for f in self.replay.latest_findings()}
@@ -131,7 +175,11 @@ class TopicAudit:
 
         begin, stop, reached, source = self.begin, self.stop, self.reached, self.topic
 
+        asked = self.partitions
+
         def plan(b: dict[int, int], e: dict[int, int]) -> None:
+            if asked is not None and not asked <= b.keys():
+                raise ValueError(_no_partition(source, sorted(asked - b.keys())))
             begin.update(b)
             stop.update(e)
             reached.update(b)
@@ -160,6 +208,7 @@ class TopicAudit:
             timeout=timeout,
             on_plan=plan,
             on_truncated=truncated,
+            only_partitions=asked,
         )
         step = _stepper(records, interrupt)
         replay = self.replay
@@ -203,6 +252,7 @@ class TopicAudit:
             report()
         if n and replay.invalid_count == replay.records and not (self.partial or self.strict_stop):
             self.holds = _holds(first)
+        replay.invalid.sort(key=invalid_order)
         return self
 
 
@@ -222,6 +272,30 @@ def audit_topic(
     it is when the read starts) and return what was read and found."""
     audit = TopicAudit(conn, topic, replay=replay, start=start, end=end)
     return audit.run(strict=strict, progress=progress, interrupt=interrupt, timeout=timeout)
+
+
+def _bound_doc(bound: Bound, read: Collection[int]) -> Any:
+    """A bound as JSON; per-partition offsets only for the partitions
+    ``read`` (each shard names its own; the merge joins them)."""
+    if isinstance(bound, Offset):
+        return {"offset": bound.value}
+    if isinstance(bound, PartitionOffsets):
+        return {"offsets": {str(p): o for p, o in sorted(bound.offsets.items()) if p in read}}
+    if isinstance(bound, Timestamp):
+        return {"time_ms": bound.ms}
+    return "beginning" if bound == BEGINNING else "end"
+
+
+def invalid_order(inv: Invalid) -> tuple[int, int]:
+    """An invalid record's place in a topic audit's list: (partition, offset).
+    Its ``source`` is ``topic/partition``."""
+    return int(inv.source.rpartition("/")[2]), inv.offset
+
+
+def _no_partition(topic: str, absent: list[int]) -> str:
+    """``topic T has no partition 7`` (--partitions names one it lacks)."""
+    which = ", ".join(map(str, absent))
+    return f"topic {topic} has no partition{'s' if len(absent) > 1 else ''} {which}"
 
 
 def _stepper(

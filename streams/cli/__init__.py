@@ -29,6 +29,7 @@ _COMMANDS: tuple[str, ...] = (
     "serve",
     "local",
     "spec",
+    "report",
 )
 
 

@@ -32,6 +32,7 @@ from contextlib import ExitStack
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
 
+from streams import __version__
 from streams._native import native_summary
 from streams.audit.files import (
     Input,
@@ -66,6 +67,9 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 _FAIL_ON = [s.value for s in Severity] + ["never"]
+#: Most worker processes --jobs starts (each holds a Kafka client and its
+#: partitions' evidence; past the cores they only take turns).
+MAX_JOBS = 64
 
 
 class _Unreadable(Exception):
@@ -137,6 +141,21 @@ def register(sub: Any) -> None:
     t.add_argument("--to-offset", type=int, help="stop before this offset in every partition")
     t.add_argument("--since", help="first record at or after this time (ISO 8601 or epoch ms)")
     t.add_argument("--until", help="stop at records at or after this time")
+    t.add_argument(
+        "--partitions",
+        type=_partitions,
+        metavar="P,P-Q,...",
+        help="audit these partitions alone (a shard: merge the JSON reports of shards with"
+        " fencewatch report merge)",
+    )
+    t.add_argument(
+        "--jobs",
+        type=_jobs,
+        default=1,
+        metavar="N",
+        help="read the partitions in N worker processes (at most one per partition, and"
+        f" {MAX_JOBS}) and merge their results into the one report (default 1)",
+    )
     add_kafka_config_arg(t)
     p.set_defaults(handler=_main)
 
@@ -150,6 +169,24 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def _jobs(text: str) -> int:
+    """argparse type of --jobs: 1 to :data:`MAX_JOBS` worker processes."""
+    value = _positive_int(text)
+    if value > MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_JOBS} worker processes, got {value}")
+    return value
+
+
+def _partitions(text: str) -> tuple[int, ...]:
+    """argparse type of --partitions: ``0,3-5``."""
+    from streams.audit.shard import parse_partitions  # Kafka only when asked
+
+    try:
+        return parse_partitions(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--partitions: ")) from None
 
 
 def _from_offset(text: str) -> int | dict[int, int]:
@@ -250,7 +287,37 @@ def _topic_audit(replay: Replay, args: argparse.Namespace) -> TopicAudit:
     start = _bound(args.from_offset, args.since, BEGINNING)
     end = _bound(args.to_offset, args.until, END)
     conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
-    return TopicAudit(conn, args.topic, replay=replay, start=start, end=end)
+    return TopicAudit(
+        conn, args.topic, replay=replay, start=start, end=end, partitions=args.partitions
+    )
+
+
+def _run_jobs(
+    replay: Replay, args: argparse.Namespace, progress: AuditProgress, interrupt: Interrupt
+) -> TopicAudit:
+    """The topic audit over ``--jobs`` worker processes
+    (:mod:`streams.audit.shard`); its replay is the workers' merged."""
+    from streams.audit.shard import run_jobs  # Kafka only when asked
+    from streams.kafka.reader import BEGINNING, END
+
+    audit = run_jobs(
+        connection_from_args(args, extra=kafka_config(args.kafka_config)),
+        args.topic,
+        jobs=args.jobs,
+        config=replay.detector.config,
+        max_event_bytes=replay.max_event_bytes,
+        start=_bound(args.from_offset, args.since, BEGINNING),
+        end=_bound(args.to_offset, args.until, END),
+        partitions=args.partitions,
+        progress=progress,
+        interrupt=interrupt,
+        # The evidence itself: for the timelines and the what-if replay only.
+        keep_states=args.format == "html" or bool(args.what_if_fenced),
+    )
+    unreadable = _not_an_events_topic(args, audit)
+    if unreadable is not None:
+        raise _Unreadable(unreadable)
+    return audit
 
 
 def _not_an_events_topic(args: argparse.Namespace, audit: TopicAudit) -> str | None:
@@ -346,10 +413,16 @@ def _audit(args: argparse.Namespace) -> int:
     if sum(map(bool, (args.topic, args.paths, args.otlp))) > 1:
         _err("give one input: PATHs, --topic or --otlp")
         return 2
-    if not args.topic and any(
-        v is not None for v in (args.from_offset, args.to_offset, args.since, args.until)
+    if not args.topic and (
+        any(v is not None for v in (args.from_offset, args.to_offset, args.since, args.until))
+        or args.partitions is not None
+        or args.jobs > 1
     ):
-        _err("--from-offset/--to-offset/--since/--until apply to --topic only")
+        _err("--from-offset/--to-offset/--since/--until/--partitions/--jobs apply to --topic only")
+        return 2
+    if args.jobs > 1 and args.strict:
+        # --strict stops the read at one record; shards read side by side.
+        _err("--strict stops at the first invalid record of one read: give --jobs 1 with it")
         return 2
     problem = _range_problem(args) or _output_problem(args.output)
     if problem:  # before reading anything: a long read must not end in a usage error
@@ -375,10 +448,15 @@ def _audit(args: argparse.Namespace) -> int:
     interrupt = Interrupt()
     topic: TopicAudit | None = None
     try:
-        if args.topic:
-            topic = _topic_audit(replay, args)
-        with interrupt:
-            inputs = _replay_inputs(replay, args, progress, interrupt, topic)
+        if args.topic and args.jobs > 1:
+            with interrupt:
+                topic = _run_jobs(replay, args, progress, interrupt)
+            replay = topic.replay
+        else:
+            if args.topic:
+                topic = _topic_audit(replay, args)
+            with interrupt:
+                inputs = _replay_inputs(replay, args, progress, interrupt, topic)
     except (Interrupted, KeyboardInterrupt):  # KeyboardInterrupt: not the main thread
         interrupt.requested = True
     except StrictStop as stop:
@@ -419,7 +497,10 @@ def _audit(args: argparse.Namespace) -> int:
     if what_if is not None and args.format == "jsonl":
         _err("--what-if-fenced is reported by --format text, json and html, not jsonl")
     if args.format == "json":
-        text = render_json(replay, partial=partial, what_if=what_if, coverage=coverage)
+        source = topic.source(__version__) if topic is not None else None
+        text = render_json(
+            replay, partial=partial, what_if=what_if, coverage=coverage, source=source
+        )
     elif args.format == "jsonl":
         text = render_jsonl(replay)
     elif args.format == "html":

@@ -7,16 +7,19 @@ import msgspec
 from streams.core.replay import Replay
 from streams.core.whatif import WhatIf
 from streams.report.coverage import Coverage
+from streams.report.data import ReportData
+from streams.report.source import Source
 
 __all__ = ["render_json", "render_jsonl"]
 
 
 def render_json(
-    replay: Replay,
+    replay: ReportData,
     *,
     partial: bool = False,
     what_if: WhatIf | None = None,
     coverage: Coverage | None = None,
+    source: Source | None = None,
 ) -> str:
     """``{"findings": [...], "health": [...], "destinations": [...],
     "invalid": [...], "summary": {...}}``, findings in SPEC §6 order (workflow
@@ -29,7 +32,10 @@ def render_json(
     ``coverage`` (a topic audit): ``summary.partial_reason`` and
     ``summary.next_offsets`` (per partition, to resume) when the read stopped
     early; ``summary.missing_history`` when partitions had records deleted
-    before the read (how many, and the findings on their keys)."""
+    before the read (how many, and the findings on their keys).
+    ``source`` (a topic audit): added as ``"source"``, what was read (per
+    partition, from and to which offset) and with which settings, so that
+    the reports of shards merge (``fencewatch report merge``)."""
     coverage = coverage or Coverage.of(partial)
     health = replay.health()
     findings = replay.latest_findings()
@@ -51,6 +57,8 @@ def render_json(
     }
     if what_if is not None:
         doc["what_if"] = what_if.to_dict()
+    if source is not None:
+        doc["source"] = source.to_dict()
     # Indented as orjson's OPT_INDENT_2 always did (tests/report: byte for byte).
     return msgspec.json.format(msgspec.json.encode(doc), indent=2).decode() + "\n"
 

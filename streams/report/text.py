@@ -9,9 +9,9 @@ from streams.core.destinations import Destination, Verdict
 from streams.core.findings import Evidence, Finding
 from streams.core.health import CLEARED, Health
 from streams.core.records import Confidence, Kind, Severity
-from streams.core.replay import Replay
 from streams.core.whatif import ADDED, REMOVED, Change, WhatIf
 from streams.report.coverage import INTERRUPTED, Coverage
+from streams.report.data import ReportData
 from streams.report.terminal import term_safe
 
 __all__ = [
@@ -247,7 +247,7 @@ def _missing_lines(coverage: Coverage) -> list[str]:
 
 
 def render_text(
-    replay: Replay,
+    replay: ReportData,
     *,
     colour: bool = False,
     fail_on: str = "warning",

@@ -210,10 +210,16 @@ def _require_modules(names: tuple[str, ...]) -> None:
     import importlib.util
 
     for name in names:
-        try:
-            found = importlib.util.find_spec(name) is not None
-        except (ImportError, ValueError):  # ValueError: None in sys.modules
+        loaded = sys.modules.get(name, False)
+        if loaded is None:  # marked missing (`import` raises ModuleNotFoundError)
             found = False
+        elif loaded is not False:
+            found = True  # imported already (faust's module has no __spec__)
+        else:
+            try:
+                found = importlib.util.find_spec(name) is not None
+            except (ImportError, ValueError):
+                found = False
         if not found:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 

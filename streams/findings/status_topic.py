@@ -56,14 +56,16 @@ def read_status(
                 continue
             try:
                 doc = orjson.loads(rec.value)
-                # The typed record (streams.core.status) checks every field is there.
-                WorkflowStatus.from_dict(doc)
                 # The key orders and selects the records: a string, or the
                 # sort and --prefix would fail on this record (a traceback).
+                # Checked first: the compiled core's own check of the typed
+                # record says only "str object expected; got int".
                 if type(doc["workflow_key"]) is not str:
                     raise TypeError(
                         f"workflow_key must be a string, got {type(doc['workflow_key']).__name__}"
                     )
+                # The typed record (streams.core.status) checks every field is there.
+                WorkflowStatus.from_dict(doc)
             except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
                 kind = record_kind(rec.value)
                 # The wrong topic: name the command that reads it.

@@ -31,13 +31,14 @@ key states and findings, their counts added.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import signal
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from streams.audit.ports import Interruptible, TopicProgress
 from streams.audit.topic import TopicAudit, invalid_order
@@ -171,7 +172,7 @@ def split(sizes: Mapping[int, int], jobs: int) -> list[list[int]]:
     return [sorted(s) for s in shares if s]
 
 
-class MergedReplay(Replay):
+class MergedReplay:
     """The replay of several workers' partitions, as one: their latest
     findings, health and counts joined (the keys are disjoint, so a count or
     a sink's figures are the sum of each worker's). The key states are
@@ -179,25 +180,33 @@ class MergedReplay(Replay):
     --what-if-fenced read the evidence); otherwise the workers send what the
     text and JSON reports need of them (each finding's health, the
     per-state counts), not the states, whose pickling cost more than the
-    second core saved (measured: 2.7 s of a 200,000-event topic's 5 s)."""
+    second core saved (measured: 2.7 s of a 200,000-event topic's 5 s).
+
+    It holds the joined :class:`Replay` rather than extending it: the core is
+    compiled (mypyc), and an interpreted class cannot inherit from a
+    compiled one. What is not merged here is the joined replay's."""
 
     def __init__(self, detector: Detector, *, max_event_bytes: int) -> None:
-        super().__init__(detector, max_event_bytes=max_event_bytes)
+        self.replay = Replay(detector, max_event_bytes=max_event_bytes)
         self._sinks: dict[str, list[int]] = {}
         self._health: dict[str, Health] = {}
         self._counts = dict.fromkeys(_STATE_COUNTS, 0)
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.replay, name)
+
     def absorb(self, part: _Result) -> None:
-        self.states.update(part.states)
-        self._health.update((h.finding_id, h) for h in part.health)
+        r = self.replay
+        r.states.update((k, KeyState.from_bytes(b)) for k, b in part.states.items())
+        self._health.update((t[0], Health(*t)) for t in part.health)
         for k, v in zip(_STATE_COUNTS, part.state_counts, strict=True):
             self._counts[k] += v
-        self.latest.update(part.latest)
-        self.invalid.extend(part.invalid)
-        self.invalid_count += part.invalid_count
-        self.records += part.records
-        self.revisions += part.revisions
-        for d in part.destinations:
+        r.latest.update(part.latest)
+        r.invalid.extend(Invalid(*t) for t in part.invalid)
+        r.invalid_count += part.invalid_count
+        r.records += part.records
+        r.revisions += part.revisions
+        for d in map(_unflat_destination, part.destinations):
             t = self._sinks.setdefault(d.sink, [0, 0, 0])
             t[0] += d.stale_rejected
             t[1] += d.stale_committed
@@ -205,17 +214,18 @@ class MergedReplay(Replay):
 
     def finish(self) -> None:
         """Invalid records in a topic audit's order, to its bound."""
-        self.invalid.sort(key=invalid_order)
-        del self.invalid[self.max_invalid_kept :]
+        r = self.replay
+        r.invalid.sort(key=invalid_order)
+        del r.invalid[r.max_invalid_kept :]
 
     def health(self) -> list[Health]:
-        if self.states:
-            return super().health()
-        return [self._health[f.finding_id] for f in self.latest_findings()]
+        if self.replay.states:
+            return self.replay.health()
+        return [self._health[f.finding_id] for f in self.replay.latest_findings()]
 
     def summary(self, health: list[Health] | None = None) -> dict[str, Any]:
-        out = super().summary(health)
-        if not self.states:  # the workers counted over their states
+        out = self.replay.summary(self.health() if health is None else health)
+        if not self.replay.states:  # the workers counted over their states
             out.update(self._counts)
         return out
 
@@ -226,6 +236,15 @@ class MergedReplay(Replay):
         return out
 
 
+def _flat(record: Any) -> tuple[Any, ...]:
+    """A dataclass record's field values, in order (``cls(*values)`` makes it again)."""
+    return tuple(getattr(record, f.name) for f in dataclasses.fields(record))
+
+
+def _unflat_destination(values: tuple[Any, ...]) -> Destination:
+    return Destination(*values)
+
+
 @dataclass(frozen=True, slots=True)
 class _Task:
     index: int
@@ -234,7 +253,8 @@ class _Task:
     partitions: tuple[int, ...]
     start: Bound
     end: Bound
-    config: DetectorConfig
+    #: DetectorConfig's fields (see _flat).
+    config: tuple[Any, ...]
     max_event_bytes: int
     timeout: float | None
     keep_states: bool
@@ -242,18 +262,22 @@ class _Task:
 
 @dataclass(frozen=True, slots=True)
 class _Result:
-    """What a worker read (a :class:`TopicAudit`'s state and its replay's)."""
+    """What a worker read (a :class:`TopicAudit`'s state and its replay's).
+    The core's records travel flattened (:func:`_flat`; key states in their
+    changelog encoding): the compiled core's frozen dataclasses and key
+    states do not survive pickling (the frozen check refuses the unpickler's
+    assignments)."""
 
-    states: dict[str, KeyState]
-    health: list[Health]
+    states: dict[str, bytes]
+    health: list[tuple[Any, ...]]
     #: The summary's counts over the worker's states (_STATE_COUNTS' order).
     state_counts: tuple[int, ...]
     latest: dict[str, Finding]
-    invalid: list[Invalid]
+    invalid: list[tuple[Any, ...]]
     invalid_count: int
     records: int
     revisions: int
-    destinations: list[Destination]
+    destinations: list[tuple[Any, ...]]
     begin: dict[int, int]
     stop: dict[int, int]
     reached: dict[int, int]
@@ -316,7 +340,7 @@ def _work(task: _Task) -> _Result:
     """One worker's shard: a topic audit of its partitions."""
     from streams.audit.files import batch_gc
 
-    replay = Replay(Detector(task.config), max_event_bytes=task.max_event_bytes)
+    replay = Replay(Detector(DetectorConfig(*task.config)), max_event_bytes=task.max_event_bytes)
     audit = TopicAudit(
         task.conn,
         task.topic,
@@ -331,15 +355,15 @@ def _work(task: _Task) -> _Result:
         )
     summary = replay.summary()
     return _Result(
-        states=replay.states if task.keep_states else {},
-        health=replay.health(),
+        states={k: st.to_bytes() for k, st in replay.states.items()} if task.keep_states else {},
+        health=[_flat(h) for h in replay.health()],
         state_counts=tuple(summary[k] for k in _STATE_COUNTS),
         latest=replay.latest,
-        invalid=replay.invalid,
+        invalid=[_flat(i) for i in replay.invalid],
         invalid_count=replay.invalid_count,
         records=replay.records,
         revisions=replay.revisions,
-        destinations=replay.destinations(),
+        destinations=[_flat(d) for d in replay.destinations()],
         begin=audit.begin,
         stop=audit.stop,
         reached=audit.reached,
@@ -379,14 +403,28 @@ def run_jobs(
     )
     shares = split(sizes, jobs)
     replay = MergedReplay(Detector(config), max_event_bytes=max_event_bytes)
-    audit = TopicAudit(conn, topic, replay=replay, start=start, end=end, partitions=partitions)
+    # A Replay to every reader of the audit: its attributes, through __getattr__.
+    audit = TopicAudit(
+        conn, topic, replay=cast("Replay", replay), start=start, end=end, partitions=partitions
+    )
     if not shares:
         return audit
     ctx = multiprocessing.get_context("spawn")
     figures = ctx.Array("q", _FIGURES * len(shares), lock=False)
     stop = ctx.Event()
     tasks = [
-        _Task(i, conn, topic, tuple(s), start, end, config, max_event_bytes, timeout, keep_states)
+        _Task(
+            i,
+            conn,
+            topic,
+            tuple(s),
+            start,
+            end,
+            _flat(config),
+            max_event_bytes,
+            timeout,
+            keep_states,
+        )
         for i, s in enumerate(shares)
     ]
     with ProcessPoolExecutor(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime
 from typing import IO, TYPE_CHECKING, Any
@@ -64,7 +65,7 @@ from streams.report.terminal import term_safe
 if TYPE_CHECKING:
     from streams.audit.topic import TopicAudit
 
-__all__ = ["register"]
+__all__ = ["register", "text_colour", "write_report"]
 
 _FAIL_ON = [s.value for s in Severity] + ["never"]
 #: Most worker processes --jobs starts (each holds a Kafka client and its
@@ -214,6 +215,27 @@ def _from_offset(text: str) -> int | dict[int, int]:
             raise argparse.ArgumentTypeError(f"partition {partition} given twice in {text!r}")
         out[partition] = offset
     return out
+
+
+def text_colour(args: argparse.Namespace) -> bool:
+    """Colours in the text report: --colour always, or auto on a terminal."""
+    out_is_tty = args.output is None and sys.stdout.isatty()
+    return bool(args.colour == "always" or (args.colour == "auto" and out_is_tty))
+
+
+def write_report(text: str, output: str | None, err: Callable[[str], None]) -> bool:
+    """The report to ``output`` (stdout when None); False, said through
+    ``err``, when the file cannot be written."""
+    if not output:
+        sys.stdout.write(text)
+        return True
+    try:
+        with open(output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        err(f"cannot write {output}: {exc.strerror or exc}")
+        return False
+    return True
 
 
 def _err(msg: str) -> None:
@@ -506,25 +528,16 @@ def _audit(args: argparse.Namespace) -> int:
     elif args.format == "html":
         text = render_html(replay, partial=partial, what_if=what_if, coverage=coverage)
     else:
-        out_is_tty = args.output is None and sys.stdout.isatty()
-        colour = args.colour == "always" or (args.colour == "auto" and out_is_tty)
         text = render_text(
             replay,
-            colour=colour,
+            colour=text_colour(args),
             fail_on=args.fail_on,
             partial=partial,
             what_if=what_if,
             coverage=coverage,
         )
-    if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            _err(f"cannot write {args.output}: {exc.strerror or exc}")
-            return 2
-    else:
-        sys.stdout.write(text)
+    if not write_report(text, args.output, _err):
+        return 2
     resume = coverage.resume_arg() if coverage is not None else None
     resume_text = f"; resume with --from-offset {resume}" if resume else ""
     n_read = f"{replay.records:,} record{'s' if replay.records != 1 else ''}"

@@ -21,6 +21,7 @@ from typing import Any
 
 import orjson
 
+from streams.cli.audit import text_colour, write_report
 from streams.core.records import SEVERITY_RANK, Severity
 from streams.report.merge import MergeRefused, merge_reports
 
@@ -95,24 +96,15 @@ def _merge(args: argparse.Namespace) -> int:
                 report, partial=merged.partial, coverage=coverage, source=merged.source
             )
         else:
-            out_is_tty = args.output is None and sys.stdout.isatty()
-            colour = args.colour == "always" or (args.colour == "auto" and out_is_tty)
             text = render_text(
                 report,
-                colour=colour,
+                colour=text_colour(args),
                 fail_on=args.fail_on,
                 partial=merged.partial,
                 coverage=coverage,
             )
-    if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            _err(f"cannot write {args.output}: {exc.strerror or exc}")
-            return 2
-    else:
-        sys.stdout.write(text)
+    if not write_report(text, args.output, _err):
+        return 2
     worst = report.worst_severity()
     if (
         args.fail_on != "never"

@@ -13,13 +13,12 @@ Elsewhere it only execs.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 
-__all__ = ["guarded", "main"]
+from streams.lifeline import die_with_parent
 
-_PR_SET_PDEATHSIG = 1
+__all__ = ["guarded", "main"]
 
 
 def guarded(parent_pid: int, signal_number: int, argv: list[str]) -> list[str]:
@@ -40,12 +39,12 @@ def main(args: list[str]) -> int:
         sys.stderr.write("usage: python -m streams.demo.guard PARENT_PID SIGNAL -- COMMAND...\n")
         return 2
     parent, signal_number, command = int(args[0]), int(args[1]), args[3:]
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, signal_number, 0, 0, 0) != 0:
-            sys.stderr.write(f"guard: prctl failed: {os.strerror(ctypes.get_errno())}\n")
-            return 2
-    if os.getppid() != parent:
+    try:
+        alive = die_with_parent(parent, signal_number)
+    except OSError as exc:
+        sys.stderr.write(f"guard: {exc.strerror}\n")
+        return 2
+    if not alive:
         return 1  # the parent is already gone: do not start an orphan
     os.execvp(command[0], command)
     return 2  # not reached: execvp replaces this process or raises

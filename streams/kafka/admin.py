@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.errors import BrokerError, BrokerUnreachable, TopicMissing
+from streams.kafka import coordinator
 from streams.kafka.connection import KafkaConnection, check_reachable
 from streams.kafka.errors import first_metadata, kafka_errors, no_answer
 from streams.kafka.topics import (
@@ -116,13 +117,10 @@ class TopicAdmin:
 
     def group_members(self, group_id: str) -> GroupMembers:
         """The members of consumer group ``group_id`` and its protocol (none
-        for a group that is empty or does not exist)."""
-        with kafka_errors(f"describing consumer group {group_id}"):
-            futures = self._client.describe_consumer_groups(
-                [group_id], request_timeout=self._timeout_s
-            )
-            desc = futures[group_id].result(timeout=self._timeout_s + 5)
-        return GroupMembers(len(desc.members or ()), str(desc.partition_assignor or ""))
+        for a group that is empty or does not exist). Asked in a child
+        process (:mod:`streams.kafka.coordinator`, librdkafka issue 5040)."""
+        desc = coordinator.describe_group(self._conn, group_id, timeout_s=self._timeout_s)
+        return GroupMembers(len(desc.client_ids), desc.protocol)
 
     def missing(self, names: Sequence[str]) -> list[str]:
         """Those of ``names`` that do not exist, asking for each by name (a

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from streams.errors import BrokerError, MigrationError
+from streams.kafka.coordinator import describe_group
 from streams.kafka.errors import kafka_errors
 from streams.live.changelog import load_state
 from streams.live.processor import OutRecord, SourceRecord, encoded, processor_for
@@ -170,12 +171,6 @@ def _committed(settings: LiveSettings, partitions: range, timeout: float) -> dic
         consumer.close()
 
 
-def _group_members(admin: Any, group: str, timeout: float) -> int:
-    futures = admin.describe_consumer_groups([group], request_timeout=timeout)
-    desc = futures[group].result(timeout)
-    return len(desc.members)
-
-
 def _recreate(admin: Any, name: str, partitions: int, timeout: float) -> None:
     """Delete ``name`` and create it again with ``partitions``, keeping its
     replication and the settings set on the topic."""
@@ -261,8 +256,10 @@ def migrate_state(
     # times out: wait for that, within the timeout.
     deadline = time.monotonic() + timeout_s
     while True:
-        with kafka_errors(f"describing group {settings.app_id}"):
-            members = _group_members(admin, settings.app_id, timeout_s)
+        # In a child process: streams.kafka.coordinator (librdkafka issue 5040).
+        members = len(
+            describe_group(settings.connection, settings.app_id, timeout_s=timeout_s).client_ids
+        )
         if not members or time.monotonic() > deadline:
             break
         time.sleep(0.5)

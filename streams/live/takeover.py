@@ -16,8 +16,9 @@ transaction at once. This does the same for the rdkafka engine.
 How. Every commit's offsets carry the committing worker's transactional id
 as their metadata (:func:`owner_metadata`). On an assignment, the new owner
 reads that metadata for its partitions (not "stable": a transaction that
-commits offsets and hangs open is the case at hand), asks the group
-coordinator who the members are (each rdkafka worker's consumer
+commits offsets and hangs open is the case at hand) and asks the group
+coordinator who the members are, both in a child process
+(:mod:`streams.kafka.coordinator`: librdkafka issue 5040) (each rdkafka worker's consumer
 ``client.id`` is its transactional id), and calls ``init_transactions`` with
 the id of every previous owner that is **not a member** (:func:`departed`).
 The broker then bumps that id's epoch: its open transaction is aborted (or
@@ -38,12 +39,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from streams.errors import BrokerError
+from streams.kafka import coordinator
 from streams.kafka.clients import TransactionalProducer
 from streams.kafka.connection import KafkaConnection
-from streams.kafka.errors import kafka_errors
 
 __all__ = [
     "OWNER_PREFIX",
@@ -110,38 +110,26 @@ class DepartedOwners:
         self.connection = connection
         self.group, self.topic, self.own = group, topic, own
         self._timeout_ms = transaction_timeout_ms
-        self._admin: Any = None
         #: Ids this worker fenced that have not been members since.
         self.fenced: set[str] = set()
 
-    def _admin_client(self) -> Any:
-        if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            self._admin = AdminClient(self.connection.librdkafka())
-        return self._admin
-
-    def owners(self, partitions: list[int]) -> dict[int, str | None]:
-        """Who last committed each partition (its offsets' metadata)."""
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-
-        request = ConsumerGroupTopicPartitions(
-            self.group, [TopicPartition(self.topic, p) for p in partitions]
-        )
-        with kafka_errors(f"committed offsets of group {self.group}"):
-            futures = self._admin_client().list_consumer_group_offsets(
-                [request], require_stable=False, request_timeout=CALL_TIMEOUT_S
-            )
-            answer = futures[self.group].result()
-        return {tp.partition: owner_of(tp.metadata) for tp in answer.topic_partitions}
-
-    def members(self) -> set[str]:
-        """The client ids of the group's members now."""
-        with kafka_errors(f"members of group {self.group}"):
-            futures = self._admin_client().describe_consumer_groups(
-                [self.group], request_timeout=CALL_TIMEOUT_S
-            )
-            return {m.client_id for m in futures[self.group].result().members}
+    def lookup(self, partitions: list[int]) -> tuple[dict[int, str | None], set[str]]:
+        """Who last committed each partition (its offsets' metadata), and the
+        client ids of the group's members now: both asked in one child
+        process (:mod:`streams.kafka.coordinator`: librdkafka issue 5040
+        crashes the process that asks when the coordinator moves, which is
+        when a takeover happens)."""
+        offsets, group = coordinator.ask(
+            self.connection,
+            [
+                {"op": "committed", "group": self.group, "topic": self.topic,
+                 "partitions": partitions},
+                {"op": "describe", "group": self.group},
+            ],
+            timeout_s=CALL_TIMEOUT_S,
+        )  # fmt: skip
+        owners = {p: owner_of(c.metadata) for p, c in offsets.items()}
+        return owners, set(group.client_ids)
 
     def fence(self, partitions: list[int]) -> list[str]:
         """Fence the departed previous owners of ``partitions``; the ids
@@ -150,10 +138,7 @@ class DepartedOwners:
         if not partitions:
             return []
         try:
-            owners = self.owners(partitions)
-            if not departed(owners, (), self.own):
-                return []  # only this worker, or no one, committed them
-            members = self.members()
+            owners, members = self.lookup(partitions)
         except BrokerError as exc:  # best effort
             log.warning(
                 "could not look up the previous owners of partitions %s (%s); a departed "

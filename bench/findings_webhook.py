@@ -228,7 +228,7 @@ def one_run(bs: str, args: argparse.Namespace, tag: str, engine: str) -> Run:
             if not here.poll(60) or here.recv() != "warm":
                 raise RuntimeError("warm-up: the webhook posts did not arrive within 60 s")
             load = os.getloadavg()[0]
-            pids = (w.proc.pid, follower.pid, receiver.pid or 0)
+            pids = (w.engine_pid(), follower.pid, receiver.pid or 0)
             cpu0 = [_cpu_s(p) for p in pids]
             t0 = time.monotonic()
             gen.go()

@@ -66,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
         return int(exc.code or 0)
+    # The words as given: `fencewatch run` starts its engine with them again.
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return int(args.handler(args))
     except KeyboardInterrupt:

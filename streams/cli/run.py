@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 from streams.cli.kafka_args import add_connection_args, connection_from_args, report_kafka_failure
@@ -87,6 +88,21 @@ def register(subparsers: Any) -> None:
         help="rdkafka (default: one transactional producer per worker) or faust "
         "(faust-streaming); FENCEWATCH_ENGINE; docs/live.md, 'Which to pick'",
     )
+    a(
+        "--stall-timeout",
+        type=float,
+        help="s holding partitions with lag and no commit before /health says stalled; "
+        "the engine is restarted after 3 x this (default 60)",
+    )
+    a(
+        "--no-supervise",
+        dest="supervise",
+        action="store_const",
+        const=False,
+        default=None,
+        help="run the engine in this process, not in a child restarted on a crash or a "
+        "stall (for an orchestrator that restarts it; FENCEWATCH_SUPERVISE=false)",
+    )
     p.set_defaults(handler=_run)
 
 
@@ -111,6 +127,8 @@ _SETTING_ARGS = (
     "metrics_port",
     "metrics_host",
     "engine",
+    "stall_timeout",
+    "supervise",
 )
 
 
@@ -122,6 +140,7 @@ def _run(args: argparse.Namespace) -> int:
     from streams.live.prepare import ADMIN_TIMEOUT_S, prepare
     from streams.live.runner import run_worker
     from streams.live.settings import check_metrics_address, settings_from_env
+    from streams.live.supervisor import CHILD_ENV, RestartPolicy, engine_restarts, supervise
 
     overrides = {name: getattr(args, name, None) for name in _SETTING_ARGS}
     try:
@@ -137,12 +156,23 @@ def _run(args: argparse.Namespace) -> int:
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     configure_client_logs(settings.log_level)
+    child = os.environ.get(CHILD_ENV)
+    if settings.supervise and not child:
+        # This process only watches; the engine runs in a child that is
+        # restarted on a crash or a stall (streams/live/supervisor.py).
+        return supervise(
+            [sys.executable, "-m", "streams", *args.argv],
+            engine=settings.engine,
+            policy=RestartPolicy(restart_after=3 * settings.stall_timeout),
+        )
+    if child:
+        _become_engine(int(child))
     try:
         # Probe: an unreachable broker, or one that accepts TCP and never
         # answers, is the one line this command prints. Before anything is
         # prepared, so a wrong address leaves nothing behind.
         admin = TopicAdmin(connection, timeout_s=ADMIN_TIMEOUT_S)
-        admin.probe()
+        _probe(admin, restarted=engine_restarts(os.environ) > 0)
         create = args.create_topics or _env_true("FENCEWATCH_CREATE_TOPICS")
         unasked = _unasked_topics(admin, settings, create=create)
         if unasked:
@@ -161,6 +191,43 @@ def _run(args: argparse.Namespace) -> int:
         return run_worker(settings, prepared)
     except FencewatchError as exc:
         return report_kafka_failure("run", exc)
+
+
+def _become_engine(supervisor: int) -> None:
+    """This process is the supervised engine: it dies with its supervisor
+    (no orphan worker after a kill -9 of it), and writes every thread's Python
+    stack to the log on a native crash or when the supervisor asks (SIGUSR1,
+    before it kills a stalled engine)."""
+    import faulthandler
+    import signal
+
+    from streams.lifeline import die_with_parent
+
+    if not die_with_parent(supervisor, signal.SIGKILL):
+        raise SystemExit(1)  # the supervisor is already gone
+    faulthandler.enable(all_threads=True)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
+def _probe(admin: Any, *, restarted: bool) -> None:
+    """The broker answers, or the one-line failure. An engine the supervisor
+    restarted waits for the brokers instead (they may be why it was restarted)."""
+    from streams.errors import BrokerUnreachable
+
+    told = False
+    while True:
+        try:
+            admin.probe()
+            return
+        except BrokerUnreachable as exc:
+            if not restarted:
+                raise
+            if not told:
+                logging.getLogger("streams.live.supervisor").warning(
+                    "restarted engine: waiting for the brokers (%s)", exc
+                )
+                told = True
+            time.sleep(5.0)
 
 
 def _say_created(result: Any) -> None:

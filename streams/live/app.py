@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -108,7 +109,7 @@ class LiveRuntime:
         self.settings = settings
         self.sender = TransactionalSender(app, exactly_once=settings.exactly_once)
         self.sender.on_flushed = metrics.status_records.inc
-        self.sender.on_commit = metrics.commit_seconds.observe
+        self.sender.on_commit = metrics.commit_done
         self.sender.on_fenced = self._on_fenced
         #: Called (once) when this app must be replaced by a fresh one in the
         #: same process (its producer was fenced); set by the runner.
@@ -118,6 +119,9 @@ class LiveRuntime:
         self.changelog_topic: str = table.changelog_topic.get_topic_name()
         self.positions: dict[int, int] = {}
         self.processed = 0
+        #: The /health document as the 1 s timer last took it on the event
+        #: loop (for the supervisor's reporter thread: faust_run._health_of).
+        self.last_health: dict[str, Any] | None = None
         #: The assignment last announced in the log as being processed.
         self._announced: tuple[int, ...] | None = None
         #: The events topic's partition count the state is laid out for.
@@ -342,7 +346,10 @@ class LiveRuntime:
         )
 
     def refresh_gauges(self) -> None:
+        # Called by the 1 s timer on the event loop: the loop turns.
+        self.metrics.liveness.turned()
         self.refresh_lag()
+        self.last_health = self.health()
         self.metrics.keys.set(self._key_count())
         store = self.table.data
         if isinstance(store, FastMemoryStore):
@@ -383,6 +390,10 @@ class LiveRuntime:
             "partitions": assigned,
             "processed": self.processed,
             "exactly_once": self.settings.exactly_once,
+            "pid": os.getpid(),
+            **self.metrics.liveness.assess(
+                partitions=assigned, lag=self.metrics.lag_total, recovering=in_recovery
+            ),
         }
 
 

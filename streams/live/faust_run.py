@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 import threading
@@ -45,6 +46,7 @@ from streams.live.group_engine import REFUSED_FOR_PROTOCOL, mixed_engines_messag
 from streams.live.metrics import LiveMetrics
 from streams.live.settings import LiveSettings
 from streams.live.stopping import STOP_BOUND_S, hard_exit
+from streams.live.supervisor import Reporter, engine_restarts
 
 __all__ = ["STOP_BOUND_S", "run_faust"]
 
@@ -203,6 +205,25 @@ class _Supervisor:
             log.info("stopping: every processed event committed")
 
 
+def _health_of(supervisor: _Supervisor, metrics: LiveMetrics) -> dict[str, Any]:
+    """The /health document for the supervisor, from the reporter's thread:
+    the one the app's 1 s timer took on its event loop (faust's objects are
+    the loop's alone: the app's consumer, made lazily from this thread, was
+    bound to no loop and the worker failed to start), with the liveness
+    judged now, so an event loop that stops turning still shows."""
+    runtime = supervisor.runtime
+    doc = getattr(runtime, "last_health", None)
+    if doc is None:  # before the first timer, or a replacement app
+        doc = {"ok": True, "recovering": True, "partitions": [], "pid": os.getpid()}
+    doc = dict(doc)
+    doc.update(
+        metrics.liveness.assess(
+            partitions=doc["partitions"], lag=metrics.lag_total, recovering=doc["recovering"]
+        )
+    )
+    return doc
+
+
 def run_faust(settings: LiveSettings, build: Callable[[LiveMetrics], Any]) -> int:
     """Run the faust engine until SIGTERM/SIGINT and return the exit status;
     a fenced app is replaced by a fresh one in this process. ``build`` makes
@@ -211,7 +232,12 @@ def run_faust(settings: LiveSettings, build: Callable[[LiveMetrics], Any]) -> in
     import faust
 
     supervisor = _Supervisor()
-    metrics = LiveMetrics()  # one registry for every app of this process
+    # One registry for every app of this process.
+    metrics = LiveMetrics(stall_after=settings.stall_timeout)
+    metrics.engine_restarts.inc(engine_restarts(os.environ))
+    reporter = Reporter.from_env(os.environ)
+    if reporter is not None:
+        reporter.start(lambda: _health_of(supervisor, metrics))
     processed = 0
     replaced = 0
     while True:

@@ -17,6 +17,7 @@ from prometheus_client import Counter as PromCounter
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from streams.core.records import Kind
+from streams.live.liveness import Liveness
 from streams.live.processor import BatchOutcome
 
 __all__ = ["LiveMetrics", "MetricsServer"]
@@ -27,8 +28,12 @@ log = logging.getLogger(__name__)
 class LiveMetrics:
     """The processor's counters and gauges, in their own registry."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, stall_after: float = 60.0) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        #: Commits and loop turns, for /health's ``stalled`` (streams/live/liveness.py).
+        self.liveness = Liveness(stall_after)
+        #: Sum of the assigned partitions' known lags (None: none known yet).
+        self.lag_total: int | None = None
         self.events = PromCounter(
             "fencewatch_events", "Events consumed (valid or not)", registry=self.registry
         )
@@ -97,6 +102,28 @@ class LiveMetrics:
             "1 while faust recovers the state table",
             registry=self.registry,
         )
+        self.stalled = Gauge(
+            "fencewatch_stalled",
+            "1 while the worker holds partitions with lag and has committed nothing for "
+            "--stall-timeout seconds (its findings are not being published)",
+            registry=self.registry,
+        )
+        self.stalled_seconds = Gauge(
+            "fencewatch_stalled_seconds",
+            "Seconds the worker has held partitions with lag without a commit",
+            registry=self.registry,
+        )
+        self.engine_restarts = PromCounter(
+            "fencewatch_engine_restarts",
+            "Times fencewatch run's supervisor restarted the engine (a crash or a stall) "
+            "before this engine process started",
+            registry=self.registry,
+        )
+
+    def commit_done(self, seconds: float) -> None:
+        """A commit completed in ``seconds``: timed, and counted as progress."""
+        self.commit_seconds.observe(seconds)
+        self.liveness.committed()
 
     def set_lag(self, lags: Mapping[int, int | None]) -> None:
         """``lags``: every assigned partition -> its lag, ``None`` when not
@@ -106,6 +133,8 @@ class LiveMetrics:
         self.lag.clear()
         for partition, value in lags.items():
             self.lag.labels(partition=str(partition)).set(max(value or 0, 0))
+        known = [max(v, 0) for v in lags.values() if v is not None]
+        self.lag_total = sum(known) if known else None
 
     def record_batch(self, acked: int, outcome: BatchOutcome) -> None:
         """Count a committed-to-be batch: ``acked`` records and what
@@ -123,9 +152,11 @@ class LiveMetrics:
                 self.stale_effects.labels(sink=sink, outcome=effect_outcome).inc(n)
 
     def set_health(self, health: Mapping[str, Any]) -> None:
-        """The ``up``/``recovering`` gauges from the /health document."""
+        """The ``up``/``recovering``/``stalled`` gauges from the /health document."""
         self.up.set(1 if health.get("ok") else 0)
         self.recovering.set(1 if health.get("recovering") else 0)
+        self.stalled.set(1 if health.get("stalled") else 0)
+        self.stalled_seconds.set(float(health.get("stalled_for") or 0.0))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

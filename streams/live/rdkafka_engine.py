@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import queue
 import socket
 import threading
@@ -177,20 +178,35 @@ class FailureAction:
     generation_over: bool
 
 
-def failure_action(code: str, *, fatal: bool) -> FailureAction:
+#: The error codes of a transactional call that ran out of time.
+_TIMEOUTS = ("_TIMED_OUT", "_TIMED_OUT_QUEUE", "REQUEST_TIMED_OUT", "HUNG")
+
+
+def failure_action(code: str, *, fatal: bool, committing: bool = False) -> FailureAction:
     """The action for a failed transactional call's error ``code`` (the
-    librdkafka error name) and whether librdkafka called it ``fatal``.
+    librdkafka error name), whether librdkafka called it ``fatal``, and
+    whether the call was the commit (``send_offsets_to_transaction`` or
+    ``commit_transaction``).
 
     A fatal error is a fenced producer (a successor with this transactional
     id, or the coordinator aborted a transaction that outlived its timeout
     while the worker was paused: its generation is over too), unless it is
-    one of the producer's own sequence errors, which end the producer only."""
+    one of the producer's own sequence errors, which end the producer only.
+    A commit that failed otherwise (timed out, the broker away) leaves the
+    producer in a state no later call can be trusted in: an
+    ``abort_transaction`` after a commit that timed out may itself hang or
+    fail (librdkafka issues 3003, 3297 and 5423), so the producer is
+    replaced before anything else is sent: the new one's
+    ``init_transactions`` aborts the open transaction at the broker."""
     if fatal and code in _PRODUCER_STATE:
         return FailureAction("producer failed", new_producer=True, generation_over=False)
     if fatal:
         return FailureAction("producer fenced", new_producer=True, generation_over=True)
     if code in _STALE_GENERATION:
         return FailureAction("stale generation", new_producer=False, generation_over=True)
+    if committing:
+        what = "commit timed out" if code in _TIMEOUTS else "commit failed"
+        return FailureAction(what, new_producer=True, generation_over=False)
     return FailureAction("transaction failed", new_producer=False, generation_over=False)
 
 
@@ -447,8 +463,9 @@ class RdkafkaEngine:
         #: after a commit hung in it).
         self._committer: _Committer | None = None
         #: The producer has a transaction begun and not yet ended (the
-        #: pending one's, or the open one's).
+        #: pending one's, or the open one's), since this monotonic time.
         self._begun = False
+        self._begun_at = 0.0
         self._reset_needed = False
         #: Not before this monotonic time: after a stale generation or a
         #: fenced producer the consumer is first given the time to report
@@ -628,6 +645,7 @@ class RdkafkaEngine:
             now = time.monotonic()
             if now >= self._next_tick:
                 self._next_tick = now + 1.0
+                self.metrics.liveness.turned()
                 self._read_highwaters()
                 self.refresh_gauges()
                 self.announce()
@@ -753,7 +771,7 @@ class RdkafkaEngine:
             else:
                 if self.eos and not self._begun:
                     self.producer.begin_transaction()
-                    self._begun = True
+                    self._begun, self._begun_at = True, time.monotonic()
                 for records in outcome.records.values():
                     for r in records:
                         self._produce(r)
@@ -909,7 +927,7 @@ class RdkafkaEngine:
         try:
             if not self._begun:
                 self.producer.begin_transaction()
-                self._begun = True
+                self._begun, self._begun_at = True, time.monotonic()
             self._produce_changes()
             self._produce_status(deferred)
             meta = self.consumer.consumer_group_metadata()
@@ -954,7 +972,7 @@ class RdkafkaEngine:
         if done and error is None:
             self._begun = False
             self._last_end = "committed"
-            self.metrics.commit_seconds.observe(pending.ended - pending.began)
+            self.metrics.commit_done(pending.ended - pending.began)
             if pending.status:
                 self.metrics.status_records.inc(pending.status)
             self._begin_held()
@@ -981,7 +999,7 @@ class RdkafkaEngine:
         held, self._held = self._held, []
         try:
             self.producer.begin_transaction()
-            self._begun = True
+            self._begun, self._begun_at = True, time.monotonic()
             for r in held:
                 self._produce(r)
         except KafkaException as exc:
@@ -1012,7 +1030,7 @@ class RdkafkaEngine:
                 self._failed(exc, "committing")
                 return False
             self._last_end = "committed"
-            self.metrics.commit_seconds.observe(time.monotonic() - self._last_start)
+            self.metrics.commit_done(time.monotonic() - self._last_start)
             self._clear_txn()
             return True
         # Stopping: both commits within one bound (rdkafka_run.STOP_BOUND_S).
@@ -1053,8 +1071,10 @@ class RdkafkaEngine:
             self._committer = None  # its thread is the one stuck in the call
             self._replace_producer(abandon=True)
         else:
-            action = failure_action(code, fatal=fatal)
+            action = failure_action(code, fatal=fatal, committing=during == "committing")
             what, stale = action.what, action.generation_over
+            if action.what == "producer fenced":
+                what = self._which_fence()
             if action.new_producer:
                 self._replace_producer()
             else:
@@ -1088,6 +1108,20 @@ class RdkafkaEngine:
             events,
             getattr(err, "str", lambda: str(exc))(),
         )
+
+    def _which_fence(self) -> str:
+        """Which fence struck a fenced producer: the broker aborts a
+        transaction open past the transaction timeout (the worker was paused
+        or cut off that long), else a newer owner of the transactional id
+        fenced it (the next owner of a departed worker's partitions:
+        streams/live/takeover.py, or a worker restarted in its slot)."""
+        open_for = time.monotonic() - self._begun_at if self._begun_at else 0.0
+        if open_for >= self.settings.transaction_timeout:
+            return (
+                f"producer fenced: the broker aborted its transaction, open {open_for:.0f} s, "
+                f"past the {self.settings.transaction_timeout:.0f} s transaction timeout"
+            )
+        return f"producer fenced by a newer owner of transactional id {self.txn_id}"
 
     def _abort(self) -> None:
         from confluent_kafka import KafkaException
@@ -1432,13 +1466,18 @@ class RdkafkaEngine:
     # -- health and gauges ------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
+        # Held in name only while a generation that is over awaits its rejoin.
+        partitions = [] if self._awaiting_rejoin else list(self.assigned)
         return {
             "ok": not self.stopping,
             "recovering": self.recovering,
-            # Held in name only while a generation that is over awaits its rejoin.
-            "partitions": [] if self._awaiting_rejoin else list(self.assigned),
+            "partitions": partitions,
             "processed": self.processed,
             "exactly_once": self.eos,
+            "pid": os.getpid(),
+            **self.metrics.liveness.assess(
+                partitions=partitions, lag=self.metrics.lag_total, recovering=self.recovering
+            ),
         }
 
     def _read_highwaters(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import threading
 from types import FrameType
@@ -30,6 +31,7 @@ from streams.live.partitions import PartitionsChanged, check_state_layout
 from streams.live.rdkafka_engine import RdkafkaEngine
 from streams.live.settings import LiveSettings
 from streams.live.stopping import STOP_BOUND_S, hard_exit
+from streams.live.supervisor import Reporter, engine_restarts
 
 if TYPE_CHECKING:
     from streams.live.prepare import Prepared
@@ -89,8 +91,12 @@ def run_rdkafka(settings: LiveSettings, prepared: Prepared) -> int:
     if change is not None:
         raise PartitionsChanged(change)
     log.info("starting %r with %d partitions (rdkafka engine)", settings, partitions)
-    metrics = LiveMetrics()
+    metrics = LiveMetrics(stall_after=settings.stall_timeout)
+    metrics.engine_restarts.inc(engine_restarts(os.environ))
     engine = RdkafkaEngine(settings, metrics=metrics, partitions=partitions)
+    reporter = Reporter.from_env(os.environ)
+    if reporter is not None:
+        reporter.start(engine.health)
     if settings.metrics_port:
         server = MetricsServer(
             metrics,

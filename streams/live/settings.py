@@ -112,6 +112,14 @@ class LiveSettings:
     metrics_host: str = "127.0.0.1"
     #: Which engine runs the processor (:data:`ENGINES`).
     engine: str = DEFAULT_ENGINE
+    #: Seconds holding partitions with lag and no commit before /health says
+    #: ``stalled``; ``fencewatch run``'s supervisor restarts the engine after
+    #: 3 x this (streams/live/supervisor.py).
+    stall_timeout: float = 60.0
+    #: Run the engine in a child process that ``fencewatch run`` restarts on
+    #: a crash or a stall (off: the engine runs in the process itself, for an
+    #: orchestrator that restarts it).
+    supervise: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -178,6 +186,10 @@ class LiveSettings:
             raise ConfigError("metrics host must not be empty")
         if self.engine not in ENGINES:
             raise ConfigError(f"engine must be one of {', '.join(ENGINES)}")
+        if not 5 <= self.stall_timeout <= 3600:
+            raise ConfigError("stall timeout must be within 5..3600 seconds")
+        if self.stall_timeout <= self.commit_interval:
+            raise ConfigError("stall timeout must be longer than the commit interval")
         return self
 
     def replace(self, **changes: Any) -> LiveSettings:
@@ -216,6 +228,8 @@ _ENV: tuple[tuple[str, str, Any], ...] = (
     ("metrics_port", "METRICS_PORT", int),
     ("metrics_host", "METRICS_HOST", str),
     ("engine", "ENGINE", str),
+    ("stall_timeout", "STALL_TIMEOUT", float),
+    ("supervise", "SUPERVISE", _bool),
 )
 
 

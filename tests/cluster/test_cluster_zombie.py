@@ -44,7 +44,7 @@ def test_worker_cut_off_past_its_session_is_fenced_after_healing(
         feeder = threading.Thread(target=trickle, args=(h, events))
         feeder.start()
         w1.wait_processed(len(events) // 10, timeout=300)
-        cut = ProcessIsolation(w1.proc.pid)
+        cut = ProcessIsolation(w1.engine_pid())  # the supervised engine holds the sockets
         cut.isolate()
         try:
             deadline = time.monotonic() + 300

@@ -5,7 +5,6 @@ after its broker died stops within the stated bound."""
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import threading
@@ -22,6 +21,7 @@ from tests.faults.test_broker_restart_midstream import topic_factory
 from tests.faults.test_rebalance_storm import feed
 from tests.live.conftest import LiveHarness
 from tests.live.test_live_kafka import assert_exactly_once_and_audit, assert_status_equals_audit
+from tests.support.worker import WorkerProcess
 
 pytestmark = [pytest.mark.kafka, pytest.mark.faults]
 
@@ -38,22 +38,22 @@ def _wait(predicate: Callable[[], bool], timeout: float, what: str, h: LiveHarne
     raise AssertionError(f"{what} not within {timeout} s\n{logs}")
 
 
-def _freeze_with_open_transaction(h: LiveHarness, pid: int) -> None:
-    """SIGSTOP ``pid`` at a moment its transaction is open on an output
+def _freeze_with_open_transaction(h: LiveHarness, worker: WorkerProcess) -> None:
+    """SIGSTOP ``worker`` at a moment its transaction is open on an output
     partition: one whose last stable offset stays put below its high
     watermark across 0.5 s (the live worker's transactions move theirs every
     commit interval). A brief freeze that missed is thawed and tried again,
     well within the session timeout."""
     with h.output_probe() as marks:
         for _ in range(10):
-            os.kill(pid, signal.SIGSTOP)
+            worker.pause()
             first = marks()
             time.sleep(0.5)
             second = marks()
             held = [tp for tp, (lso, hw) in second.items() if lso < hw and first[tp][0] == lso]
             if held:
                 return
-            os.kill(pid, signal.SIGCONT)
+            worker.resume()
             time.sleep(0.3)
     raise AssertionError("the frozen worker never had a transaction open on the outputs")
 
@@ -75,9 +75,9 @@ def _paused_worker_rejoins(h: LiveHarness, *, fenced_while_frozen: bool = False)
     feeder.start()
     a.wait_processed(200, timeout=60)
     if fenced_while_frozen:
-        _freeze_with_open_transaction(h, a.proc.pid)
+        _freeze_with_open_transaction(h, a)
     else:
-        os.kill(a.proc.pid, signal.SIGSTOP)
+        a.pause()
     try:
         paused_at = b.health() or {}
         _wait(
@@ -100,7 +100,7 @@ def _paused_worker_rejoins(h: LiveHarness, *, fenced_while_frozen: bool = False)
             h.wait_all_committed(timeout=60)
             assert "fenced transactional id" in b.tail(400_000), b.tail()
     finally:
-        os.kill(a.proc.pid, signal.SIGCONT)
+        a.resume()
     feeder.join()
 
     # a rejoins: the group rebalances and both hold partitions again. Their

@@ -158,8 +158,6 @@ def test_a_faust_worker_refused_after_the_check_stops_in_one_line_instead_of_idl
     refused, and instead of staying up with no partitions (aiokafka holds
     the refusal where faust's fetcher never looks) it exits 2 with the one
     line; the rdkafka worker keeps processing, every finding revision once."""
-    import os
-    import signal
     import time
 
     h = live(partitions=3)
@@ -170,12 +168,12 @@ def test_a_faust_worker_refused_after_the_check_stops_in_one_line_instead_of_idl
     while "streams.live.runner: starting" not in faust_worker.tail(200_000):
         assert time.monotonic() < deadline and faust_worker.proc.poll() is None, faust_worker.tail()
         time.sleep(0.005)
-    os.kill(faust_worker.proc.pid, signal.SIGSTOP)
+    faust_worker.pause()
     try:
         rdkafka_worker = h.start("rdkafka", extra={"FENCEWATCH_ENGINE": "rdkafka"})
         rdkafka_worker.wait_ready(timeout=90)
     finally:
-        os.kill(faust_worker.proc.pid, signal.SIGCONT)
+        faust_worker.resume()
     h.produce(events)
     assert faust_worker.proc.wait(timeout=60) == 2, faust_worker.tail()
     log = faust_worker.tail(200_000)

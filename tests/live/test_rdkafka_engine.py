@@ -251,6 +251,25 @@ def test_which_failures_need_a_new_producer_and_which_end_the_generation(
     assert (action.what, action.new_producer, action.generation_over) == expected
 
 
+@pytest.mark.parametrize(
+    ("code", "fatal", "expected"),
+    [
+        ("_TIMED_OUT", False, ("commit timed out", True, False)),
+        ("REQUEST_TIMED_OUT", False, ("commit timed out", True, False)),
+        ("_TRANSPORT", False, ("commit failed", True, False)),
+        ("ILLEGAL_GENERATION", False, ("stale generation", False, True)),
+        ("_FENCED", True, ("producer fenced", True, True)),
+    ],
+)
+def test_a_commit_that_fails_replaces_the_producer_before_anything_else(
+    code: str, fatal: bool, expected: tuple[str, bool, bool]
+) -> None:
+    """A commit that timed out or failed is never followed by abort_transaction
+    on the same producer (librdkafka 5423): a new producer aborts it."""
+    action = failure_action(code, fatal=fatal, committing=True)
+    assert (action.what, action.new_producer, action.generation_over) == expected
+
+
 def _watcher(monkeypatch: pytest.MonkeyPatch, reads: list[Any]) -> RdkafkaEngine:
     """An engine with only what its partition-count watcher uses, whose
     TopicAdmin answers ``reads`` in turn (a count, or an exception to raise);

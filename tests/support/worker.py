@@ -10,7 +10,9 @@ Test support, not shipped (tests/kafka/test_wheel_contents.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import time
 import urllib.request
@@ -55,6 +57,49 @@ class WorkerProcess(Child):
             name, [sys.executable, "-m", "streams", "run"], log_path=log_path, env=full, cwd=cwd
         )
 
+    def engine_pid(self, timeout: float = 30.0) -> int:
+        """The engine's pid: ``fencewatch run`` supervises its engine in a
+        child process (streams/live/supervisor.py), its only child; the
+        process itself with ``FENCEWATCH_SUPERVISE=false``. Waits for it."""
+        deadline = time.monotonic() + timeout
+        pid = self.proc.pid
+        while True:
+            try:
+                kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            except OSError:
+                kids = []
+            if kids:
+                return int(kids[0])
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                return pid  # not supervised (or gone): the process is the engine
+            time.sleep(0.05)
+
+    def pause(self) -> None:
+        """SIGSTOP the whole worker, supervisor and engine: a frozen host
+        (a suspended VM, a GC stop of everything)."""
+        engine = self.engine_pid()
+        super().pause()
+        if engine != self.proc.pid:
+            os.kill(engine, signal.SIGSTOP)
+        self._frozen_engine = engine
+
+    def resume(self) -> None:
+        engine = getattr(self, "_frozen_engine", None)
+        if engine is not None and engine != self.proc.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(engine, signal.SIGCONT)
+        super().resume()
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker (a crash: no shutdown code runs), engine
+        first, and wait until both are gone."""
+        engine = self.engine_pid(timeout=0)
+        if engine != self.proc.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(engine, signal.SIGKILL)
+        super().kill()
+        _wait_gone(engine)
+
     def health(self) -> dict[str, Any] | None:
         """The ``/health`` document, or None while the server does not answer."""
         return read_health(self.port)
@@ -90,9 +135,9 @@ class WorkerProcess(Child):
         raise WorkerProcessError(f"worker {self.name} did not process {n} events: {self.tail()}")
 
     def rss_bytes(self) -> int:
-        """Resident memory of the worker (Linux ``/proc``), 0 if unknown."""
+        """Resident memory of the worker's engine (Linux ``/proc``), 0 if unknown."""
         try:
-            status = Path(f"/proc/{self.proc.pid}/status").read_text()
+            status = Path(f"/proc/{self.engine_pid(timeout=0)}/status").read_text()
         except OSError:
             return 0
         for line in status.splitlines():
@@ -103,3 +148,17 @@ class WorkerProcess(Child):
     def tail(self, max_bytes: int = 4000) -> str:
         """The last ``max_bytes`` of the worker's log."""
         return super().tail(max_bytes)
+
+
+def _wait_gone(pid: int, timeout: float = 10.0) -> None:
+    """Until ``pid`` no longer runs (a zombie counts as gone)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state == "Z":
+            return
+        time.sleep(0.02)
+    raise WorkerProcessError(f"process {pid} still runs {timeout} s after SIGKILL")

@@ -22,6 +22,7 @@ soak did not kill is an unexplained exit, and fails the run.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
@@ -47,9 +48,11 @@ __all__ = [
     "Soak",
     "SoakConfig",
     "SoakReport",
+    "classify_engine_restarts",
     "coordinator_node",
     "group_coordinator_partition",
     "leader",
+    "log_time",
     "schedule",
     "unexplained_lines",
 ]
@@ -72,8 +75,20 @@ BROKER_ROLES = ("coordinator", "events-leader", "findings-leader", "txn-state-le
 #: interpreter or of a native library, a Python traceback, faust's crash line.
 UNEXPLAINED = re.compile(
     r"Traceback \(most recent call last\)|Segmentation fault|Fatal Python error"
-    r"|core dumped|SIGSEGV|SIGABRT|App Crashed|Assertion .* failed"
+    r"|core dumped|App Crashed|Assertion .* failed"
 )
+#: The supervisor's line for an engine it restarts or gives up on
+#: (streams/live/supervisor.py): the engine, what it died of or how it stalled.
+ENGINE_RESTART = re.compile(
+    r"the (?:faust|rdkafka) engine \(pid \d+\) (?P<why>.+?), holding .*?"
+    r"(?P<then>; restarting it|giving up)"
+)
+#: A log line's local time (both engines' formats start with it).
+LOG_TIME = re.compile(r"^\[?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})")
+#: How long after a fault is undone a stall restart still counts as its doing:
+#: the supervisor restarts after 3 x the stall timeout (180 s by default), and
+#: the stall may begin as the fault ends.
+STALL_AFTER_FAULT_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +112,9 @@ class Injected:
     undone_s: float
     hit: str
     note: str = ""
+    #: The same two moments as wall-clock time (to match the workers' log lines).
+    began_at: float = 0.0
+    undone_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +144,8 @@ class SoakReport:
     revisions: int = 0
     faults: list[Injected] = field(default_factory=list)
     worker_restarts: list[str] = field(default_factory=list)
+    #: Engine restarts by a worker's supervisor, with the reason it logged.
+    engine_restarts: list[str] = field(default_factory=list)
     unexplained: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
@@ -149,7 +169,7 @@ class SoakReport:
             f"events produced {self.events} (delivery errors {self.delivery_errors}), "
             f"findings {self.findings}, finding revisions {self.revisions}, "
             f"faults injected {len(self.faults)}, worker processes started again "
-            f"{len(self.worker_restarts)}",
+            f"{len(self.worker_restarts)}, engine restarts {len(self.engine_restarts)}",
             "faults (seconds into the run):",
         ]
         for f in self.faults:
@@ -159,6 +179,7 @@ class SoakReport:
                 + (f"  {f.note}" if f.note else "")
             )
         lines += [f"worker started again: {r}" for r in self.worker_restarts]
+        lines += [f"engine restarted by its supervisor: {r}" for r in self.engine_restarts]
         lines += [f"UNEXPLAINED: {u}" for u in self.unexplained]
         lines += [f"PROBLEM: {p}" for p in self.problems]
         lines += [f"log: {p}" for p in self.logs]
@@ -252,6 +273,36 @@ def coordinator_node(cluster: LocalCluster, group_id: str) -> tuple[int, int]:
 def unexplained_lines(log: str) -> list[str]:
     """The lines of a worker's log that say it crashed rather than recovered."""
     return [line for line in log.splitlines() if UNEXPLAINED.search(line)]
+
+
+def log_time(line: str) -> float | None:
+    """The wall-clock time a worker's log line was written (None if it has none)."""
+    m = LOG_TIME.match(line)
+    if m is None:
+        return None
+    # Naive on purpose: the workers log local time, and timestamp() reads it so.
+    at = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
+    return at.timestamp() + int(m.group(2)) / 1000
+
+
+def classify_engine_restarts(log: str, faults: list[Injected]) -> tuple[list[str], list[str]]:
+    """The supervisor's restart lines in ``log``: (explained, unexplained).
+    A death by a signal (a native crash: what issue 5040 was) and a
+    supervisor giving up are never explained; a stall is, when it came during
+    a fault or within :data:`STALL_AFTER_FAULT_S` of its end."""
+    explained: list[str] = []
+    unexplained: list[str] = []
+    for line in log.splitlines():
+        m = ENGINE_RESTART.search(line)
+        if m is None:
+            continue
+        at = log_time(line)
+        during = at is not None and any(
+            f.began_at <= at <= f.undone_at + STALL_AFTER_FAULT_S for f in faults
+        )
+        crash = m.group("why").startswith("died of") or m.group("then") == "giving up"
+        (unexplained if crash or not during else explained).append(line.strip()[:300])
+    return explained, unexplained
 
 
 class Soak:
@@ -400,7 +451,7 @@ class Soak:
     # -- faults -----------------------------------------------------------------------
 
     def _inject(self, fault: Fault) -> Injected:
-        began = self.now()
+        began, began_at = self.now(), time.time()
         note = ""
         if fault.kind.startswith("broker-"):
             node, why = self._node_for(fault.target)
@@ -467,7 +518,7 @@ class Soak:
         undone = self.now()
         self.cluster.ensure_all_up()
         self.log(f"{fault.kind} undone" + (f" ({note})" if note else ""))
-        return Injected(fault, round(began, 1), round(undone, 1), hit, note)
+        return Injected(fault, round(began, 1), round(undone, 1), hit, note, began_at, time.time())
 
     # -- the run ------------------------------------------------------------------------
 
@@ -536,6 +587,9 @@ class Soak:
                 r.logs.append(str(w.log_path))
                 text = w.log_path.read_text("utf-8", "replace") if w.log_path.exists() else ""
                 r.unexplained += [f"{w.name}: {line[:300]}" for line in unexplained_lines(text)]
+                explained, crashes = classify_engine_restarts(text, r.faults)
+                r.engine_restarts += [f"{w.name}: {line}" for line in explained + crashes]
+                r.unexplained += [f"{w.name}: engine restart: {line}" for line in crashes]
         r.took_s = round(self.now(), 1)
         return r
 

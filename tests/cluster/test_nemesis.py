@@ -9,6 +9,7 @@ from tests.cluster.nemesis import (
     Injected,
     SoakConfig,
     classify_engine_restarts,
+    contained_crashes,
     group_coordinator_partition,
     java_string_hash,
     log_time,
@@ -78,14 +79,19 @@ def test_a_crash_restart_is_unexplained_and_a_stall_after_a_fault_is_explained()
 
 
 def test_a_traceback_or_a_native_crash_in_a_log_is_unexplained() -> None:
-    """The crash markers are found; ordinary recovery lines are not."""
+    """Crash markers are found; recovery lines and a contained coordinator crash are not."""
     log = (
         "producer fenced (ProducerFenced): restarting the faust app in this process\n"
         "Traceback (most recent call last):\n"
         "Fatal Python error: Segmentation fault\n"
         "Disconnected: connection closed by peer\n"
+        "2026-12-06 04:25:18,881 WARNING streams.kafka.coordinator: the coordinator request "
+        "(committed g) crashed its child process (SIGABRT: librdkafka issue 5040, the reason "
+        "it runs in a child); the caller goes on without it. Its stderr ended: Fatal Python "
+        "error: Aborted\n"
     )
     assert unexplained_lines(log) == [
         "Traceback (most recent call last):",
         "Fatal Python error: Segmentation fault",
     ]
+    assert len(contained_crashes(log)) == 1

@@ -43,6 +43,7 @@ from tests.support.worker import WorkerProcessError
 
 __all__ = [
     "FAULT_KINDS",
+    "MAX_EVENTS",
     "Fault",
     "Injected",
     "Soak",
@@ -57,6 +58,13 @@ __all__ = [
     "schedule",
     "unexplained_lines",
 ]
+
+#: Most events one run is asked for (rate x duration). They are generated up
+#: front, half as many again in reserve (faults that overrun the duration keep
+#: the traffic going), a few hundred bytes each: this bounds the soak's memory.
+MAX_EVENTS = 600_000
+#: Events per workflow of the scenario (4 epochs), a little under its mean.
+_EVENTS_PER_KEY = 18
 
 #: Every kind of fault the nemesis injects.
 FAULT_KINDS = (
@@ -545,6 +553,8 @@ class Soak:
         duration has passed, then let everything settle and check."""
         cfg = self.config
         total = cfg.minutes * 60.0
+        if cfg.rate * total > MAX_EVENTS:
+            raise ValueError(f"{cfg.rate:g} events/s for {cfg.minutes:g} min is over {MAX_EVENTS}")
         plan = schedule(cfg)
         self.log(
             f"seed {cfg.seed}, engine {cfg.engine}, {cfg.workers} workers, "
@@ -552,9 +562,9 @@ class Soak:
         )
         for f in plan:
             self.log(f"  planned at {f.at_s:6.1f}s: {f.kind} {f.target} hold {f.hold_s:.0f} s")
-        # About 22 events per workflow (4 epochs of the scenario): enough
-        # workflows for the whole run at the rate, interleaved at random.
-        n_keys = math.ceil(cfg.rate * total / 20) + 20
+        # Enough workflows for the duration at the rate and half as much again
+        # (the traffic runs until the last fault is undone), interleaved at random.
+        n_keys = math.ceil(cfg.rate * total * 1.5 / _EVENTS_PER_KEY) + 20
         events = self.h.scenario_events(n_keys=n_keys, epochs=4, seed=cfg.seed)
         for slot in range(cfg.workers):
             self._start_worker(slot)

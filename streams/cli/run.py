@@ -163,7 +163,7 @@ def _run(args: argparse.Namespace) -> int:
         return supervise(
             [sys.executable, "-m", "streams", *args.argv],
             engine=settings.engine,
-            policy=RestartPolicy(restart_after=3 * settings.stall_timeout),
+            policy=RestartPolicy(restart_after=3 * settings.stall_after),
         )
     if child:
         _become_engine(int(child))

@@ -233,7 +233,7 @@ def run_faust(settings: LiveSettings, build: Callable[[LiveMetrics], Any]) -> in
 
     supervisor = _Supervisor()
     # One registry for every app of this process.
-    metrics = LiveMetrics(stall_after=settings.stall_timeout)
+    metrics = LiveMetrics(stall_after=settings.stall_after)
     metrics.engine_restarts.inc(engine_restarts(os.environ))
     reporter = Reporter.from_env(os.environ)
     if reporter is not None:

@@ -91,7 +91,7 @@ def run_rdkafka(settings: LiveSettings, prepared: Prepared) -> int:
     if change is not None:
         raise PartitionsChanged(change)
     log.info("starting %r with %d partitions (rdkafka engine)", settings, partitions)
-    metrics = LiveMetrics(stall_after=settings.stall_timeout)
+    metrics = LiveMetrics(stall_after=settings.stall_after)
     metrics.engine_restarts.inc(engine_restarts(os.environ))
     engine = RdkafkaEngine(settings, metrics=metrics, partitions=partitions)
     reporter = Reporter.from_env(os.environ)

@@ -131,3 +131,17 @@ def test_a_loop_that_does_not_turn_shows_in_loop_age() -> None:
         clock.now += 1.0
         doc = live.assess(partitions=[0], lag=0, recovering=False)
     assert doc["loop_age"] == 4.0
+
+
+def test_the_stall_threshold_is_never_under_three_commit_intervals() -> None:
+    """--stall-timeout 60 with a 60 s commit interval: stalled after 180 s;
+    a stall timeout out of 5..3600 is refused, naming the flag."""
+    from streams.errors import ConfigError
+    from streams.kafka.connection import KafkaConnection
+    from streams.live.settings import LiveSettings
+
+    conn = KafkaConnection("127.0.0.1:9092")
+    assert LiveSettings(conn, commit_interval=60.0, transaction_timeout=120).stall_after == 180.0
+    assert LiveSettings(conn).stall_after == 60.0
+    with pytest.raises(ConfigError, match=r"stall timeout must be within 5\.\.3600"):
+        LiveSettings(conn, stall_timeout=1.0)

@@ -3,6 +3,12 @@ group coordinator's partition, and which engine restarts count as explained."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
 from tests.cluster.nemesis import (
     FAULT_KINDS,
     Fault,
@@ -47,6 +53,30 @@ def test_group_coordinator_partition_follows_kafkas_rule() -> None:
     assert group_coordinator_partition("hello", 4) == 99162322 % 4
     assert group_coordinator_partition("polygenelubricants", 50) == 0
     assert group_coordinator_partition("a", 50) == 97 % 50
+
+
+SOAK = Path(__file__).resolve().parents[2] / "scripts" / "soak"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--minutes", "0"], "--minutes must be above 0"),
+        (["--rate", "-1"], "--rate must be above 0"),
+        (["--rate", "1000", "--minutes", "20"], "over the soak's bound of 600000"),
+        (["--engine", "kafka-streams"], "invalid choice"),
+        (["--workers", "9"], "invalid choice"),
+    ],
+)
+def test_the_soak_driver_refuses_a_bad_argument_in_one_line(args: list[str], says: str) -> None:
+    """scripts/soak exits 2 with one error line naming the problem, before any cluster starts."""
+    done = subprocess.run(
+        [sys.executable, str(SOAK), *args], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and says in errors[0], done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
 
 
 def _fault(began_at: float, undone_at: float) -> Injected:

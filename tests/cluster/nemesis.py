@@ -472,7 +472,12 @@ class Soak:
             "findings-leader": self.h.findings,
             "txn-state-leader": "__transaction_state",
         }[role]
-        return leader(self.cluster, topic, int(index)), f"leader of {topic}/{index}"
+        node = leader(self.cluster, topic, int(index))
+        # With three nodes a leader is often the coordinator's node too: say so,
+        # the coordinator's death is what issue 42 was about.
+        also = " (also the group coordinator)"
+        coordinating = coordinator_node(self.cluster, self.h.app_id)[0] == node
+        return node, f"leader of {topic}/{index}" + (also if coordinating else "")
 
     # -- faults -----------------------------------------------------------------------
 

@@ -388,11 +388,14 @@ class Soak:
         return w
 
     def _wait_ready(self, w: Worker, timeout: float = 300.0) -> str:
-        """Wait until ``w`` processes; '' or what kept it from it."""
+        """Wait until ``w`` processes; '' or what kept it from it (a problem of
+        the run: a worker started again must be back within ``timeout``)."""
         try:
             w.wait_ready(timeout)
         except WorkerProcessError as exc:
-            return str(exc).splitlines()[0][:300]
+            why = str(exc).splitlines()[0][:300]
+            self.report.problems.append(f"{self.now():.1f}s {why}")
+            return why
         return ""
 
     def _check_workers(self) -> None:
@@ -574,8 +577,7 @@ class Soak:
         for slot in range(cfg.workers):
             self._start_worker(slot)
         for w in self.workers:
-            if why := self._wait_ready(w):
-                self.report.problems.append(f"at the start: {why}")
+            if self._wait_ready(w):
                 return self._finish()
         self._started = time.monotonic()  # the schedule's clock starts with the traffic
         producer = threading.Thread(target=self._produce, args=(events,), daemon=True)
@@ -615,6 +617,8 @@ class Soak:
             for w in self.workers:
                 if w.poll() is not None:
                     r.problems.append(f"worker {w.name} is not running at the end")
+                elif not (w.health() or {}).get("ok"):
+                    r.problems.append(f"worker {w.name} does not answer /health ok at the end")
         for slot in self.history:
             for w in slot:
                 r.logs.append(str(w.log_path))

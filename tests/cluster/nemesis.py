@@ -207,8 +207,9 @@ def schedule(config: SoakConfig) -> list[Fault]:
     """The faults of a run, drawn from ``config.seed`` alone: the first ones a
     shuffle of every kind (so a short run still meets several), then kinds at
     random. ``at_s`` assumes each fault takes its hold plus half a minute to
-    undo; the run fires them in order, each after the previous one is undone
-    and its gap has passed, so a slow recovery shifts the rest, never stacks."""
+    undo; the run fires each at that time but never sooner than the smallest
+    gap after the previous one was undone, so a slow recovery shifts the
+    rest, never stacks them."""
     rng = random.Random(config.seed)
     kinds = list(FAULT_KINDS)
     rng.shuffle(kinds)
@@ -586,10 +587,12 @@ class Soak:
             # Every planned fault fires, however long the earlier ones took to
             # undo (a replay meets the same faults); traffic runs at least the
             # duration, and past it until the last fault is undone.
+            quiet_from = 0.0
             for fault in plan:
-                self._sleep(max(0.0, fault.at_s - self.now()))
+                self._sleep(max(0.0, fault.at_s - self.now(), quiet_from - self.now()))
                 try:
                     self.report.faults.append(self._inject(fault))
+                    quiet_from = self.now() + cfg.gap_s[0]
                 except Exception as exc:  # the harness failed, not the product: say which
                     self.report.problems.append(
                         f"{self.now():.1f}s could not inject {fault}: {str(exc)[:500]}"

@@ -53,6 +53,7 @@ __all__ = [
     "contained_crashes",
     "coordinator_node",
     "group_coordinator_partition",
+    "java_string_hash",
     "leader",
     "log_time",
     "schedule",

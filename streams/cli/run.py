@@ -158,6 +158,9 @@ def _run(args: argparse.Namespace) -> int:
     configure_client_logs(settings.log_level)
     child = os.environ.get(CHILD_ENV)
     if settings.supervise and not child:
+        # A missing extra is the supervisor's one line, not the engine's
+        # (which would die at each restart with it).
+        _require_modules(ENGINE_MODULES[settings.engine])
         # This process only watches; the engine runs in a child that is
         # restarted on a crash or a stall (streams/live/supervisor.py).
         return supervise(
@@ -191,6 +194,34 @@ def _run(args: argparse.Namespace) -> int:
         return run_worker(settings, prepared)
     except FencewatchError as exc:
         return report_kafka_failure("run", exc)
+
+
+#: What each engine imports from the kafka extra (checked before the engine's
+#: process starts, without importing it into the supervisor).
+ENGINE_MODULES = {
+    "rdkafka": ("confluent_kafka", "prometheus_client"),
+    "faust": ("faust", "aiokafka", "prometheus_client"),
+}
+
+
+def _require_modules(names: tuple[str, ...]) -> None:
+    """Raise ModuleNotFoundError (which main() words as the extra to install)
+    for the first of ``names`` that cannot be imported."""
+    import importlib.util
+
+    for name in names:
+        loaded = sys.modules.get(name, False)
+        if loaded is None:  # marked missing (`import` raises ModuleNotFoundError)
+            found = False
+        elif loaded is not False:
+            found = True  # imported already (faust's module has no __spec__)
+        else:
+            try:
+                found = importlib.util.find_spec(name) is not None
+            except (ImportError, ValueError):
+                found = False
+        if not found:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
 def _become_engine(supervisor: int) -> None:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.errors import BrokerError, BrokerUnreachable, TopicMissing
-from streams.kafka import coordinator
 from streams.kafka.connection import KafkaConnection, check_reachable
+from streams.kafka.coordinator import describe_group
 from streams.kafka.errors import first_metadata, kafka_errors, no_answer
 from streams.kafka.topics import (
     DEFAULT_PARTITIONS,
@@ -119,7 +119,7 @@ class TopicAdmin:
         """The members of consumer group ``group_id`` and its protocol (none
         for a group that is empty or does not exist). Asked in a child
         process (:mod:`streams.kafka.coordinator`, librdkafka issue 5040)."""
-        desc = coordinator.describe_group(self._conn, group_id, timeout_s=self._timeout_s)
+        desc = describe_group(self._conn, group_id, timeout_s=self._timeout_s)
         return GroupMembers(len(desc.client_ids), desc.protocol)
 
     def missing(self, names: Sequence[str]) -> list[str]:

@@ -45,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streams import errors as _errors
+import streams.errors as _errors
 from streams.errors import BrokerError, BrokerUnreachable
 from streams.kafka.connection import KafkaConnection
 

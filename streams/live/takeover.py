@@ -41,9 +41,9 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from streams.errors import BrokerError
-from streams.kafka import coordinator
 from streams.kafka.clients import TransactionalProducer
 from streams.kafka.connection import KafkaConnection
+from streams.kafka.coordinator import ask
 
 __all__ = [
     "OWNER_PREFIX",
@@ -119,7 +119,7 @@ class DepartedOwners:
         process (:mod:`streams.kafka.coordinator`: librdkafka issue 5040
         crashes the process that asks when the coordinator moves, which is
         when a takeover happens)."""
-        offsets, group = coordinator.ask(
+        offsets, group = ask(
             self.connection,
             [
                 {"op": "committed", "group": self.group, "topic": self.topic,

@@ -26,23 +26,26 @@ LAYERS: dict[str, set[str]] = {
     "<streams>": set(),
     "<_native>": set(),
     "<fixtures>": set(),
+    # A child process that dies with its parent (PR_SET_PDEATHSIG).
+    "<lifeline>": set(),
     "<errors>": {"core"},
     "<extras>": {"core"},
-    "kafka": _BASE,
+    "kafka": _BASE | {"<lifeline>"},
     "report": {"core"},
     # <extras>: a missing database driver is named by its extra (fences/connect.py).
     "fences": _BASE | {"<extras>", "kafka"},
     "findings": _BASE | {"kafka"},
-    "live": _BASE | {"kafka"},
+    "live": _BASE | {"kafka", "<lifeline>"},
     "sdk": _BASE | {"kafka", "fences"},
     "integrations": _BASE | {"<extras>", "kafka", "fences", "sdk"},
     # The topic audit as a library call (fencewatch audit --topic, the demos).
     "audit": _BASE | {"kafka", "report", "findings"},
-    "demo": _BASE | {"<fixtures>", "kafka", "fences", "live", "report", "sdk", "audit", "findings"},
+    "demo": _BASE
+    | {"<fixtures>", "<lifeline>", "kafka", "fences", "live", "report", "sdk", "audit", "findings"},
     # The operator console (fencewatch serve): tails the topics, draws the report's timeline.
     "console": _BASE | {"kafka", "findings", "report"},
     "cli": _BASE
-    | {"<streams>", "<_native>", "<extras>", "<fixtures>"}
+    | {"<streams>", "<_native>", "<extras>", "<fixtures>", "<lifeline>"}
     | {"kafka", "fences", "findings", "live", "report", "sdk", "demo", "integrations", "console"}
     | {"audit"},
     "<__main__>": {"cli"},

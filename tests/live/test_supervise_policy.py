@@ -145,3 +145,21 @@ def test_the_stall_threshold_is_never_under_three_commit_intervals() -> None:
     assert LiveSettings(conn).stall_after == 60.0
     with pytest.raises(ConfigError, match=r"stall timeout must be within 5\.\.3600"):
         LiveSettings(conn, stall_timeout=1.0)
+
+
+def test_an_engine_module_already_imported_counts_as_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """faust replaces its module with one that has no __spec__ (find_spec
+    raises ValueError): already imported is installed; None is missing."""
+    import types
+
+    from streams.cli.run import _require_modules
+
+    lazy = types.ModuleType("fw_lazy_mod")
+    lazy.__spec__ = None
+    monkeypatch.setitem(sys.modules, "fw_lazy_mod", lazy)
+    _require_modules(("fw_lazy_mod",))
+    monkeypatch.setitem(sys.modules, "fw_lazy_mod", None)
+    with pytest.raises(ModuleNotFoundError):
+        _require_modules(("fw_lazy_mod",))

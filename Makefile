@@ -8,6 +8,9 @@
 #                    bench/results.json, docs/benchmarks.md and the README's table
 #                    (make bench BENCH_ARGS='--only audit_bench' for one)
 #   make test-faults the slow fault tests (@pytest.mark.faults), docs/reliability.md
+#   make soak        the nemesis soak: a three-broker cluster, live workers, a steady producer
+#                    and seeded random broker/worker faults, then findings against the audit
+#                    (make soak SOAK_SEED=7 SOAK_MINUTES=5 SOAK_ENGINE=faust SOAK_WORKERS=3)
 #   make test-containers  Docker for real: the image, the compose stack, and tests/kafka +
 #                    tests/live on a testcontainers broker (scripts/docker-local makes an
 #                    engine, Compose and the images available first)
@@ -23,7 +26,7 @@ BENCH_ARGS ?=
 
 # `native` always runs: the script itself checks whether the compiled modules
 # exist and match their sources (cheap), and rebuilds only if not.
-.PHONY: venv native tools test test-faults test-containers bench demo lint broker-start broker-stop broker-status
+.PHONY: venv native tools test test-faults test-containers bench demo lint soak broker-start broker-stop broker-status
 
 venv: $(STAMP) native
 
@@ -72,6 +75,17 @@ test-containers: venv
 	    docker rm -f -v $$left >/dev/null; [[ $$status -ne 0 ]] || status=1; \
 	  fi; \
 	  exit $$status'
+
+# The nemesis soak (docs/reliability.md, "Nemesis soak"): its own three-node cluster,
+# stopped after; the seed is printed first, and a failure keeps the logs in .run/soak-*.
+# An empty SOAK_SEED draws one.
+SOAK_SEED ?=
+SOAK_MINUTES ?= 20
+SOAK_ENGINE ?= rdkafka
+SOAK_WORKERS ?= 2
+soak: venv
+	$(BIN)/python scripts/soak $(if $(SOAK_SEED),--seed $(SOAK_SEED)) --minutes $(SOAK_MINUTES) \
+	  --engine $(SOAK_ENGINE) --workers $(SOAK_WORKERS)
 
 # Full JIT for the broker: C1-only (the test default) starts faster but
 # would slow the broker side of the throughput figures.

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from streams.kafka import coordinator
+from streams.kafka.connection import KafkaConnection
 from tests.cluster.conftest import LocalCluster
 from tests.faults.test_broker_restart_midstream import (
     no_duplicates_and_audit,
@@ -196,6 +198,71 @@ def test_isolated_leader_is_fenced_and_rejoins_after_healing(
         latest = no_duplicates_and_audit(h)
         assert len(latest) > 100
         assert h.read(h.dlq) == []
+    finally:
+        h.close()
+        kafka_cluster.ensure_all_up()
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_group_coordinator_killed_while_a_worker_joins(
+    kafka_cluster: LocalCluster, tmp_path: Path, engine: str
+) -> None:
+    """The node coordinating the group is SIGKILLed while a second worker joins
+    (the group mid-reassignment), then brought back: both workers stay up,
+    split the partitions, and the findings are exactly the audit's."""
+    from tests.cluster.nemesis import coordinator_node
+
+    kafka_cluster.ensure_all_up()
+    h = _harness(kafka_cluster, tmp_path, engine)
+    extra = {"FENCEWATCH_SESSION_TIMEOUT": "30", "FENCEWATCH_REPLICATION": "3"}
+    try:
+        events = h.scenario_events(n_keys=300, epochs=4, seed=43)
+        w1 = h.start("w1", extra=extra)
+        w1.wait_ready(timeout=180)
+        feeder = threading.Thread(target=trickle, args=(h, events))
+        feeder.start()
+        w1.wait_processed(len(events) // 5, timeout=300)
+        node, _ = coordinator_node(kafka_cluster, h.app_id)
+        # The computed coordinator (what the soak aims at) is the one the
+        # broker names, asked through the product's crash-proof path.
+        described = coordinator.describe_group(
+            KafkaConnection(kafka_cluster.bootstrap), h.app_id, timeout_s=30
+        )
+        assert described.coordinator == node
+        w2 = h.start("w2", extra=extra)
+        # The reassignment is under way once w1 no longer holds every
+        # partition (w2's join made the group rebalance, and w1 gave up some
+        # or all of them): the coordinator dies then, before w2 is settled.
+        deadline = time.monotonic() + 180
+        while sorted((w1.health() or {}).get("partitions", [])) == [0, 1, 2]:
+            assert w2.proc.poll() is None, f"w2 exited: {w2.tail()}"
+            assert time.monotonic() < deadline, f"w2 never began to join: {w2.tail()}"
+            time.sleep(0.05)
+        kafka_cluster.broker(node, "kill")
+        kafka_cluster.broker(node, "start")
+
+        def split() -> bool:
+            held_1 = set((w1.health() or {}).get("partitions", []))
+            held_2 = set((w2.health() or {}).get("partitions", []))
+            return bool(held_1) and bool(held_2) and held_1 | held_2 == {0, 1, 2}
+
+        deadline = time.monotonic() + 300
+        while not split():
+            assert w1.proc.poll() is None, f"w1 exited: {w1.tail()}"
+            assert w2.proc.poll() is None, f"w2 exited: {w2.tail()}"
+            assert time.monotonic() < deadline, f"never split: {w1.tail()}\n{w2.tail()}"
+            time.sleep(0.2)
+        feeder.join()
+        h.wait_all_committed(timeout=600)
+        assert w1.proc.poll() is None, f"w1 exited: {w1.tail()}"
+        assert w2.proc.poll() is None, f"w2 exited: {w2.tail()}"
+        latest = no_duplicates_and_audit(h)
+        assert len(latest) > 100
+        assert h.read(h.dlq) == []
+        for w in (w1, w2):
+            log = w.log_path.read_text("utf-8", "replace")
+            assert "Traceback" not in log, log[-4000:]
     finally:
         h.close()
         kafka_cluster.ensure_all_up()

@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from streams.console.assets import CSS, INDEX_JS, WORKFLOW_JS
 from streams.console.view import workflow_href
+from streams.report.html import timeline_legend
 from streams.report.html_assets import CSS as REPORT_CSS
 from streams.report.html_assets import JS as REPORT_JS
 
@@ -287,6 +288,8 @@ def workflow_page(
         f"{_status_block(status)}</section>"
     )
     out.append(f"<h2>Ownership timeline</h2>{timeline_note}{timeline_html}")
+    if timeline_html:
+        out.append(timeline_legend())
     findings = data["findings"]
     out.append(f"<h2>Findings ({len(findings)})</h2>")
     if data.get("dropped_revisions"):

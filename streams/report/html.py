@@ -70,6 +70,7 @@ __all__ = [
     "rank_for_timelines",
     "render_html",
     "render_timeline",
+    "timeline_legend",
 ]
 
 #: The page's size target (bytes, UTF-8): the budgets below add up to less.
@@ -268,7 +269,7 @@ def render_html(
             )
             + "</p>"
         )
-        out.append(_legend())
+        out.append(timeline_legend())
         out.extend(sections)
     if len(flagged) > len(drawn) or data["f"]:
         out.append(_others(len(flagged) - len(drawn)))
@@ -592,7 +593,8 @@ def _others(n_undrawn: int) -> str:
     )
 
 
-def _legend() -> str:
+def timeline_legend() -> str:
+    """What the timeline's marks mean (the report's and the console's)."""
     marks = "".join(f"<span><i class='ev t-{t}'></i>{label}</span>" for t, label in _LEGEND)
     return (
         "<div class='legend'>"

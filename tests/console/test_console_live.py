@@ -162,6 +162,9 @@ def test_timeline_of_five_takeovers_shows_every_finding_mark(
     assert len(tops) == 6, tops
     note = browser.evaluate("document.getElementById('replay-note').textContent")
     assert "Replayed 300 of this workflow's events" in note
+    # The report's legend under the timeline: what each mark means.
+    legend = browser.evaluate("document.querySelector('.legend').textContent")
+    assert "finding (numbered as in its table" in legend and "collapsed run" in legend
     if SHOTS:
         browser.screenshot(Path(SHOTS) / "console-workflow.png", full_height=1000)
 

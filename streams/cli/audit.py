@@ -65,7 +65,7 @@ from streams.report.terminal import term_safe
 if TYPE_CHECKING:
     from streams.audit.topic import TopicAudit
 
-__all__ = ["register", "text_colour", "write_report"]
+__all__ = ["fails_on", "register", "text_colour", "write_report"]
 
 _FAIL_ON = [s.value for s in Severity] + ["never"]
 #: Most worker processes --jobs starts (each holds a Kafka client and its
@@ -215,6 +215,15 @@ def _from_offset(text: str) -> int | dict[int, int]:
             raise argparse.ArgumentTypeError(f"partition {partition} given twice in {text!r}")
         out[partition] = offset
     return out
+
+
+def fails_on(worst: Severity | None, fail_on: str) -> bool:
+    """``--fail-on``: the worst finding is at least that severity (never with ``never``)."""
+    return (
+        fail_on != "never"
+        and worst is not None
+        and SEVERITY_RANK[worst] >= SEVERITY_RANK[Severity(fail_on)]
+    )
 
 
 def text_colour(args: argparse.Namespace) -> bool:
@@ -558,11 +567,4 @@ def _audit(args: argparse.Namespace) -> int:
             f"{inv.field + ': ' if inv.field else ''}{inv.reason}" + (f" ({hint})" if hint else "")
         )
         return 2
-    worst = replay.worst_severity()
-    if (
-        args.fail_on != "never"
-        and worst is not None
-        and SEVERITY_RANK[worst] >= SEVERITY_RANK[Severity(args.fail_on)]
-    ):
-        return 1
-    return 0
+    return 1 if fails_on(replay.worst_severity(), args.fail_on) else 0

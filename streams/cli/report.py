@@ -21,8 +21,8 @@ from typing import Any
 
 import orjson
 
-from streams.cli.audit import text_colour, write_report
-from streams.core.records import SEVERITY_RANK, Severity
+from streams.cli.audit import fails_on, text_colour, write_report
+from streams.core.records import Severity
 from streams.report.merge import MergeRefused, merge_reports
 
 __all__ = ["register"]
@@ -105,11 +105,4 @@ def _merge(args: argparse.Namespace) -> int:
             )
     if not write_report(text, args.output, _err):
         return 2
-    worst = report.worst_severity()
-    if (
-        args.fail_on != "never"
-        and worst is not None
-        and SEVERITY_RANK[worst] >= SEVERITY_RANK[Severity(args.fail_on)]
-    ):
-        return 1
-    return 0
+    return 1 if fails_on(report.worst_severity(), args.fail_on) else 0

@@ -176,15 +176,28 @@ class LiveHarness:
                     p.poll(0.1)
         assert p.flush(30) == 0
 
-    def end_offsets(self, topic: str) -> dict[int, int]:
-        from confluent_kafka import Consumer, TopicPartition
+    def end_offsets(self, topic: str, timeout: float = 120.0) -> dict[int, int]:
+        """Each partition's high watermark. Asked right after a broker fault
+        (a SIGCONT, a restart), the client's metadata can still lack the
+        partition's leader (UNKNOWN_PARTITION, seen in CI): ask again until
+        ``timeout``, as any client would, rather than fail the test on it."""
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "probe"})
+        deadline = time.monotonic() + timeout
         try:
-            return {
-                p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
-                for p in range(self.partitions)
-            }
+            while True:
+                try:
+                    return {
+                        p: c.get_watermark_offsets(
+                            TopicPartition(topic, p), timeout=10, cached=False
+                        )[1]
+                        for p in range(self.partitions)
+                    }
+                except KafkaException:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
         finally:
             c.close()
 
@@ -263,9 +276,18 @@ class LiveHarness:
         transactional id belongs to the dead worker's slot; docs/live.md).
         A committed transaction's markers, too, reach each partition a moment
         after the group's offsets are readable."""
+        from confluent_kafka import KafkaException
+
         with self.output_probe(also) as marks:
             while True:
-                behind = [tp for tp, (lso, hw) in marks().items() if lso < hw]
+                try:
+                    behind = [tp for tp, (lso, hw) in marks().items() if lso < hw]
+                except KafkaException:
+                    # Metadata not refreshed yet after a broker fault: not yet.
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+                    continue
                 if not behind:
                     return
                 if time.monotonic() > deadline:

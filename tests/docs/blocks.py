@@ -54,6 +54,8 @@ __all__ = [
 SESSION = "__docs_session__"
 #: Seconds one command or one Python block may take.
 STEP_TIMEOUT_S = 240.0
+#: Lines of output one command may print (the rest is a runaway, not a doc).
+MAX_OUTPUT_LINES = 20_000
 RUNNER = Path(__file__).with_name("pyblock_runner.py")
 SHELLS = frozenset({"sh", "bash", "shell", "zsh"})
 MARKER = re.compile(r"^[ \t]*<!--\s*not-runnable\b(?P<rest>.*?)-->[ \t]*$", re.MULTILINE)
@@ -247,8 +249,11 @@ class DocSession:
                 return _report(command, got, "the shell exited")
             if line.startswith(token + " "):
                 status = int(line.split()[1])
-            else:
+            elif len(got) < MAX_OUTPUT_LINES:
                 got.append(line)
+            else:  # no doc shows this much: a runaway command
+                self.close()
+                return _report(command, got, f"more than {MAX_OUTPUT_LINES} lines of output")
         if got and got[-1] == "":
             got.pop()  # the newline printed before the token
         if command.expected:

@@ -1,5 +1,6 @@
 """A plain install works (issues 9, 23, 44): the compiled platform wheel,
-installed non-editable with the ``kafka`` extra into a fresh virtualenv
+installed non-editable with the ``kafka`` extra (and ``otel``, which
+docs/integrations.md runs) into a fresh virtualenv shared by the session
 (tests/support/installed.py), run from a directory outside the checkout:
 ``--version`` (the compiled detector), ``python -m fencewatch``, ``audit`` of the packaged
 fixture, the packaged examples and deploy files, ``run`` on a closed port (one

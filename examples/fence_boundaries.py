@@ -198,11 +198,20 @@ def reconcile(db: Database, prefix: str) -> None:
         path = Path(tmp) / "evidence.jsonl"
         path.write_bytes(b"\n".join(orjson.dumps(e) for e in events) + b"\n")
         cli(["audit", str(path)])
+        # `fencewatch verify` checks the effect's evidence is on the events
+        # topic: with a broker, put it there (as the SDK would have), so the
+        # line below works as printed.
+        published = bool(os.environ.get("FENCEWATCH_BOOTSTRAP_SERVERS"))
+        if published:
+            cli(["publish", str(path)])
     print("a person checks the mailbox, then records the outcome for the current epoch:")
     print(
         f"  fencewatch verify --workflow {KEY} --effect welcome-email --by alice "
         f"--epoch {new} --note 'customer got two emails; apology sent'"
     )
+    if not published:
+        print("  (against a broker holding this evidence: FENCEWATCH_BOOTSTRAP_SERVERS=... "
+              "publishes it to ownership.events first)")  # fmt: skip
 
 
 STORIES = {

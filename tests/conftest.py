@@ -43,6 +43,7 @@ import pytest
 
 from streams.kafka.admin import TopicAdmin, TopicSpec
 from streams.kafka.connection import KafkaConnection
+from tests.support.installed import installed  # noqa: F401  (the compiled wheel, installed)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KAFKA_LOCAL = REPO_ROOT / "scripts" / "kafka-local"

@@ -167,36 +167,15 @@ def test_the_default_wheel_is_pure_python(wheel: Path) -> None:
     assert [n for n in names if n.endswith((".so", ".pyd")) or "native-build" in n] == []
 
 
-_TREE = ("pyproject.toml", "README.md", "hatch_build.py", ".gitignore", "streams", "fencewatch",
-         "schemas", "examples", "deploy", "docs/spec.md", "scripts/kafka-local",
-         "scripts/kafka-version", "scripts/kafka-jars")  # fmt: skip
-
-
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # the first build of this source: minutes of mypyc on a busy machine
 def test_the_compiled_wheel_runs_the_compiled_detector(tmp_path: Path) -> None:
     """HATCH_BUILD_HOOK_ENABLE_MYPYC=true builds a platform wheel carrying the compiled core and
     its manifest; installed, the detector is 'compiled' (not stale) and the audit is the same."""
-    import shutil
-
     from streams._native import NATIVE_MODULES
+    from tests.support.installed import compiled_wheel
 
-    tree = tmp_path / "tree"  # hatch-mypyc compiles in place: never in this checkout
-    for name in _TREE:
-        src, dst = ROOT / name, tree / name
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-        else:
-            shutil.copy2(src, dst)
-    (tree / "streams" / "core" / "native-build.json").unlink(missing_ok=True)
-    dist = tmp_path / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(dist), str(tree)],
-        check=True, capture_output=True, timeout=900,
-        env={**os.environ, "HATCH_BUILD_HOOK_ENABLE_MYPYC": "true"},
-    )  # fmt: skip
-    (built,) = dist.glob("fencewatch-*.whl")
+    built = compiled_wheel()  # built from a clean copy of the tree, cached by source hash
     assert not built.name.endswith("-none-any.whl"), built.name  # a platform wheel
     names = zipfile.ZipFile(built).namelist()
     for module in NATIVE_MODULES:

@@ -1,6 +1,8 @@
-"""A plain install works (issues 9, 23): the wheel, installed non-editable with
-the ``kafka`` extra into a fresh virtualenv, run from a directory outside the
-checkout: ``--version``, ``python -m fencewatch``, ``audit`` of the packaged
+"""A plain install works (issues 9, 23, 44): the compiled platform wheel,
+installed non-editable with the ``kafka`` extra (and ``otel``, which
+docs/integrations.md runs) into a fresh virtualenv shared by the session
+(tests/support/installed.py), run from a directory outside the checkout:
+``--version`` (the compiled detector), ``python -m fencewatch``, ``audit`` of the packaged
 fixture, the packaged examples and deploy files, ``run`` on a closed port (one
 line, no state left) and on a mistyped topic, ``run`` until ``/health`` is ok,
 ``publish`` of the fixture (and of an invalid line), ``demo live``, and the
@@ -9,10 +11,8 @@ rocksdb extra's one-line hint."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 import uuid
@@ -23,73 +23,23 @@ import pytest
 
 from streams.kafka import TopicAdmin, TopicSpec, end_offsets
 from streams.kafka.connection import KafkaConnection
+from tests.support.installed import Installed
 from tests.support.worker import free_port, is_ready
-
-ROOT = Path(__file__).resolve().parents[2]
-#: Dependency wheels kept between runs (the first run fills it from the index;
-#: later ones install offline in seconds).
-WHEELHOUSE = (
-    Path(os.environ.get("FENCEWATCH_CACHE", Path.home() / ".cache" / "fencewatch")) / "wheelhouse"
-)
-
-
-def _pip(*args: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if proc.returncode != 0:
-        raise AssertionError(f"pip {' '.join(args[:2])} failed:\n{proc.stderr[-3000:]}")
-
-
-def _install(tmp: Path) -> Path:
-    """Build the wheel, make a fresh venv, install wheel[kafka] non-editable; its bin dir."""
-    dist = tmp / "dist"
-    _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(ROOT))
-    (wheel,) = dist.glob("fencewatch-*.whl")
-    venv = tmp / "venv"
-    # No pip inside: this process's pip installs into it (--python), which is
-    # faster than bootstrapping one and installs the same way.
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    target = ["--python", str(venv / "bin" / "python"), "install", "-q", "--no-compile"]
-    requirement = f"{wheel}[kafka]"
-    try:
-        _pip(*target, "--no-index", "--find-links", str(WHEELHOUSE), requirement)
-    except AssertionError:  # first run, or new dependencies: fill the wheelhouse
-        # pip wheel copies ours in too, and next time takes a fencewatch wheel
-        # already there (same name, an older build: maybe without a new
-        # dependency) for the one named: never keep one.
-        for stale in WHEELHOUSE.glob("fencewatch-*.whl"):
-            stale.unlink()
-        _pip("wheel", "-q", "-w", str(WHEELHOUSE), requirement)
-        _pip(*target, "--no-index", "--find-links", str(WHEELHOUSE), requirement)
-    return venv / "bin"
-
-
-def _env(bin_dir: Path) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("FENCEWATCH_", "PYTHON", "VIRTUAL_ENV"))
-    }
-    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-    return env
 
 
 @pytest.mark.kafka
+@pytest.mark.timeout(1200)  # when first: the compiled wheel's build (cached) and its venv
 def test_installed_wheel_works_from_outside_the_checkout(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, installed: Installed, tmp_path: Path
 ) -> None:
-    """Non-editable wheel[kafka] in a fresh venv, run from a temp dir: version, audit of the
-    packaged fixture (exit 1, four findings), run and serve until /health ok, demo live,
+    """Compiled wheel[kafka] in a fresh venv, run from a temp dir: version (compiled), audit of
+    the packaged fixture (exit 1, four findings), run and serve until /health ok, demo live,
     rocksdb hint."""
-    bin_dir = _install(tmp_path)
+    bin_dir = installed.bin
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = _env(bin_dir)
-    fencewatch = str(bin_dir / "fencewatch")
+    env = installed.env()
+    fencewatch = installed.fencewatch
 
     def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -98,6 +48,8 @@ def test_installed_wheel_works_from_outside_the_checkout(
 
     version = cli("--version")
     assert version.returncode == 0 and version.stdout.startswith("fencewatch 0."), version
+    assert version.stdout.endswith(" (detector: compiled)\n"), version.stdout
+    assert not installed.wheel.name.endswith("-none-any.whl"), installed.wheel.name
     as_module = subprocess.run(
         [str(bin_dir / "python"), "-m", "fencewatch", "--version"],
         cwd=work, env=env, capture_output=True, text=True, timeout=60,
@@ -105,13 +57,13 @@ def test_installed_wheel_works_from_outside_the_checkout(
     assert as_module.returncode == 0 and as_module.stdout == version.stdout, as_module
 
     files = Path(cli("demo", "files").stdout.strip())
-    assert files.is_relative_to(tmp_path / "venv"), files  # packaged, not the checkout
+    assert files.is_relative_to(installed.venv), files  # packaged, not the checkout
     assert (files / "examples" / "agent_worker.py").is_file()
     assert (files / "deploy" / "prometheus" / "alerts.yml").is_file()
     assert (files / "deploy" / "grafana" / "dashboards" / "fencewatch.json").is_file()
 
     where = cli("demo", "fixture", "--path").stdout.strip()
-    assert where.startswith(str(tmp_path / "venv")), where  # the packaged copy, not the checkout
+    assert where.startswith(str(installed.venv)), where  # the packaged copy, not the checkout
     audit = cli("audit", "--format", "json", where)
     assert audit.returncode == 1, audit.stderr
     kinds = sorted(f["kind"] for f in json.loads(audit.stdout)["findings"])

@@ -17,27 +17,29 @@ import pytest
 
 from streams.cli import main
 from streams.kafka.local_broker import missing_requirement
-from tests.kafka.test_installed_wheel import _env, _install
+from tests.support.installed import Installed
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.kafka
 @pytest.mark.slow
-def test_local_start_from_the_installed_wheel_gives_a_working_broker(tmp_path: Path) -> None:
+@pytest.mark.timeout(1200)  # when first: the compiled wheel's build (cached) and its venv
+def test_local_start_from_the_installed_wheel_gives_a_working_broker(
+    installed: Installed, tmp_path: Path
+) -> None:
     """Wheel in a fresh venv, from a temp dir: local start prints a bootstrap that publish,
     audit --topic (the four SPEC §5 findings) and the packaged outbox example use; status says
     running, stop stops it."""
-    bin_dir = _install(tmp_path)
     work = tmp_path / "elsewhere"
     work.mkdir()
-    env = _env(bin_dir)
+    env = installed.env()
     env["FENCEWATCH_KAFKA_DIR"] = str(tmp_path / "state")
     # The script's watchdog stops the broker if this pytest dies without teardown.
     env["FENCEWATCH_KAFKA_OWNER_PID"] = str(os.getpid())
     if "FENCEWATCH_CACHE" in os.environ:  # the jars already downloaded, not again
         env["FENCEWATCH_CACHE"] = os.environ["FENCEWATCH_CACHE"]
-    fencewatch = str(bin_dir / "fencewatch")
+    fencewatch = installed.fencewatch
 
     def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -45,7 +47,7 @@ def test_local_start_from_the_installed_wheel_gives_a_working_broker(tmp_path: P
         )
 
     spec = Path(cli("spec").stdout.strip())  # what every SPEC §N names, packaged
-    assert spec.is_relative_to(tmp_path / "venv") and spec.name == "spec.md", spec
+    assert spec.is_relative_to(installed.venv) and spec.name == "spec.md", spec
     assert cli("spec", "5").stdout.startswith("## 5. The reference fixture\n")
 
     before = cli("local", "status")

@@ -5,7 +5,7 @@
 #                    (make test PYTEST_ARGS='tests/kafka -x' to narrow it)
 #   make lint        ruff + mypy
 #   make bench       every benchmark (bench/run_all.py) on a private broker and PostgreSQL:
-#                    bench/results.json, docs/benchmarks.md and the README's table
+#                    bench/results.json, docs/benchmarks.md and docs/development.md's table
 #                    (make bench BENCH_ARGS='--only audit_bench' for one)
 #   make test-faults the slow fault tests (@pytest.mark.faults), docs/reliability.md
 #   make soak        the nemesis soak: a three-broker cluster, live workers, a steady producer

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from streams.cli.interrupts import DroppedInterrupts
+
 __all__ = ["main"]
 
 # Subcommand modules, imported lazily so that `fencewatch audit` on a file never
@@ -66,6 +68,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # From the first import of a subcommand to the last line: a Ctrl-C that
+    # Python drops (raised inside a weakref callback, as at the end of an
+    # import) is raised again, and at worst still makes the exit 130.
+    dropped = DroppedInterrupts()
+    try:
+        with dropped:
+            status = _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    if dropped.seen and status != 130:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return status
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -75,9 +94,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         return int(args.handler(args))
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
     except ModuleNotFoundError as exc:
         from streams.extras import extra_for
 

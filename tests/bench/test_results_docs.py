@@ -27,12 +27,13 @@ def test_docs_benchmarks_is_rendered_from_results_json() -> None:
     assert (REPO / "docs" / "benchmarks.md").read_text() == run_all.render_doc(results)
 
 
-def test_readme_performance_table_is_rendered_from_results_json() -> None:
-    """The README's table between the bench markers is the one rendered from the results."""
+def test_development_performance_table_is_rendered_from_results_json() -> None:
+    """docs/development.md's table between the bench markers is the one rendered from results."""
     run_all = _run_all()
     results = json.loads((REPO / "bench" / "results.json").read_text())
-    readme = (REPO / "README.md").read_text()
-    assert run_all.render_readme(readme, results) == readme
+    page = (REPO / "docs" / "development.md").read_text()
+    assert run_all.BEGIN in page and run_all.END in page
+    assert run_all.render_table_doc(page, results) == page
 
 
 def test_every_figure_with_a_target_has_a_verdict() -> None:

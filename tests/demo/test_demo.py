@@ -23,6 +23,7 @@ from streams.cli import main
 from streams.kafka.admin import TopicAdmin
 from streams.kafka.connection import KafkaConnection
 from streams.kafka.reader import iter_topic
+from tests.support.dropped_sigint import dropped_sigint_argv
 
 REPO = Path(__file__).resolve().parents[2]
 _TOPICS = re.compile(r"topics: (\S+) -> (\S+) \(dead letters: (\S+)\)")
@@ -197,21 +198,24 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _start_demo(bootstrap: str) -> tuple[subprocess.Popen[str], str]:
-    """A split-brain demo in a subprocess, read until worker-a is frozen;
-    returns it and its run id."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streams",
-            "demo",
-            "split-brain",
-            "--bootstrap-servers",
-            bootstrap,
-            "--tool-seconds",
-            "2",
-        ],
+def _split_brain_argv(bootstrap: str) -> list[str]:
+    # A 30 s lease: worker-b cannot take over (and worker-a is not resumed)
+    # for 30 s, so worker-a is still frozen whenever the test acts.
+    return [
+        "demo",
+        "split-brain",
+        "--bootstrap-servers",
+        bootstrap,
+        "--tool-seconds",
+        "2",
+        "--ttl",
+        "30",
+    ]
+
+
+def _popen(argv: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        argv,
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -221,16 +225,45 @@ def _start_demo(bootstrap: str) -> tuple[subprocess.Popen[str], str]:
         # leaves it ignored (the demo would never see the test's SIGINT).
         preexec_fn=_default_sigint,
     )
+
+
+def _read_until(proc: subprocess.Popen[str], marker: str) -> tuple[str, list[str]]:
+    """The run id and the lines read until one holds ``marker`` (or the end)."""
     assert proc.stdout is not None
     run_id, seen = "", []
     for line in proc.stdout:
         seen.append(line)
         if m := _RUN.search(line):
             run_id = m.group(1)
-        if "SIGSTOP worker-a" in line:
+        if marker in line:
             break
-    assert run_id and "SIGSTOP worker-a" in seen[-1], "".join(seen)
+    return run_id, seen
+
+
+def _frozen(run_id: str, worker: str) -> bool:
+    """Whether the run's ``worker`` process is stopped (SIGSTOP)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if any(run_id.encode() in a for a in cmd) and worker.encode() in cmd:
+            return stat.rsplit(")", 1)[1].split()[0] == "T"
+    return False
+
+
+def _start_demo(bootstrap: str) -> tuple[subprocess.Popen[str], str]:
+    """A split-brain demo in a subprocess, read until it waits for worker-b
+    with worker-a frozen (the lease line it says after the freeze, its
+    imports done); returns it and its run id."""
+    proc = _popen([sys.executable, "-m", "streams", *_split_brain_argv(bootstrap)])
+    run_id, seen = _read_until(proc, "lease store: epoch 1 held by worker-a")
+    assert run_id and "lease store: epoch 1" in seen[-1], "".join(seen)
     assert len(run_ids_alive(run_id)) >= 3  # processor, worker-a, worker-b (and guards exec'd)
+    assert _frozen(run_id, "worker-a"), "".join(seen)
     return proc, run_id
 
 
@@ -239,6 +272,14 @@ def _gone(run_id: str, timeout: float = 30.0) -> list[str]:
     while (left := run_ids_alive(run_id)) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
+
+
+def _interrupted_once(out: str) -> None:
+    """The demo's output ends its story with the one line of a Ctrl-C, and
+    Python printed no dropped exception or traceback."""
+    assert out.count("interrupted\n") == 1, out
+    assert "Exception ignored" not in out, out
+    assert "Traceback" not in out, out
 
 
 @pytest.mark.kafka
@@ -250,8 +291,46 @@ def test_ctrl_c_stops_every_child_including_the_paused_worker(kafka_bootstrap: s
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
+    _interrupted_once(out)
     assert _gone(run_id, timeout=5) == []
     delete_run(kafka_bootstrap, run_id)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(90)
+def test_a_ctrl_c_python_drops_after_the_freeze_still_stops_the_demo(
+    kafka_bootstrap: str,
+) -> None:
+    """The flake: a SIGINT that lands inside a weakref callback (the end of an
+    import) right after worker-a is frozen is dropped by Python; the demo
+    still stops, exits 130 with one line, and leaves no child behind (it used
+    to run on and exit 0)."""
+    proc = _popen(dropped_sigint_argv("open_database", *_split_brain_argv(kafka_bootstrap)))
+    run_id, seen = _read_until(proc, "SIGSTOP worker-a")
+    assert run_id and "SIGSTOP worker-a" in seen[-1], "".join(seen)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, "".join(seen) + out
+    _interrupted_once(out)
+    assert "as expected" not in out  # the story did not run on to its end
+    assert _gone(run_id, timeout=5) == []
+    delete_run(kafka_bootstrap, run_id)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(90)
+def test_an_early_ctrl_c_python_drops_while_the_cli_imports_stops_the_demo(
+    kafka_bootstrap: str,
+) -> None:
+    """A SIGINT dropped while the command line is still being parsed (the
+    demo's module being imported): exit 130, one line, no child left."""
+    proc = _popen(dropped_sigint_argv("import:demo", *_split_brain_argv(kafka_bootstrap)))
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    _interrupted_once(out)
+    assert "SIGSTOP worker-a" not in out  # stopped well before the story's middle
+    if run := _RUN.search(out):
+        assert _gone(run.group(1), timeout=5) == []
+        delete_run(kafka_bootstrap, run.group(1))
 
 
 @pytest.mark.kafka

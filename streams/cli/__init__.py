@@ -30,6 +30,7 @@ _COMMANDS: tuple[str, ...] = (
     "local",
     "spec",
     "report",
+    "source",
 )
 
 

@@ -3,9 +3,11 @@
 Watches an etcd election prefix and publishes ``lease_acquired`` /
 ``lease_released`` to the events topic, exactly once (one Kafka transaction
 per batch, with the revision it was read up to on the state topic), resuming
-after a restart (docs/integrations.md, "etcd"). Runs until stopped (SIGTERM or
-Ctrl-C: exit 0 after the batch in hand) or ``--max-batches``. Exit status: 0
-stopped; 2 usage error, etcd or Kafka failure (one line naming it).
+after a restart (docs/integrations.md, "etcd"). Runs until stopped (SIGTERM:
+exit 0; a transaction it interrupts is aborted, and the next run resumes before
+it) or ``--max-batches``; etcd away for up to ``--etcd-retry`` seconds is
+ridden out. Exit status: 0 stopped; 2 usage error, etcd or Kafka failure (one
+line naming it: a restart resumes where the last committed batch ended).
 """
 
 from __future__ import annotations
@@ -80,6 +82,13 @@ def register(sub: Any) -> None:
         "--etcd-timeout", type=float, default=10.0, metavar="SECONDS", help="per etcd request"
     )
     e.add_argument(
+        "--etcd-retry",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long etcd may be away before the source stops (default 60)",
+    )
+    e.add_argument(
         "--max-batches",
         type=int,
         default=None,
@@ -131,10 +140,14 @@ def _main(args: argparse.Namespace) -> int:
             source_id=args.source_id,
             max_keys=args.max_keys,
             etcd_timeout_s=args.etcd_timeout,
+            etcd_retry_s=args.etcd_retry,
         )
         source = EtcdSource(settings, _say)
-        signal.signal(signal.SIGTERM, _on_term)
-        stats = source.run(args.max_batches)
+        previous = signal.signal(signal.SIGTERM, _on_term)
+        try:
+            stats = source.run(args.max_batches)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     except _Stop:
         stats = source.stats if source is not None else None
     except (FencewatchError, ValueError, TooManyKeys) as exc:

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,6 +117,18 @@ def _kv(raw: dict[str, Any]) -> KeyValue:
     )
 
 
+def _reason(exc: BaseException) -> str:
+    """The useful part of a client error: requests' messages wrap the OS
+    error ("[Errno 111] Connection refused") in a paragraph of pool detail."""
+    text = str(getattr(exc, "detail_text", None) or exc) or type(exc).__name__
+    found = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
+    if found:
+        return found.group(0)
+    if "timed out" in text.lower():
+        return "timed out"
+    return text[:200]
+
+
 def parse_endpoints(text: str) -> list[tuple[str, str, int]]:
     """``http://host:port[,https://...]`` into (scheme, host, port); ConfigError
     naming the bad endpoint otherwise."""
@@ -177,7 +191,9 @@ class EtcdClient:
         try:
             out = self._client.post(self._client.get_url(path), json=body)
         except (e.ConnectionFailedError, e.ConnectionTimeoutError) as exc:
-            raise StoreUnavailable(f"etcd at {self.endpoint} did not answer: {exc}") from None
+            raise StoreUnavailable(
+                f"etcd at {self.endpoint} did not answer: {_reason(exc)}"
+            ) from None
         except e.Etcd3Exception as exc:
             detail = str(getattr(exc, "detail_text", "") or exc)
             if "compacted" in detail:
@@ -222,10 +238,13 @@ class EtcdClient:
                 self._client.get_url("/watch"),
                 json=body,
                 stream=True,
-                timeout=(self.timeout_s, None),
+                # etcd sends a progress notification every 10 minutes when
+                # nothing changes: a silence longer than that is a member that
+                # froze or a connection that died without a reset.
+                timeout=(self.timeout_s, 660.0),
             )
         except requests.RequestException as exc:
-            raise StoreUnavailable(f"etcd at {self.endpoint}: watch: {exc}") from None
+            raise StoreUnavailable(f"etcd at {self.endpoint}: watch: {_reason(exc)}") from None
         try:
             if resp.status_code != 200:
                 raise StoreError(f"etcd at {self.endpoint}: watch: HTTP {resp.status_code}")
@@ -250,7 +269,9 @@ class EtcdClient:
                     for ev in events
                 ]
         except requests.RequestException as exc:
-            raise StoreUnavailable(f"etcd at {self.endpoint}: watch broke: {exc}") from None
+            raise StoreUnavailable(
+                f"etcd at {self.endpoint}: watch broke: {_reason(exc)}"
+            ) from None
         finally:
             resp.close()
         raise StoreUnavailable(f"etcd at {self.endpoint}: the watch stream ended")
@@ -322,6 +343,9 @@ class SourceSettings:
     source_id: str | None = None
     max_keys: int = 100_000
     etcd_timeout_s: float = 10.0
+    #: How long etcd may be away (a restart, a lost connection) before the
+    #: source gives up.
+    etcd_retry_s: float = 60.0
     transaction_timeout_ms: int = 60_000
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -342,6 +366,8 @@ class SourceSettings:
             raise ConfigError("the events and state topics must differ")
         if self.source_id is not None and not 1 <= len(self.source_id) <= 256:
             raise ConfigError("--source-id must be 1-256 characters")
+        if not 0 < self.etcd_timeout_s <= 300 or not 0 <= self.etcd_retry_s <= 86_400:
+            raise ConfigError("--etcd-timeout must be in (0, 300] s, --etcd-retry in [0, 86400] s")
         if not 1 <= self.max_keys <= 10_000_000:
             raise ConfigError(f"max_keys must be in 1..10000000, got {self.max_keys}")
 
@@ -529,14 +555,25 @@ class EtcdSource:
 
     def run(self, max_batches: int | None = None) -> SourceStats:
         """Publish until ``max_batches`` transactions were written (None:
-        until the watch fails)."""
+        until stopped). etcd going away (a member restarting, a lost
+        connection) is ridden out: the source reconnects to the first
+        endpoint that answers and watches on from the revision after its last
+        transaction, for up to ``etcd_retry_s`` without an answer, then
+        raises :class:`~streams.errors.StoreUnavailable`."""
         start = self._start()
-        assert self._etcd is not None
         self.notice(f"watching {self.settings.prefix} from etcd revision {start}")
         batches = 0
+        down_since: float | None = None
+        pause = 0.2
         while max_batches is None or batches < max_batches:
             try:
+                if self._etcd is None:
+                    self._etcd = EtcdClient(
+                        self.settings.endpoints, timeout_s=self.settings.etcd_timeout_s
+                    )
+                    self.notice(f"etcd answers again at {self._etcd.endpoint}")
                 for response in self._etcd.watch(self._prefix, start):
+                    down_since, pause = None, 0.2
                     changes: list[Transition | Rejected] = []
                     by_rev: dict[int, list[Change]] = {}
                     for ch in response:
@@ -551,6 +588,18 @@ class EtcdSource:
                         break
             except Compacted:
                 start = self._compacted(start)
+            except StoreUnavailable as exc:
+                now = time.monotonic()
+                if down_since is None:
+                    down_since = now
+                    self.notice(f"{exc}: reconnecting (for up to {self.settings.etcd_retry_s:g} s)")
+                elif now - down_since > self.settings.etcd_retry_s:
+                    raise
+                if self._etcd is not None:
+                    self._etcd.close()
+                    self._etcd = None
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
         return self.stats
 
     def close(self) -> None:

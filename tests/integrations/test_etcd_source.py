@@ -33,47 +33,58 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "examples" / "etcd_worker.py"
 
 
-@pytest.fixture(scope="module")
-def etcd_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private single-member etcd 3.7 on free ports with a temp data dir
-    (the binary built once into the cache by scripts/etcd-local); stopped after."""
+def _etcd_binary() -> str:
     built = subprocess.run(
         [str(ROOT / "scripts" / "etcd-local"), "build"], capture_output=True, text=True
     )
     if built.returncode != 0:
         pytest.fail(f"scripts/etcd-local build failed:\n{built.stderr[-3000:]}", pytrace=False)
-    binary = built.stdout.strip().splitlines()[-1]
-    work = tmp_path_factory.mktemp("etcd")
-    client, peer = free_port(), free_port()
+    return built.stdout.strip().splitlines()[-1]
+
+
+def _start_etcd(binary: str, work: Path, client: int, peer: int) -> subprocess.Popen[bytes]:
+    """etcd on ``client``/``peer`` with its data in ``work``; returns once healthy."""
     url = f"http://127.0.0.1:{client}"
     argv = [binary, "--name", "t", "--data-dir", str(work / "data")]
     argv += ["--listen-client-urls", url, "--advertise-client-urls", url]
     argv += ["--listen-peer-urls", f"http://127.0.0.1:{peer}"]
     argv += ["--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}"]
     argv += ["--initial-cluster", f"t=http://127.0.0.1:{peer}"]
-    log = (work / "etcd.log").open("wb")
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=1) as resp:
-                    if json.loads(resp.read()).get("health") == "true":
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"etcd did not start: {(work / 'etcd.log').read_text()[-2000:]}")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
+    with (work / "etcd.log").open("ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while True:
         try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(15)
-        log.close()
+            with urllib.request.urlopen(url + "/health", timeout=1) as resp:
+                if json.loads(resp.read()).get("health") == "true":
+                    return proc
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop_etcd(proc)
+            pytest.fail(f"etcd did not start: {(work / 'etcd.log').read_text()[-2000:]}")
+        time.sleep(0.1)
+
+
+def _stop_etcd(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(15)
+
+
+@pytest.fixture(scope="module")
+def etcd_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private single-member etcd 3.7 on free ports with a temp data dir
+    (the binary built once into the cache by scripts/etcd-local); stopped after."""
+    client = free_port()
+    proc = _start_etcd(_etcd_binary(), tmp_path_factory.mktemp("etcd"), client, free_port())
+    try:
+        yield f"http://127.0.0.1:{client}"
+    finally:
+        _stop_etcd(proc)
 
 
 def _source(
@@ -312,3 +323,60 @@ def test_the_docs_worker_lines_lead_and_report_progress_stamped_by_etcd(
     (event,) = _events(kafka_bootstrap, topic)
     assert (event.type.value, event.workflow_key, event.worker_id) == ("progress", election, "docs")
     assert event.epoch == names["epoch"] and event.seq is not None and event.seq > event.epoch
+
+
+def test_the_source_rides_out_an_etcd_restart_without_loss_or_duplicates(
+    children: Children, tmp_path: Path, kafka_bootstrap: str, topic: str
+) -> None:
+    """etcd (its own member here) is killed with SIGKILL while the source
+    watches and restarted on its data: the source reconnects, watches on from
+    its last revision, and every transition is in the topic exactly once."""
+    binary, work = _etcd_binary(), tmp_path / "etcd"
+    work.mkdir()
+    client, peer = free_port(), free_port()
+    url = f"http://127.0.0.1:{client}"
+    proc = _start_etcd(binary, work, client, peer)
+    try:
+        prefix = "/restart/"
+        source = _source(children, tmp_path, "source", url, prefix, topic, kafka_bootstrap)
+        _watching(source)
+        expected = _churn(EtcdClient(url), prefix, 20)
+        _until("some evidence", lambda: _seen(kafka_bootstrap, topic), 60, source)
+        proc.kill()
+        proc.wait(15)
+        _until("the reconnect", lambda: "reconnecting" in source.log_path.read_text(), 60, source)
+        proc = _start_etcd(binary, work, client, peer)
+        expected += _churn(EtcdClient(url), prefix + "later-", 20)
+        _until(
+            "every transition",
+            lambda: len(_seen(kafka_bootstrap, topic)) >= len(expected),
+            120,
+            source,
+        )
+        source.stop()
+    finally:
+        _stop_etcd(proc)
+    seen = _seen(kafka_bootstrap, topic)
+    assert "etcd answers again" in source.log_path.read_text()
+    assert not [item for item, n in Counter(seen).items() if n > 1]
+    assert sorted(seen, key=str) == sorted(expected, key=str)
+
+
+def test_an_unreachable_etcd_and_bad_arguments_are_one_line_each(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No etcd at the endpoint, an endpoint that is no URL, a prefix without
+    a leading '/': exit 2 and one line naming the problem, no traceback."""
+    from streams.cli import main
+
+    port = free_port()
+    base = ["source", "etcd", "--bootstrap-servers", "127.0.0.1:9"]
+    cases = [
+        (["--endpoints", f"http://127.0.0.1:{port}", "--prefix", "/e/"], "did not answer"),
+        (["--endpoints", "ftp://host", "--prefix", "/e/"], "etcd endpoint 'ftp://host'"),
+        (["--endpoints", f"http://127.0.0.1:{port}", "--prefix", "e/"], "--prefix 'e/'"),
+    ]
+    for argv, needle in cases:
+        assert main([*base, *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err

@@ -423,7 +423,10 @@ class EtcdSource:
                 f"events topic {s.events_topic} does not exist (fencewatch topics create)"
             )
         partitions = admin.partitions([s.events_topic])[s.events_topic]
-        admin.ensure([TopicSpec(s.state_topic, partitions, -1, {"cleanup.policy": "compact"})])
+        # One record per transaction: hourly segments let compaction keep the
+        # topic (and the restart's read of it) short.
+        config = {"cleanup.policy": "compact", "segment.ms": str(3_600_000)}
+        admin.ensure([TopicSpec(s.state_topic, partitions, -1, config)])
         producer = TransactionalProducer(
             s.connection,
             s.transactional_id,

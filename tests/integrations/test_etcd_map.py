@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from streams.integrations.etcd_map import (
     Change,
@@ -103,3 +105,39 @@ def test_a_snapshot_gives_an_acquisition_per_leader_at_its_revision() -> None:
     assert e.snapshot_transitions(30) == [
         Transition(True, "/election/a", 4, 30, "al", "/election/a/1")
     ]
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 2), st.integers(0, 50)), max_size=60))
+def test_transitions_follow_the_oldest_key_with_rising_epochs_and_unique_seqs(
+    ops: list[tuple[bool, int, int]],
+) -> None:
+    """Any run of creations and deletions: each transition is at the revision
+    that caused it and names the oldest live key (or the election emptied);
+    epochs rise, seqs are unique per key."""
+    e = Elections(P)
+    live: dict[str, dict[str, int]] = {}
+    seen: dict[str, list[Transition]] = {}
+    for rev, (create, election_no, pick) in enumerate(ops, start=1):
+        election = f"/election/e{election_no}"
+        keys = live.setdefault(election, {})
+        if create or not keys:
+            key = f"{election}/{rev}"
+            keys[key] = rev
+            out = e.apply(rev, [put(key, rev, b"w")])
+        else:
+            key = sorted(keys)[pick % len(keys)]
+            del keys[key]
+            out = e.apply(rev, [delete(key, rev)])
+        for t in out:
+            assert isinstance(t, Transition) and t.seq == rev  # at the change that caused it
+            seen.setdefault(t.workflow_key, []).append(t)
+            oldest = min(keys.items(), key=lambda kv: kv[1]) if keys else None
+            if t.acquired:
+                assert oldest is not None and (t.etcd_key, t.epoch) == oldest
+            else:
+                assert oldest is None
+    for ts in seen.values():
+        seqs = [t.seq for t in ts]
+        assert seqs == sorted(set(seqs))
+        epochs = [t.epoch for t in ts if t.acquired]
+        assert epochs == sorted(set(epochs))

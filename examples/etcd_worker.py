@@ -38,6 +38,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 from streams.errors import FencewatchError
 from streams.integrations.etcd import EtcdClient, EtcdStamps
@@ -48,12 +49,12 @@ def _step(name: str, **fields: object) -> None:
     print(json.dumps({"step": name, **fields}), flush=True)
 
 
-def _keep_alive(lease: object, ttl: int, stop: threading.Event) -> None:
+def _keep_alive(lease: Any, ttl: int, stop: threading.Event) -> None:
     # Renews every third of the TTL; a frozen process renews nothing, which
     # is how it loses the election.
     while not stop.wait(ttl / 3):
         try:
-            lease.refresh()  # type: ignore[attr-defined]
+            lease.refresh()
         except Exception:
             return
 

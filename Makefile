@@ -47,9 +47,11 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # chromium, promtool and redis-server: installed as root on Debian/Ubuntu, else
-# one line says what is missing and how to install it (before any test runs).
+# one line says what is missing and how to install it (before any test runs);
+# etcd (tests/integrations/test_etcd_source.py) built once with Go into the cache.
 tools:
 	@scripts/test-tools
+	@scripts/etcd-local build >/dev/null
 
 test: venv tools
 	scripts/with-services -- $(BIN)/python -m pytest $(PYTEST_ARGS)

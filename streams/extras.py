@@ -35,6 +35,8 @@ _EXTRA_OF_MODULE: dict[str, str] = {
     "celery": "celery",
     "kombu": "celery",
     "redis": "celery",
+    "etcd3gw": "etcd",
+    "futurist": "etcd",  # etcd3gw's thread pools
 }
 
 

@@ -32,6 +32,7 @@ _COMMANDS: tuple[str, ...] = (
     "local",
     "spec",
     "report",
+    "source",
 )
 
 

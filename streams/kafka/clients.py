@@ -114,11 +114,17 @@ class TransactionalProducer:
         failure the transaction is aborted when the client requires it (the
         records are then not visible to read_committed readers) and the error
         is raised translated."""
+        self.send_to((topic, key, value, headers) for key, value, headers in records)
+
+    def send_to(self, records: Iterable[tuple[str, bytes | None, bytes, Sequence[Header]]]) -> None:
+        """As :meth:`send`, each record ``(topic, key, value, headers)`` to its
+        own topic: all of them visible together or none (e.g. evidence and the
+        position it was read up to, in one transaction)."""
         p = self._producer
         with kafka_errors("transaction"):
             try:
                 p.begin_transaction()
-                for key, value, headers in records:
+                for topic, key, value, headers in records:
                     p.produce(topic, value=value, key=key, headers=list(headers))
                 p.commit_transaction(self._timeout)
             except self._kafka_exception as exc:

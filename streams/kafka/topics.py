@@ -15,6 +15,9 @@ Topic settings (why):
 - ``ownership.events.dlq`` (``<events>.dlq``, SPEC §7): ``cleanup.policy=delete``,
   14 days by default, longer than events so rejected input outlives the
   stream it came from while someone looks at it.
+- ``ownership.sources``: ``cleanup.policy=compact``, created by a source
+  (``fencewatch source etcd``) when missing: one record per source, the store
+  revision it published up to (written in the transaction of that evidence).
 - ``ownership.status`` (SPEC §8): ``cleanup.policy=compact``. One record per
   workflow key holds where the workflow stands now; only the latest matters,
   and compaction keeps it for every key however old, which time retention
@@ -51,6 +54,7 @@ __all__ = [
     "DEFAULT_FINDINGS_RETENTION_MS",
     "DEFAULT_FINDINGS_TOPIC",
     "DEFAULT_PARTITIONS",
+    "DEFAULT_SOURCES_TOPIC",
     "DEFAULT_STATUS_TOPIC",
     "Retention",
     "TopicNames",
@@ -64,6 +68,7 @@ __all__ = [
 DEFAULT_EVENTS_TOPIC = "ownership.events"
 DEFAULT_FINDINGS_TOPIC = "ownership.findings"
 DEFAULT_STATUS_TOPIC = "ownership.status"
+DEFAULT_SOURCES_TOPIC = "ownership.sources"
 _DAY_MS = 24 * 60 * 60 * 1000
 DEFAULT_EVENTS_RETENTION_MS = 7 * _DAY_MS
 DEFAULT_FINDINGS_RETENTION_MS = 30 * _DAY_MS

@@ -4,6 +4,7 @@ not-runnable with the reason (the convention: tests/docs/README.md)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -16,16 +17,7 @@ from tests.docs.blocks import SESSION, DocBlockParser, DocSession, parse_console
 from tests.support.installed import Installed, clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Today's README.md has ```sh blocks without markers; it is being rewritten to
-#: the convention (branch readme, issue 44). Strict: once it passes, this fails
-#: until the mark goes.
-_README = pytest.param(
-    ROOT / "README.md",
-    marks=pytest.mark.xfail(
-        strict=True, raises=SybilFailure, reason="README.md not yet written to the convention"
-    ),
-)
-DOCS = [_README, *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SYBIL = Sybil(parsers=[DocBlockParser()], path=str(ROOT), patterns=["README.md", "docs/*.md"])
 
 
@@ -51,10 +43,21 @@ def test_the_doc_runs_from_the_installed_wheel(
     compiled wheel's venv, the test broker); the rest are marked not-runnable or not code."""
     env = installed.env()
     env["FENCEWATCH_BOOTSTRAP_SERVERS"] = kafka_bootstrap
+    # A doc may start its own broker (`fencewatch local start`, the README's
+    # quick start): its state goes under this test's directory, and it is
+    # stopped after, whatever happened (CI leaves no service running).
+    env["FENCEWATCH_KAFKA_DIR"] = str(tmp_path / "local-kafka")
     work = tmp_path / "work"
     work.mkdir()
-    with DocSession(installed.bin, env, work) as session:
-        _run(doc, session)
+    try:
+        with DocSession(installed.bin, env, work) as session:
+            _run(doc, session)
+    finally:
+        if (tmp_path / "local-kafka").exists():
+            subprocess.run(
+                [str(installed.bin / "fencewatch"), "local", "stop"],
+                env=env, capture_output=True, timeout=60, check=False,
+            )  # fmt: skip
         if session.imported is not None:  # the installed package ran, not the checkout
             assert Path(session.imported["streams"]).is_relative_to(installed.venv)
             assert session.imported["detector"] == "compiled"

@@ -13,8 +13,9 @@ running it. :class:`FencedTask` gives every run of a task an owner epoch:
   ``fence_ttl`` seconds (default: the broker's visibility timeout, the
   moment the broker itself hands the work to someone else) and renewed in
   the background while the task runs; a live, slow task therefore keeps its
-  lease, and the duplicate waits ``fence_wait_s`` for it and then retries
-  later (``self.retry``) instead of running twice;
+  lease, and a duplicate not marked redelivered (below) waits
+  ``fence_wait_s`` for it and then retries later (``self.retry``) instead of
+  running twice;
 * a **redelivered** message (kombu marks it: ``delivery_info["redelivered"]``;
   Redis sets it when it restores a message not acknowledged within the
   visibility timeout, as does a worker's shutdown that restores its unacked

@@ -34,6 +34,11 @@ the thread's owner:
   the same effect key (its writes continue the same parent).
 
 ``enforce=False`` only stamps and reports (a way to measure before fencing).
+The fenced writes (and their lease-store calls) run on the wrapper's own
+``max_threads`` threads (default 4): LangGraph writes from a new thread pool
+for every run and the lease store keeps a connection per thread, so this is
+what bounds the connections; at the bound a write waits for a free thread.
+``close()`` stops them.
 With SQLite the lease store and the checkpoints must be separate files: the
 lease store's write lock is held during the checkpoint write. Reads (``get``,
 ``list``...) and maintenance (``delete_thread``...) go to the wrapped saver
@@ -45,6 +50,8 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, TypeVar
 
 from streams.errors import StaleOwner
@@ -111,13 +118,33 @@ class FencedCheckpointer(BaseCheckpointSaver[Any]):
         *,
         enforce: bool = True,
         key_prefix: str = DEFAULT_KEY_PREFIX,
+        max_threads: int = 4,
     ) -> None:
         if not isinstance(inner, BaseCheckpointSaver):
             raise TypeError(f"inner must be a LangGraph BaseCheckpointSaver, not {inner!r}")
+        if isinstance(max_threads, bool) or not isinstance(max_threads, int):
+            raise TypeError(f"max_threads must be an int, got {type(max_threads).__name__}")
+        if not 1 <= max_threads <= 64:
+            raise ValueError(f"max_threads must be in 1..64, got {max_threads}")
         super().__init__(serde=inner.serde)
         self.inner = inner
         self.enforce = enforce
         self.key_prefix = key_prefix
+        # LangGraph writes checkpoints from a new thread pool per run, and the
+        # lease store keeps one connection per thread: the fenced writes run
+        # on these threads instead, so the connections stay bounded (at the
+        # bound a write waits for a free thread).
+        self._pool = ThreadPoolExecutor(max_threads, thread_name_prefix="fencewatch-checkpoints")
+
+    def close(self) -> None:
+        """Stop the write threads (the wrapped saver is the caller's to close)."""
+        self._pool.shutdown(wait=True)
+
+    def _on_pool(self, fn: Callable[..., T], *args: Any) -> T:
+        return self._pool.submit(fn, *args).result()
+
+    async def _on_pool_async(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     # -- what is fenced -----------------------------------------------------
 
@@ -193,7 +220,7 @@ class FencedCheckpointer(BaseCheckpointSaver[Any]):
             return await write(), None
         store = self._store(w)
         if not isinstance(store, SqlLeaseStore):
-            stamp = await asyncio.to_thread(store.stamp, w.key, w.epoch)
+            stamp = await self._on_pool_async(store.stamp, w.key, w.epoch)
             if not stamp.current:
                 return None, stamp.current_epoch
             return await write(), stamp.current_epoch
@@ -208,7 +235,7 @@ class FencedCheckpointer(BaseCheckpointSaver[Any]):
                 if current == w.epoch:
                     written.wait()
 
-        holder: asyncio.Future[None] = asyncio.ensure_future(asyncio.to_thread(hold, store))
+        holder: asyncio.Future[None] = asyncio.ensure_future(self._on_pool_async(hold, store))
         try:
             waiting: set[asyncio.Future[Any]] = {checked, holder}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
@@ -229,6 +256,15 @@ class FencedCheckpointer(BaseCheckpointSaver[Any]):
     # -- put ----------------------------------------------------------------
 
     def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return self._on_pool(self._put, config, checkpoint, metadata, new_versions)
+
+    def _put(
         self,
         config: RunnableConfig,
         checkpoint: Checkpoint,
@@ -260,16 +296,15 @@ class FencedCheckpointer(BaseCheckpointSaver[Any]):
         w = self._write_for(config)
         stamped = self._stamped(w, metadata)
         reporter = w.run.owner.reporter
-        seen = await asyncio.to_thread(
-            reporter.emit, "effect_attempted", w.key, w.epoch, effect_key=w.effect_key, sink=SINK
-        )
+        attempt = partial(reporter.emit, effect_key=w.effect_key, sink=SINK)
+        seen = await self._on_pool_async(attempt, "effect_attempted", w.key, w.epoch)
         result, current = await self._awrite_if_current(
             w, lambda: self.inner.aput(config, checkpoint, stamped, new_versions)
         )
         receipt = self._receipt(
             w, checkpoint["id"], seen.current_epoch if current is None else current
         )
-        await asyncio.to_thread(self._report, w, receipt)
+        await self._on_pool_async(self._report, w, receipt)
         if result is None:
             raise self._stale(w, receipt.current_epoch, f"checkpoint {checkpoint['id']}")
         return result
@@ -282,6 +317,15 @@ class FencedCheckpointer(BaseCheckpointSaver[Any]):
         writes: Sequence[tuple[str, Any]],
         task_id: str,
         task_path: str = "",
+    ) -> None:
+        self._on_pool(self._put_writes, config, writes, task_id, task_path)
+
+    def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
     ) -> None:
         w = self._write_for(config)
 
@@ -308,7 +352,7 @@ class FencedCheckpointer(BaseCheckpointSaver[Any]):
 
         done, current = await self._awrite_if_current(w, write)
         if done is None and current is not None:
-            await asyncio.to_thread(self._refuse_writes, w, task_id, current)
+            await self._on_pool_async(self._refuse_writes, w, task_id, current)
 
     def _refuse_writes(self, w: _Write, task_id: str, current: int) -> None:
         self._report(w, self._receipt(w, f"writes {task_id}", current))

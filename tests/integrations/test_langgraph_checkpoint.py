@@ -133,7 +133,8 @@ def test_a_displaced_epoch_writes_no_checkpoint_and_the_owner_continues_the_chai
     leases, saver = request.getfixturevalue(backend)
     topic = unique_topic()
     two = _Two(leases, kafka_bootstrap, topic, f"t-{uuid.uuid4().hex[:8]}")
-    graph = _graph(FencedCheckpointer(saver))
+    fenced = FencedCheckpointer(saver, max_threads=2)
+    graph = _graph(fenced)
     try:
         as_alpha = two.config(two.alpha)
         graph.invoke({"topic": "fences"}, as_alpha)
@@ -160,6 +161,7 @@ def test_a_displaced_epoch_writes_no_checkpoint_and_the_owner_continues_the_chai
         two.beta.flush()
     finally:
         two.close()
+        fenced.close()
     found = _found(kafka_bootstrap, topic)
     assert ("stale_attempt", 1, "alpha", "rejected") in found
     assert not any(kind in ("stale_commit", "conflicting_commit") for kind, *_ in found)
@@ -181,7 +183,8 @@ def test_async_writes_of_a_displaced_epoch_are_refused_on_async_postgres(
     async def scenario() -> tuple[int, int, list[CheckpointTuple]]:
         async with AsyncPostgresSaver.from_conn_string(pg_dsn) as saver:
             await saver.setup()
-            graph = _graph(FencedCheckpointer(saver))
+            fenced = FencedCheckpointer(saver)
+            graph = _graph(fenced)
             as_alpha = two.config(two.alpha)
             await graph.ainvoke({"topic": "fences"}, as_alpha)
             before = [t async for t in saver.alist(thread)]
@@ -190,6 +193,7 @@ def test_async_writes_of_a_displaced_epoch_are_refused_on_async_postgres(
                 await graph.ainvoke(None, as_alpha)
             after_refusal = [t async for t in saver.alist(thread)]
             await graph.ainvoke(None, as_beta)
+            fenced.close()
             return len(before), len(after_refusal), [t async for t in saver.alist(thread)]
 
     try:

@@ -207,6 +207,44 @@ def test_async_writes_of_a_displaced_epoch_are_refused_on_async_postgres(
     assert ("stale_attempt", 1, "alpha", "rejected") in _found(kafka_bootstrap, topic)
 
 
+def test_the_lease_store_connections_stay_bounded_across_many_runs(
+    pg_dsn: str,  # noqa: F811
+    kafka_bootstrap: str,
+    unique_topic: Callable[..., str],
+) -> None:
+    """LangGraph writes checkpoints from a new thread pool per run; through the
+    fenced checkpointer (max_threads=2) eight runs open no more lease-store
+    connections than its two threads, the keeper's and the caller's."""
+    import psycopg
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    app = f"fw{uuid.uuid4().hex[:12]}"
+    dsn = f"{pg_dsn}{'&' if '?' in pg_dsn else '?'}application_name={app}"
+    leases = SqlLeaseStore(open_database(dsn), prefix=f"t{uuid.uuid4().hex[:10]}_")
+    reporter = OwnershipReporter(
+        ReporterSettings(kafka_bootstrap, "alpha", topic=unique_topic()), leases=leases
+    )
+    fenced = FencedCheckpointer(InMemorySaver(), max_threads=2)
+    graph = _graph(fenced)
+    try:
+        for run in range(8):
+            owner = reporter.own(f"langgraph/bound-{run}", ttl=30)
+            with owner:
+                config = {
+                    "configurable": {"thread_id": f"bound-{run}", CONFIG_KEY: OwnedRun(owner)}
+                }
+                graph.invoke({"topic": "fences"}, config)
+        with psycopg.connect(pg_dsn) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (app,)
+            ).fetchone()
+    finally:
+        fenced.close()
+        reporter.close()
+        leases.close()
+    assert row is not None and 1 <= row[0] <= 2 + 2
+
+
 # -- langgraph issue 8796: two processes resume one thread on PostgresSaver --
 
 

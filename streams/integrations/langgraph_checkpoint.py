@@ -21,7 +21,8 @@ the thread's owner:
   committed, so a new epoch cannot be granted in between (the acquisition
   waits for it) and no interleaving of a pause lets a stale write in. Other
   lease stores: a check (a stamp) just before the write, which leaves the
-  window of that gap;
+  window of that gap. A lease store that does not answer fails the write
+  with its error, nothing written (fail closed);
 * each ``put`` is published as evidence on the thread's key: the effect key
   is the parent checkpoint (``checkpoint after <parent id>``, or ``after
   start`` for a thread's first), ``effect_attempted`` then

@@ -207,6 +207,48 @@ def test_async_writes_of_a_displaced_epoch_are_refused_on_async_postgres(
     assert ("stale_attempt", 1, "alpha", "rejected") in _found(kafka_bootstrap, topic)
 
 
+def test_a_checkpoint_write_fails_closed_while_the_lease_store_does_not_answer(
+    tmp_path: Path, kafka_bootstrap: str, unique_topic: Callable[..., str]
+) -> None:
+    """While another process holds the SQLite lease store's write lock past its
+    0.3 s timeout, the run's checkpoint write fails with StoreUnavailable and
+    the saver holds nothing new; once the store answers the run resumes from
+    its last checkpoint and finishes."""
+    from streams.errors import StoreUnavailable
+
+    fences = tmp_path / "fences.db"
+    leases = SqlLeaseStore(open_database(f"sqlite:///{fences}", timeout_s=0.3))
+    conn = sqlite3.connect(tmp_path / "graph.db", check_same_thread=False, timeout=30)
+    saver = SqliteSaver(conn)
+    reporter = OwnershipReporter(
+        ReporterSettings(kafka_bootstrap, "alpha", topic=unique_topic()), leases=leases
+    )
+    fenced = FencedCheckpointer(saver)
+    graph = _graph(fenced)
+    thread = {"configurable": {"thread_id": "outage"}}
+    try:
+        with reporter.own("langgraph/outage", ttl=60) as owner:
+            config = {**thread["configurable"], CONFIG_KEY: OwnedRun(owner)}
+            graph.invoke({"topic": "fences"}, {"configurable": config})
+            before = len(list(saver.list(thread)))
+            blocker = sqlite3.connect(fences, isolation_level=None)
+            blocker.execute("BEGIN IMMEDIATE")
+            try:
+                with pytest.raises(StoreUnavailable):
+                    graph.invoke(None, {"configurable": config})
+                assert len(list(saver.list(thread))) == before
+            finally:
+                blocker.execute("ROLLBACK")
+                blocker.close()
+            final = graph.invoke(None, {"configurable": config})
+        assert final["text"] == "outline of fences, written"
+    finally:
+        fenced.close()
+        reporter.close()
+        leases.close()
+        conn.close()
+
+
 def test_the_lease_store_connections_stay_bounded_across_many_runs(
     pg_dsn: str,  # noqa: F811
     kafka_bootstrap: str,

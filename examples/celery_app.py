@@ -33,7 +33,12 @@ store answers again if it is away), in a SQLite file shared by the workers.
 The task prints its steps as JSON lines (tests/integrations/test_celery.py
 reads them). Settings come from the environment: FENCEWATCH_REDIS_URL,
 FENCEWATCH_BOOTSTRAP_SERVERS, FENCEWATCH_TOPIC (ownership.events), FENCEWATCH_FENCES_DB,
-FENCEWATCH_VISIBILITY_S (3), FENCEWATCH_BUSY_S (0, per worker).
+FENCEWATCH_VISIBILITY_S (3), FENCEWATCH_FENCE_TTL (the lease; default: the
+visibility timeout), FENCEWATCH_BUSY_S (0, per worker).
+
+A redelivered message takes the task's key over even while the first
+delivery's lease is live (give FENCEWATCH_FENCE_TTL=30 to see it: the
+redelivery, not the lease's expiry, displaces the first worker).
 """
 
 from __future__ import annotations
@@ -59,6 +64,11 @@ from fencewatch import (
 from fencewatch.integrations.celery import FencedTask, configure
 
 VISIBILITY_S = float(os.environ.get("FENCEWATCH_VISIBILITY_S", "3"))
+# The lease; unset: the visibility timeout. Longer, the redelivery itself
+# displaces a first delivery whose lease is still live.
+FENCE_TTL = (
+    float(os.environ["FENCEWATCH_FENCE_TTL"]) if "FENCEWATCH_FENCE_TTL" in os.environ else None
+)
 BUSY_S = float(os.environ.get("FENCEWATCH_BUSY_S", "0"))
 
 app = Celery(
@@ -126,12 +136,20 @@ def _finished(task_id: str, state: str, **_: Any) -> None:
     say("task_done", task_id=task_id, state=state)
 
 
-@app.task(base=FencedTask, bind=True, acks_late=True)
+@app.task(base=FencedTask, bind=True, acks_late=True, fence_ttl=FENCE_TTL)
 def export_report(self: FencedTask, day: str, work_seconds: float) -> str:
     run = self.owned
     worker = run.worker_id
     run.checkpoint(step="render")
-    say("working", worker=worker, epoch=run.epoch, task_id=self.request.id, key=run.key)
+    redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
+    say(
+        "working",
+        worker=worker,
+        epoch=run.epoch,
+        task_id=self.request.id,
+        key=run.key,
+        redelivered=redelivered,
+    )
     if BUSY_S:
         hold_the_gil(BUSY_S)  # alive and running, but the keeper cannot renew
         say("busy_done", worker=worker, epoch=run.epoch, lost=run.lost.is_set())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from streams.core.records import Event
 from streams.errors import BrokerError
@@ -24,7 +24,9 @@ __all__ = [
     "LeaseStore",
     "LeaseUnpublished",
     "Stamp",
+    "TakeOverLeaseStore",
     "check_lease_args",
+    "grant_attrs",
 ]
 
 MAX_KEY_CHARS = 512
@@ -107,6 +109,18 @@ class LeaseStore(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class TakeOverLeaseStore(LeaseStore, Protocol):
+    """A lease store that can also grant a key over a live holder."""
+
+    def take_over(self, key: str, worker_id: str, ttl: float) -> Lease:
+        """As ``acquire``, but never :class:`~streams.errors.LeaseHeld`: the
+        next epoch is granted even while another worker's lease is unexpired,
+        so that holder is displaced (an outside authority, e.g. a broker's
+        redelivery, already handed the work on)."""
+        ...
+
+
 def check_lease_args(key: str, worker_id: str | None = None, ttl: float | None = None) -> None:
     """Reject what would become invalid evidence before touching the store."""
     if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_CHARS:
@@ -122,3 +136,9 @@ def check_lease_args(key: str, worker_id: str | None = None, ttl: float | None =
         or ttl <= 0
     ):
         raise ValueError(f"ttl must be a positive finite number of seconds, got {ttl!r}")
+
+
+def grant_attrs(ttl: float, *, take_over: bool = False) -> dict[str, Any]:
+    """The ``lease_acquired`` attrs of a grant: its TTL, and ``take_over``
+    when it was a take-over (it displaces a live holder, if there was one)."""
+    return {"ttl_s": ttl, "take_over": True} if take_over else {"ttl_s": ttl}

@@ -15,7 +15,14 @@ from typing import Any
 from streams.core.records import MAX_INT63, Event, EventType
 from streams.errors import BrokerError, LeaseHeld, LeaseLost
 from streams.fences.db import Database, Tx, check_prefix
-from streams.fences.lease import EventPublisher, Lease, LeaseUnpublished, Stamp, check_lease_args
+from streams.fences.lease import (
+    EventPublisher,
+    Lease,
+    LeaseUnpublished,
+    Stamp,
+    check_lease_args,
+    grant_attrs,
+)
 from streams.fences.schema import ensure_schema
 
 __all__ = ["SqlLeaseStore", "lock_lease_row"]
@@ -73,12 +80,26 @@ class SqlLeaseStore:
         ensure_schema(db, prefix)
 
     def acquire(self, key: str, worker_id: str, ttl: float) -> Lease:
+        return self._grant(key, worker_id, ttl, take_over=False)
+
+    def take_over(self, key: str, worker_id: str, ttl: float) -> Lease:
+        """Allocate the next epoch and grant it to ``worker_id`` even while
+        another worker holds an unexpired lease: that holder is displaced (its
+        next renew or stamp says so). For an authority outside the store that
+        has already handed the work on, e.g. a broker redelivering a message
+        after its visibility timeout (``lease_acquired`` then carries
+        ``attrs.take_over = true``)."""
+        return self._grant(key, worker_id, ttl, take_over=True)
+
+    def _grant(self, key: str, worker_id: str, ttl: float, *, take_over: bool) -> Lease:
         check_lease_args(key, worker_id, ttl)
         p = self.prefix
         with self.db.transaction() as tx:
             epoch, holder, expires_at, revision, _ = lock_lease_row(tx, p, key)
             now = tx.now()
-            if holder is not None and holder != worker_id and expires_at > now:
+            # A take-over grants the key over a live holder: the broker (or
+            # another authority) already handed the work on.
+            if holder is not None and holder != worker_id and expires_at > now and not take_over:
                 raise LeaseHeld(key, holder, epoch, expires_at)
             if epoch >= MAX_INT63 or revision >= MAX_INT63:
                 raise OverflowError(f"epoch or revision of {key!r} would exceed 2^63-1")
@@ -97,7 +118,7 @@ class SqlLeaseStore:
                 worker_id,
                 seq=seq,
                 event_id=uuid.uuid4().hex,
-                attrs={"ttl_s": ttl},
+                attrs=grant_attrs(ttl, take_over=take_over),
             )
             try:
                 self.publisher.publish(event)

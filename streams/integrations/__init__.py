@@ -3,6 +3,8 @@
 * :mod:`streams.integrations.otel` — OpenTelemetry (needs the ``otel`` extra);
 * :mod:`streams.integrations.otlp` — OTLP/JSON trace files as evidence (pure);
 * :mod:`streams.integrations.langgraph` — LangGraph (the ``langgraph`` extra);
+* :mod:`streams.integrations.langgraph_checkpoint` — a fenced LangGraph
+  checkpointer (the ``langgraph`` extra);
 * :mod:`streams.integrations.celery` — Celery (the ``celery`` extra).
 
 Nothing here is imported by the core, the SDK or the CLI unless the feature is

@@ -13,8 +13,20 @@ running it. :class:`FencedTask` gives every run of a task an owner epoch:
   ``fence_ttl`` seconds (default: the broker's visibility timeout, the
   moment the broker itself hands the work to someone else) and renewed in
   the background while the task runs; a live, slow task therefore keeps its
-  lease, and the duplicate waits ``fence_wait_s`` for it and then retries
-  later (``self.retry``) instead of running twice;
+  lease, and a duplicate not marked redelivered (below) waits
+  ``fence_wait_s`` for it and then retries later (``self.retry``) instead of
+  running twice;
+* a **redelivered** message (kombu marks it: ``delivery_info["redelivered"]``;
+  Redis sets it when it restores a message not acknowledged within the
+  visibility timeout, as does a worker's shutdown that restores its unacked
+  messages) is the broker's own takeover: it has already handed the work to
+  this worker, so the delivery takes the key at the next epoch even from a
+  live holder (``reporter.own(..., take_over=True)``; its ``lease_acquired``
+  says ``take_over: true``). A first delivery still running is thereby a
+  stale owner, with no change to the task: its next renewal or stamp says it
+  was displaced and its effects are refused. Set ``fence_redelivery =
+  "wait"`` to treat a redelivery like any other copy (wait for a live holder,
+  then retry);
 * a worker that stalls past its lease (GC pause, frozen VM, starved CPU, a
   long call that never releases the GIL so even the keeper cannot renew)
   loses it to the redelivered copy; its effects, applied through
@@ -44,7 +56,7 @@ import socket
 import threading
 from collections.abc import Callable
 from contextlib import suppress
-from typing import Any
+from typing import Any, Literal
 
 from streams.errors import FencewatchError, LeaseHeld
 from streams.extras import needs_extra
@@ -55,10 +67,21 @@ from streams.sdk.reporter import OwnershipReporter
 with needs_extra("celery"):
     from celery import Celery, Task, signals
 
-__all__ = ["FencedTask", "ReporterFactory", "configure", "reporter_for", "visibility_timeout"]
+__all__ = [
+    "FencedTask",
+    "RedeliveryPolicy",
+    "ReporterFactory",
+    "configure",
+    "is_redelivered",
+    "reporter_for",
+    "visibility_timeout",
+]
 
 #: Builds the worker process's reporter (with its lease store) for a worker id.
 ReporterFactory = Callable[[str], OwnershipReporter]
+
+#: What a redelivered message does: take the key from a live holder, or wait.
+RedeliveryPolicy = Literal["take_over", "wait"]
 
 #: Used when neither ``fence_ttl`` nor a broker visibility timeout is set.
 DEFAULT_TTL_S = 60.0
@@ -112,6 +135,18 @@ def visibility_timeout(app: Celery) -> float | None:
     return float(value) if value is not None else None
 
 
+def is_redelivered(request: Any) -> bool:
+    """Whether the broker says this delivery is a redelivery: kombu's
+    ``delivery_info["redelivered"]`` (AMQP's flag; the Redis transport sets it,
+    and the same in the message headers, when it restores an unacknowledged
+    message), falling back to the header."""
+    info = getattr(request, "delivery_info", None) or {}
+    if info.get("redelivered"):
+        return True
+    headers = getattr(request, "headers", None) or {}
+    return bool(headers.get("redelivered"))
+
+
 class FencedTask(Task):  # type: ignore[misc]  # celery ships no type hints
     """Base class of tasks that run under an owner epoch (``base=FencedTask``).
 
@@ -136,6 +171,9 @@ class FencedTask(Task):  # type: ignore[misc]  # celery ships no type hints
     fence_risk: Risk = DEFAULT_RISK
     #: How long the end of the task waits for deferred effects; None: the TTL.
     fence_drain_s: float | None = None
+    #: A redelivered message takes the key over (a running first delivery
+    #: becomes stale) or, with "wait", waits like any other copy.
+    fence_redelivery: RedeliveryPolicy = "take_over"
 
     def workflow_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The unit that must have one effect owner; default: this task run."""
@@ -161,8 +199,16 @@ class FencedTask(Task):  # type: ignore[misc]  # celery ships no type hints
         key = self.workflow_key(args, kwargs)
         risk = check_risk(self.fence_risk)
         drain = ttl if self.fence_drain_s is None else self.fence_drain_s
+        if self.fence_redelivery not in ("take_over", "wait"):
+            raise ValueError(
+                f'fence_redelivery must be "take_over" or "wait", got {self.fence_redelivery!r}'
+            )
+        # The broker already gave the work to this delivery: that is the takeover.
+        take_over = self.fence_redelivery == "take_over" and is_redelivered(self.request)
         try:
-            owner = reporter.own(key, ttl=ttl, wait_s=wait, drain_timeout_s=drain)
+            owner = reporter.own(
+                key, ttl=ttl, wait_s=wait, drain_timeout_s=drain, take_over=take_over
+            )
         except LeaseHeld as exc:
             # Another delivery of this work is alive and renewing its lease:
             # do not run it twice now; come back (if that run dies, this one

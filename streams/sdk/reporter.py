@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -36,7 +37,14 @@ import orjson
 from streams.core.records import Event, EventType, event_to_dict
 from streams.core.validate import to_event
 from streams.errors import BrokerError, ConfigError, StoreError
-from streams.fences.lease import Lease, LeaseStore, Stamp, check_lease_args
+from streams.fences.lease import (
+    Lease,
+    LeaseStore,
+    Stamp,
+    TakeOverLeaseStore,
+    check_lease_args,
+    grant_attrs,
+)
 from streams.fences.sink import EffectSink, Receipt
 from streams.kafka.admin import TopicAdmin
 from streams.kafka.clients import Producer
@@ -549,6 +557,7 @@ class OwnershipReporter:
         wait_s: float = 0.0,
         max_deferred: int = 1000,
         drain_timeout_s: float | None = None,
+        take_over: bool = False,
     ) -> Owner:
         """Acquire ``key`` for ``ttl`` seconds (of store time) and keep it:
         use as ``with reporter.own(key, ttl=30) as owner: ...``.
@@ -561,6 +570,10 @@ class OwnershipReporter:
         ``drain_timeout_s`` (default ``ttl``) is how long leaving the block
         waits for them. Publishes ``lease_acquired`` (seq: the acquisition's
         store revision) unless the store publishes through this reporter.
+        ``take_over``: take the key even from a live holder, which is then
+        displaced (the store must have ``take_over``, e.g. ``SqlLeaseStore``;
+        for an outside authority that already handed the work on, such as a
+        broker redelivery); ``lease_acquired`` then says ``take_over: true``.
         """
         store = self.leases
         if store is None:
@@ -570,9 +583,15 @@ class OwnershipReporter:
             raise ValueError(f"renew_fraction must be in (0, 1), got {renew_fraction!r}")
         if not 1 <= max_deferred <= 1_000_000:
             raise ValueError("max_deferred must be in 1..1000000")
-        lease, started = acquire(self, store, key, ttl, wait_s=max(0.0, wait_s))
+        if take_over:
+            if not isinstance(store, TakeOverLeaseStore):
+                raise TypeError(f"take_over needs a lease store with take_over(), not {store!r}")
+            started = time.monotonic()
+            lease = store.take_over(key, self.settings.worker_id, ttl)
+        else:
+            lease, started = acquire(self, store, key, ttl, wait_s=max(0.0, wait_s))
         if getattr(store, "publisher", None) is not self:
-            self.lease_acquired(lease, attrs={"ttl_s": ttl})
+            self.lease_acquired(lease, attrs=grant_attrs(ttl, take_over=take_over))
         keeper = self.keeper()
         owner = Owner(
             self,

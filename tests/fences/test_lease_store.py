@@ -102,6 +102,30 @@ def test_renew_extends_and_a_displaced_renew_fails(backend: Backend) -> None:
     assert info2.value.current_epoch == a.epoch + 1
 
 
+def test_take_over_displaces_a_live_holder_at_the_next_epoch(backend: Backend) -> None:
+    """take_over grants the next epoch over an unexpired lease (where acquire
+    raises LeaseHeld); the old holder's renew then fails as displaced, its
+    stamp is not current, and the published lease_acquired says take_over."""
+    published: list[Event] = []
+
+    class Sink:
+        def publish(self, event: Event) -> None:
+            published.append(event)
+
+    store = SqlLeaseStore(backend.connect(), prefix=backend.prefix, publisher=Sink())
+    key = _key()
+    a = store.acquire(key, "alpha", ttl=120)
+    with pytest.raises(LeaseHeld):
+        store.acquire(key, "beta", ttl=60)
+    b = store.take_over(key, "beta", ttl=60)
+    assert (b.epoch, b.worker_id) == (a.epoch + 1, "beta") and b.seq > a.seq
+    with pytest.raises(LeaseLost) as info:
+        store.renew(key, a.epoch, "alpha", ttl=120)
+    assert info.value.current_epoch == b.epoch
+    assert not store.stamp(key, a.epoch).current
+    assert [e.attrs for e in published] == [{"ttl_s": 120}, {"ttl_s": 60, "take_over": True}]
+
+
 def test_release_by_a_displaced_worker_does_not_free_the_new_lease(backend: Backend) -> None:
     """A late release of an old epoch leaves the current holder's lease in place."""
     store = SqlLeaseStore(backend.connect(), prefix=backend.prefix)

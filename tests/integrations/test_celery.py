@@ -115,6 +115,58 @@ def test_redelivered_task_takes_over_and_the_stalled_workers_effect_is_fenced(
     assert not any(kind == "stale_commit" for kind, *_ in found)
 
 
+def test_a_redelivery_takes_the_key_from_a_live_lease_and_the_first_delivery_is_stale(
+    redis_url: str,  # first: torn down after the workers
+    children: Children,
+    tmp_path: Path,
+    kafka_bootstrap: str,
+    unique_topic: Callable[..., str],
+) -> None:
+    """The lease (30 s) outlives the visibility timeout (3 s): alpha is frozen
+    in the task, Redis redelivers the message to beta marked redelivered, and
+    beta takes the key at epoch 2 from alpha's still-live lease (take_over)
+    instead of waiting for it; alpha wakes, its publish is refused, the task
+    fails with StaleOwner; the ledger holds epoch 2's row only and the
+    detector reports alpha's stale_attempt, sink rejected."""
+    from streams.core.records import EventType
+    from streams.core.validate import parse_event
+    from streams.kafka.reader import iter_topic
+
+    topic = unique_topic()
+    env = {**_env(redis_url, kafka_bootstrap, topic, tmp_path), "FENCEWATCH_FENCE_TTL": "30"}
+    alpha = _worker(children, tmp_path, "alpha", env)
+    client = Celery("client", broker=redis_url)
+    task_id = client.send_task("celery_app.export_report", args=[DAY, 2], queue="exports").id
+    first = wait_step(children, "alpha", "working", 90)
+    pause_between_transactions(alpha, tmp_path / "fences.db")
+    assert (first["epoch"], first["redelivered"]) == (1, False)
+
+    _worker(children, tmp_path, "beta", env)
+    second = wait_step(children, "beta", "working", 90)
+    assert (second["task_id"], second["epoch"], second["redelivered"]) == (task_id, 2, True)
+    assert wait_step(children, "beta", "effect", 30)["status"] == "committed"
+
+    alpha.resume()
+    stale = wait_step(children, "alpha", "stale", 30)
+    assert stale["epoch"] == 1 and stale["current_epoch"] == 2
+    assert wait_step(children, "alpha", "task_done", 30)["state"] == "FAILURE"
+    client.close()
+
+    assert _ledger_rows(tmp_path, first["key"]) == [(f"publish report {DAY}", 2)]
+    found = _findings(kafka_bootstrap, topic)
+    assert ("stale_attempt", 1, "alpha", "rejected") in found
+    assert not any(kind == "stale_commit" for kind, *_ in found)
+    events = [
+        parse_event(v, key=k)
+        for k, v, _p, _o in iter_topic(KafkaConnection(kafka_bootstrap), topic)
+        if v
+    ]
+    acquired = {e.epoch: e.attrs for e in events if e.type == EventType.LEASE_ACQUIRED}
+    # Epoch 2 came from the redelivery (take_over), not from the expiry of
+    # alpha's 30 s lease: beta was working within seconds of alpha.
+    assert acquired == {1: {"ttl_s": 30.0}, 2: {"ttl_s": 30.0, "take_over": True}}
+
+
 @pytest.mark.faults
 def test_a_live_busy_worker_loses_its_task_to_the_redelivery_and_its_effect_is_refused(
     redis_url: str,  # first: torn down after the workers

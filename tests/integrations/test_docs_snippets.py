@@ -11,8 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from streams.fences import FencedSink, SqlLeaseStore, open_database
 from streams.kafka.connection import KafkaConnection
+from tests.fences.conftest import pg_dsn  # noqa: F401  (the session's PostgreSQL)
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
 
@@ -158,5 +161,124 @@ def test_the_celery_lines_run_a_fenced_task_whose_effects_are_stamped(
     finally:
         from streams.integrations.celery import _close_reporters
 
+        _close_reporters()
+        db.close()
+
+
+def test_the_langgraph_checkpoint_lines_stamp_and_report_each_checkpoint(
+    kafka_bootstrap: str,
+    unique_topic: Callable[..., str],
+    pg_dsn: str,  # noqa: F811
+) -> None:
+    """The LangGraph checkpoints snippet (FencedCheckpointer around a
+    PostgresSaver, GraphOwner.run) runs as written on a real PostgreSQL: the
+    thread's checkpoints carry epoch 1, and each was reported committed to
+    the `checkpoints` sink under the thread's key."""
+    import uuid
+
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    from streams.core.records import EventType
+    from streams.core.validate import parse_event
+    from streams.kafka.reader import iter_topic
+    from streams.sdk import OwnershipReporter, ReporterSettings
+
+    class Draft(TypedDict, total=False):
+        topic: str
+        text: str
+
+    builder = StateGraph(Draft)
+    builder.add_node("write", lambda s: {"text": f"on {s['topic']}"})
+    builder.add_edge(START, "write")
+    builder.add_edge("write", END)
+    topic = unique_topic()
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    leases = SqlLeaseStore(open_database(pg_dsn), prefix=prefix)
+    # The snippet's thread id is fixed: start from an empty thread.
+    with PostgresSaver.from_conn_string(pg_dsn) as saver:
+        saver.setup()
+        saver.delete_thread("draft-7")
+    try:
+        with OwnershipReporter(
+            ReporterSettings(kafka_bootstrap, "alpha", topic=topic), leases=leases
+        ) as reporter:
+            _run(
+                "LangGraph checkpoints",
+                {"PG_URL": pg_dsn, "builder": builder, "reporter": reporter},
+            )
+        with PostgresSaver.from_conn_string(pg_dsn) as saver:
+            saved = list(saver.list({"configurable": {"thread_id": "draft-7"}}))
+    finally:
+        leases.close()
+    assert saved and {t.metadata["fencewatch_epoch"] for t in saved} == {1}  # type: ignore[typeddict-item]
+    events = [
+        parse_event(v, key=k)
+        for k, v, _p, _o in iter_topic(KafkaConnection(kafka_bootstrap), topic)
+        if v
+    ]
+    commits = [
+        e.effect_key
+        for e in events
+        if e.type == EventType.EFFECT_COMMITTED and e.sink == "checkpoints"
+    ]
+    assert {e.workflow_key for e in events} == {"langgraph/draft-7"}
+    assert len(commits) == len(saved) and "checkpoint after start" in commits
+
+
+def test_the_celery_redelivery_lines_take_the_key_from_a_live_holder(
+    kafka_bootstrap: str, unique_topic: Callable[..., str], tmp_path: Path
+) -> None:
+    """The Celery redelivery snippet runs as written (eager mode): a delivery
+    marked redelivered (the header the Redis transport sets) takes the task's
+    key at epoch 2 from a live holder at epoch 1, whose effect is then refused."""
+    from celery import Celery
+
+    from streams.errors import StaleOwner
+    from streams.integrations.runs import OwnedRun
+    from streams.sdk import OwnershipReporter, ReporterSettings
+
+    topic = unique_topic()
+    db = open_database(f"sqlite:///{tmp_path / 'fences.db'}")
+    app = Celery("docs", broker="memory://")
+    app.conf.task_always_eager = True
+    ledger = FencedSink(db, name="ledger")
+
+    def settings(bootstrap: str, worker_id: str) -> ReporterSettings:
+        return ReporterSettings(bootstrap, worker_id, topic=topic)
+
+    names = {
+        "app": app,
+        "OwnershipReporter": OwnershipReporter,
+        "ReporterSettings": settings,
+        "SqlLeaseStore": SqlLeaseStore,
+        "db": db,
+        "ledger": ledger,
+        "render": lambda day: day.encode(),
+    }
+    first = OwnershipReporter(
+        ReporterSettings(kafka_bootstrap, "first", topic=topic), leases=SqlLeaseStore(db)
+    )
+    try:
+        _run("Celery redelivery", names, repr(kafka_bootstrap))
+        # Were the redelivery to wait for the holder (600 s), fail at once instead.
+        names["export_report"].fence_wait_s = 0
+        names["export_report"].max_retries = 0
+        key = "celery/docs.export_report/t-1"
+        with first.own(key, ttl=600) as holder:
+            result = names["export_report"].apply(
+                args=["2026-07-26"], task_id="t-1", headers={"redelivered": True}
+            )
+            assert result.state == "SUCCESS", result.traceback
+            with pytest.raises(StaleOwner):
+                OwnedRun(holder).effect(ledger, "publish report 2026-07-26", b"late")
+        assert [(r.effect_key, r.epoch) for r in ledger.effects(key)] == [
+            ("publish report 2026-07-26", 2)
+        ]
+    finally:
+        from streams.integrations.celery import _close_reporters
+
+        first.close()
         _close_reporters()
         db.close()

@@ -48,8 +48,11 @@ $(STAMP): pyproject.toml
 
 # chromium, promtool and redis-server: installed as root on Debian/Ubuntu, else
 # one line says what is missing and how to install it (before any test runs).
+# The Temporal CLI (the Temporal integration's real server) is built with Go
+# into the cache once (about 3 minutes; scripts/temporal-local), reused after.
 tools:
 	@scripts/test-tools
+	@scripts/temporal-local build >/dev/null
 
 test: venv tools
 	scripts/with-services -- $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -35,6 +35,7 @@ _EXTRA_OF_MODULE: dict[str, str] = {
     "celery": "celery",
     "kombu": "celery",
     "redis": "celery",
+    "temporalio": "temporal",
 }
 
 

@@ -258,6 +258,92 @@ def test_an_attempt_numbered_below_a_claimed_epoch_is_refused_until_one_passes_i
     assert acquired == [(3, "alpha")]
 
 
+def test_an_async_activity_is_fenced_and_an_activity_left_out_runs_unowned(
+    temporal_address: str,
+    kafka_bootstrap: str,
+    unique_topic: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """With activities={"publish_report"}: the async publish_report runs at
+    epoch 1, its heartbeat reported as progress and its effect (off the event
+    loop, as the docs advise) committed; another activity on the same worker
+    gets no owner (owned() raises RuntimeError) and no evidence."""
+    topic = unique_topic()
+    db = open_database(f"sqlite:///{tmp_path / 'fences.db'}")
+    ledger = FencedSink(db, name="ledger")
+    unowned: list[str] = []
+
+    @activity.defn(name="publish_report")
+    async def publish_report(day: str) -> int:
+        activity.heartbeat("rendered")
+        run = owned()
+        await asyncio.to_thread(run.effect, ledger, f"publish report {day}", b"report")
+        return run.epoch
+
+    @activity.defn(name="render")
+    async def render(day: str) -> None:
+        try:
+            owned()
+        except RuntimeError as exc:
+            unowned.append(str(exc))
+
+    reporter = OwnershipReporter(
+        ReporterSettings(kafka_bootstrap, "alpha", topic=topic), leases=SqlLeaseStore(db)
+    )
+
+    async def scenario() -> tuple[int, str, str]:
+        client = await Client.connect(temporal_address)
+        queue_name = f"reports-{topic}"
+        fence = FencedActivities(reporter, activities={"publish_report"}, progress_interval_s=0)
+        async with Worker(
+            client,
+            task_queue=queue_name,
+            workflows=[RenderThenPublish],
+            activities=[render, publish_report],
+            interceptors=[fence],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ):
+            handle = await client.start_workflow(
+                RenderThenPublish.run, DAY, id=f"async-{topic}", task_queue=queue_name
+            )
+            epoch = await handle.result()
+            return epoch, handle.id, (await handle.describe()).run_id
+
+    try:
+        epoch, workflow_id, run_id = asyncio.run(scenario())
+        reporter.close()
+        key = f"temporal/default/{workflow_id}/{run_id}/2"  # the second activity
+        rows = [(r.effect_key, r.epoch) for r in ledger.effects(key)]
+    finally:
+        db.close()
+    assert epoch == 1 and rows == [(EFFECT, 1)]
+    assert len(unowned) == 1 and "FencedActivities" in unowned[0]
+    events = _events(kafka_bootstrap, topic)
+    assert {e.workflow_key for e in events} == {key}
+    # The heartbeat's progress is reported on another thread: any order.
+    assert sorted(e.type.value for e in events) == [
+        "effect_attempted",
+        "effect_committed",
+        "lease_acquired",
+        "lease_released",
+        "progress",
+    ]
+    assert all(e.epoch == 1 and e.seq is not None for e in events)
+
+
+@workflow.defn(name="RenderThenPublish")
+class RenderThenPublish:
+    """``render`` (activity 1, not fenced), then ``publish_report`` (activity 2)."""
+
+    @workflow.run
+    async def run(self, day: str) -> int:
+        await workflow.execute_activity("render", day, start_to_close_timeout=timedelta(seconds=30))
+        epoch: int = await workflow.execute_activity(
+            "publish_report", day, start_to_close_timeout=timedelta(seconds=30)
+        )
+        return epoch
+
+
 def test_the_temporal_lines_run_an_activity_attempt_as_epoch_one(
     temporal_address: str,
     kafka_bootstrap: str,

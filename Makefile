@@ -48,10 +48,13 @@ $(STAMP): pyproject.toml
 
 # chromium, promtool and redis-server: installed as root on Debian/Ubuntu, else
 # one line says what is missing and how to install it (before any test runs);
-# etcd (tests/integrations/test_etcd_source.py) built once with Go into the cache.
+# etcd (tests/integrations/test_etcd_source.py) and the Temporal CLI (the Temporal
+# integration's real server) built once with Go into the cache (scripts/etcd-local,
+# scripts/temporal-local; a few minutes on a cold Go module cache), reused after.
 tools:
 	@scripts/test-tools
 	@scripts/etcd-local build >/dev/null
+	@scripts/temporal-local build >/dev/null
 
 test: venv tools
 	scripts/with-services -- $(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -37,6 +37,7 @@ _EXTRA_OF_MODULE: dict[str, str] = {
     "redis": "celery",
     "etcd3gw": "etcd",
     "futurist": "etcd",  # etcd3gw's thread pools
+    "temporalio": "temporal",
 }
 
 

@@ -5,7 +5,8 @@
 * :mod:`streams.integrations.langgraph` — LangGraph (the ``langgraph`` extra);
 * :mod:`streams.integrations.langgraph_checkpoint` — a fenced LangGraph
   checkpointer (the ``langgraph`` extra);
-* :mod:`streams.integrations.celery` — Celery (the ``celery`` extra).
+* :mod:`streams.integrations.celery` — Celery (the ``celery`` extra);
+* :mod:`streams.integrations.temporal` — Temporal activities (the ``temporal`` extra).
 
 Nothing here is imported by the core, the SDK or the CLI unless the feature is
 used: import the module of the runtime you run. See docs/integrations.md.

@@ -174,6 +174,13 @@ class ReporterSettings:
         return conn
 
 
+def _check_keeping(renew_fraction: float, max_deferred: int) -> None:
+    if not 0 < renew_fraction < 1:
+        raise ValueError(f"renew_fraction must be in (0, 1), got {renew_fraction!r}")
+    if not 1 <= max_deferred <= 1_000_000:
+        raise ValueError("max_deferred must be in 1..1000000")
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -575,14 +582,9 @@ class OwnershipReporter:
         for an outside authority that already handed the work on, such as a
         broker redelivery); ``lease_acquired`` then says ``take_over: true``.
         """
-        store = self.leases
-        if store is None:
-            raise RuntimeError("own() needs a lease store: OwnershipReporter(..., leases=...)")
+        store = self._owner_store("own")
         check_lease_args(key, self.settings.worker_id, ttl)
-        if not 0 < renew_fraction < 1:
-            raise ValueError(f"renew_fraction must be in (0, 1), got {renew_fraction!r}")
-        if not 1 <= max_deferred <= 1_000_000:
-            raise ValueError("max_deferred must be in 1..1000000")
+        _check_keeping(renew_fraction, max_deferred)
         if take_over:
             if not isinstance(store, TakeOverLeaseStore):
                 raise TypeError(f"take_over needs a lease store with take_over(), not {store!r}")
@@ -592,6 +594,54 @@ class OwnershipReporter:
             lease, started = acquire(self, store, key, ttl, wait_s=max(0.0, wait_s))
         if getattr(store, "publisher", None) is not self:
             self.lease_acquired(lease, attrs=grant_attrs(ttl, take_over=take_over))
+        return self._keep(
+            store, lease, ttl, on_lost, renew_fraction, max_deferred, drain_timeout_s, started
+        )
+
+    def adopt(
+        self,
+        lease: Lease,
+        *,
+        ttl: float,
+        started: float,
+        on_lost: Callable[[Owner], object] | None = None,
+        renew_fraction: float = 1 / 3,
+        max_deferred: int = 1000,
+        drain_timeout_s: float | None = None,
+    ) -> Owner:
+        """Keep a lease this worker obtained from the lease store by other
+        means than :meth:`own` (an epoch claimed from another authority:
+        :func:`~streams.fences.lease_claim.claim_epoch`), exactly as ``own``
+        keeps its own; ``started`` is the monotonic instant the request that
+        granted it started (the worker's deadline counts from there). Its
+        ``lease_acquired`` is the caller's to publish."""
+        store = self._owner_store("adopt")
+        check_lease_args(lease.key, lease.worker_id, ttl)
+        if lease.worker_id != self.settings.worker_id:
+            raise ValueError("the lease belongs to another worker")
+        _check_keeping(renew_fraction, max_deferred)
+        return self._keep(
+            store, lease, ttl, on_lost, renew_fraction, max_deferred, drain_timeout_s, started
+        )
+
+    def _owner_store(self, method: str) -> LeaseStore:
+        if self.leases is None:
+            raise RuntimeError(
+                f"{method}() needs a lease store: OwnershipReporter(..., leases=...)"
+            )
+        return self.leases
+
+    def _keep(
+        self,
+        store: LeaseStore,
+        lease: Lease,
+        ttl: float,
+        on_lost: Callable[[Owner], object] | None,
+        renew_fraction: float,
+        max_deferred: int,
+        drain_timeout_s: float | None,
+        started: float,
+    ) -> Owner:
         keeper = self.keeper()
         owner = Owner(
             self,

@@ -78,7 +78,7 @@ def test_every_public_error_class_is_importable_from_fencewatch() -> None:
     assert {e.__name__ for e in errors} <= set(fencewatch.__all__)
 
 
-INTEGRATIONS = ("otel", "otlp", "langgraph", "celery", "runs")
+INTEGRATIONS = ("otel", "otlp", "langgraph", "celery", "temporal", "runs")
 
 
 @pytest.mark.parametrize("module", INTEGRATIONS)

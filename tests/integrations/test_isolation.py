@@ -6,7 +6,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-RUNTIMES = ("opentelemetry", "langgraph", "langchain_core", "celery", "kombu", "redis")
+RUNTIMES = (
+    "opentelemetry",
+    "langgraph",
+    "langchain_core",
+    "celery",
+    "kombu",
+    "redis",
+    "temporalio",
+)
 
 _CHECK = """
 import sys
@@ -30,7 +38,7 @@ def _loaded(imports: str) -> list[str]:
 def test_core_sdk_and_cli_import_no_runtime_integration() -> None:
     """Importing the public package (fencewatch), streams, the core, the SDK, the
     fences, the findings consumer and the CLI loads no OpenTelemetry, LangGraph,
-    LangChain, Celery or Redis module and no streams.integrations module."""
+    LangChain, Celery, Redis or Temporal module and no streams.integrations module."""
     imports = "import fencewatch, streams, streams.cli, streams.sdk, streams.fences"
     imports += ", streams.core, streams.findings"
     assert _loaded(imports) == []

@@ -305,3 +305,25 @@ def test_the_watchdog_marks_the_lease_lost_while_a_renewal_hangs(world: World) -
         blocker.close()
     owner.close()
     slow_db.close()
+
+
+def test_adopt_keeps_a_claimed_lease_until_a_higher_claim_displaces_it(world: World) -> None:
+    """A lease claimed at an epoch another authority allocated (claim_epoch)
+    is kept by adopt() like one from own(): renewed in the background, lost
+    when a higher epoch is claimed, its effect then refused; a lease of
+    another worker is refused."""
+    from streams.fences.lease_claim import claim_epoch
+
+    rep = world.reporter("alpha")
+    lease = claim_epoch(world.leases, KEY, 4, "alpha", 0.6)
+    with pytest.raises(ValueError, match="another worker"):
+        world.reporter("beta").adopt(lease, ttl=0.6, started=time.monotonic())
+    with rep.adopt(lease, ttl=0.6, started=time.monotonic()) as owner:
+        assert owner.epoch == 4
+        wait_until(lambda: owner.renewals >= 2, timeout=20, what="two renewals")
+        claim_epoch(world.leases, KEY, 5, "beta", 60)
+        assert owner.lost.wait(5), "the keeper did not notice the higher claim"
+        with pytest.raises(LeaseLost) as info:
+            owner.effect(world.sink, "release-index", b"x")
+        assert info.value.current_epoch == 5
+    assert world.sink.effects(KEY) == []

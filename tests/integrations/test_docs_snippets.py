@@ -43,30 +43,25 @@ def _run(section: str, names: dict[str, Any], broker: str | None = None) -> dict
 
 
 def test_the_opentelemetry_lines_forward_an_evidence_span_to_the_topic(
-    kafka_bootstrap: str, unique_topic: Callable[..., str]
+    kafka_bootstrap: str, unique_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The OpenTelemetry snippet (instrument, the span processor, an evidence
-    span) runs as written, and its span reaches the topic as the effect_attempted
-    it declares."""
-    from opentelemetry.sdk.trace import TracerProvider
-
+    """The OpenTelemetry snippet (its tracing, instrument, the span processor, an
+    evidence span) runs as written, and its span reaches the topic as the
+    effect_attempted it declares."""
     from streams.integrations import otel
 
     topic = unique_topic()
-    provider = TracerProvider()
-    names = {
-        "provider": provider,
-        "tracer": provider.get_tracer("agent"),
-        "key": "docs/otel",
-        "epoch": 4,
-        "me": "alpha",
-    }
+    monkeypatch.setenv("FENCEWATCH_BOOTSTRAP_SERVERS", kafka_bootstrap)
+    code = _snippet("OpenTelemetry")
+    # to_kafka's default topic is the production one: this test's instead.
+    assert "to_kafka(bootstrap)" in code
+    code = code.replace("to_kafka(bootstrap)", f"to_kafka(bootstrap, topic={topic!r})")
+    names: dict[str, Any] = {"__name__": "docs"}
     try:
-        # to_kafka's default topic is the production one: this test's instead.
-        _run("OpenTelemetry", names, f"{kafka_bootstrap!r}, topic={topic!r}")
-        assert provider.force_flush(30_000)
+        exec(compile(code, f"<{DOC.name}: OpenTelemetry>", "exec"), names)
     finally:
-        provider.shutdown()
+        if "provider" in names:
+            names["provider"].shutdown()
         otel.uninstrument()
     from streams.core.validate import parse_event
     from streams.kafka.reader import iter_topic
@@ -77,7 +72,7 @@ def test_the_opentelemetry_lines_forward_an_evidence_span_to_the_topic(
         if v
     ]
     assert [(e.type.value, e.workflow_key, e.epoch, e.worker_id, e.effect_key) for e in events] == [
-        ("effect_attempted", "docs/otel", 4, "alpha", "release-index")
+        ("effect_attempted", "tenant/otel-export/2026-07-26", 1, "alpha", "release-index")
     ]
 
 

@@ -70,6 +70,16 @@ def test_every_sdk_doc_block_runs(
     checks and the counts) all run; their evidence reaches the topic."""
     monkeypatch.chdir(tmp_path)
     topic = unique_topic(partitions=1)
+    # The doc reads its broker from the environment, as a user's code would, and
+    # publishes to the default topic: this test's topic instead.
+    import functools
+
+    import fencewatch
+
+    monkeypatch.setenv("FENCEWATCH_BOOTSTRAP_SERVERS", kafka_bootstrap)
+    monkeypatch.setattr(
+        fencewatch, "ReporterSettings", functools.partial(ReporterSettings, topic=topic)
+    )
     blocks = _blocks("sdk.md")
     assert len(blocks) >= 4
     results = []
@@ -79,6 +89,7 @@ def test_every_sdk_doc_block_runs(
         names: dict[str, Any] = {
             # What the own() block leaves to the reader.
             "OwnershipReporter": OwnershipReporter,
+            "db": own_db,
             "settings": ReporterSettings(kafka_bootstrap, "alpha", topic=topic),
             "leases": leases,
             "sink": FencedSink(own_db, name="ledger"),
@@ -88,7 +99,7 @@ def test_every_sdk_doc_block_runs(
             results.append(_run("sdk.md", i, code, names, capsys, kafka_bootstrap, topic))
         finally:
             own_db.close()
-            if "db" in names:
+            if names.get("db") not in (None, own_db):
                 names["db"].close()
     first, own = results[0], results[1]
     assert first["receipt"].status == "committed"

@@ -49,8 +49,9 @@ __all__ = ["register", "render_finding_line"]
 #: in flight at once (one connection each): one thread driving a window of
 #: requests on libcurl's multi interface costs the least CPU per finding
 #: (bench/findings_follow_cpu.py, 20,000 findings, load average ~20 on 2
-#: cores: ~46-50 µs with 1 x 32; the groups of 2 x 8 it replaced, ~50-74;
-#: docs/operate.md). Each finding's revisions still arrive in order.
+#: cores: 47-52 µs with 1 x 32, 71-74 with 2 x 8, before the consumer's
+#: acknowledgements were batched; docs/performance.md). Each finding's
+#: revisions still arrive in order.
 DEFAULT_WEBHOOK_LANES = 1
 DEFAULT_CONCURRENCY = 32
 

@@ -17,9 +17,17 @@ confluent-kafka consumer (``consume()`` batches of 500) that only
 decoding alone cost. Issue 24's target for the follower is <= ~50 us per
 finding (it was ~190 us).
 
-    .venv/bin/python bench/findings_follow_cpu.py [--n 20000] [--runs 3]
+``--baseline REF``: the follower of an older build as well, in each run, on
+the same topic (a group of its own), the order alternating between runs:
+REF's ``streams/`` is extracted (``git archive``) into a temporary directory
+and run from there. Issue 43's target: the follower within 2x of the one
+before it (``ea65604``, the hand-written HTTP client, pipelined), judged by
+the median of the per-run ratios. ``--hook-args``: extra follower flags for
+the build measured (``--hook-lanes 1 --hook-pipeline 32``).
+
+    .venv/bin/python bench/findings_follow_cpu.py [--n 20000] [--runs 3] [--baseline ea65604]
 """
-# make-bench: --n 20000 --runs 3
+# make-bench: --n 20000 --runs 3 --baseline ea65604
 
 from __future__ import annotations
 
@@ -99,27 +107,27 @@ def _bare(conn: Any, bs: str, topic: str, partitions: int, n: int) -> None:
     conn.send((cpu, got - 1))
 
 
-def one_run(
-    bs: str, args: argparse.Namespace, records: list[tuple[bytes, bytes]]
+def _follow(
+    bs: str, args: argparse.Namespace, topic: str, n: int, tree: Path, extra: list[str]
 ) -> dict[str, float]:
-    topic = f"bench-follow-cpu-{uuid.uuid4().hex[:8]}"
-    create_topics(bs, [topic], args.partitions)
-    p = producer(bs)
-    for key, value in records:
-        produce_one(p, topic, value, key)
-    p.flush(60)
-    n = len(records)
+    """One follower (run from ``tree``) draining ``topic`` to a fresh
+    receiver: its CPU µs per finding over the measured window."""
     ctx = multiprocessing.get_context("spawn")
     here, there = ctx.Pipe()
     receiver = ctx.Process(target=_receive, args=(there, args.warm, n - args.warm), daemon=True)
     receiver.start()
     url = here.recv()
+    env = dict(os.environ)
+    if tree != REPO:
+        # An older tree runs interpreted: its compiled modules are not built.
+        env.pop("FENCEWATCH_NATIVE", None)
     with tempfile.TemporaryDirectory() as tmp:
         follower = subprocess.Popen(
             [sys.executable, "-m", "streams", "findings", "--bootstrap-servers", bs,
-             "--topic", topic, "--follow", "--format", "jsonl", "--group", f"{topic}-hook",
-             "--webhook", url, "--dead-letter", str(Path(tmp) / "dead.jsonl")],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+             "--topic", topic, "--follow", "--format", "jsonl",
+             "--group", f"{topic}-hook-{uuid.uuid4().hex[:6]}",
+             "--webhook", url, "--dead-letter", str(Path(tmp) / "dead.jsonl"), *extra],
+            cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )  # fmt: skip
         try:
             if not here.poll(120) or here.recv() != "warm":
@@ -138,18 +146,54 @@ def one_run(
     measured = n - args.warm
     if len(first) < n:
         raise RuntimeError(f"{len(first)}/{n} findings posted; follower said {err[-500:]!r}")
+    return {
+        "follower_us": (cpu1 - cpu0) / measured * 1e6,
+        "rate": measured / (t1 - t0),
+        "receiver_us": (rcv1 - rcv0) / measured * 1e6,
+        "repeated": posts - n,
+    }
+
+
+def one_run(
+    bs: str,
+    args: argparse.Namespace,
+    records: list[tuple[bytes, bytes]],
+    baseline: Path | None = None,
+    index: int = 0,
+) -> dict[str, float]:
+    topic = f"bench-follow-cpu-{uuid.uuid4().hex[:8]}"
+    create_topics(bs, [topic], args.partitions)
+    p = producer(bs)
+    for key, value in records:
+        produce_one(p, topic, value, key)
+    p.flush(60)
+    n = len(records)
+    extra = args.hook_args.split()
+    out: dict[str, float] = {}
+    if baseline is not None and index % 2 == 1:  # alternate which goes first
+        old = _follow(bs, args, topic, n, baseline, [])
+    out.update(_follow(bs, args, topic, n, REPO, extra))
+    if baseline is not None and index % 2 == 0:
+        old = _follow(bs, args, topic, n, baseline, [])
+    if baseline is not None:
+        out["old_us"] = old["follower_us"]
+    ctx = multiprocessing.get_context("spawn")
     here, there = ctx.Pipe()
     bare = ctx.Process(target=_bare, args=(there, bs, topic, args.partitions, n))
     bare.start()
     bare_cpu, bare_n = here.recv()
     bare.join(10)
-    return {
-        "follower_us": (cpu1 - cpu0) / measured * 1e6,
-        "bare_us": bare_cpu / bare_n * 1e6,
-        "rate": measured / (t1 - t0),
-        "receiver_us": (rcv1 - rcv0) / measured * 1e6,
-        "repeated": posts - n,
-    }
+    out["bare_us"] = bare_cpu / bare_n * 1e6
+    return out
+
+
+def _extract(ref: str, into: Path) -> Path:
+    """``ref``'s ``streams/`` under ``into`` (git archive | tar)."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref, "streams"], capture_output=True, check=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
 
 
 def main() -> int:
@@ -158,43 +202,69 @@ def main() -> int:
     ap.add_argument("--warm", type=int, default=2_000, help="posts before the measured window")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--baseline", metavar="REF", help="also measure this commit's follower")
+    ap.add_argument("--hook-args", default="", help="extra follower flags (the build measured)")
     add_json_arg(ap)
     args = ap.parse_args()
     bs = bootstrap()
     records = _findings(args.n)
     runs = []
-    for i in range(args.runs):
-        r = one_run(bs, args, records)
-        runs.append(r)
-        print(
-            f"run {i + 1}: follower {r['follower_us']:.1f} CPU us/finding, bare consume+loads "
-            f"{r['bare_us']:.1f} us/record (ratio {r['follower_us'] / r['bare_us']:.1f}); "
-            f"{r['rate']:,.0f} findings/s posted; receiver {r['receiver_us']:.1f} us/post; "
-            f"{r['repeated']} repeated posts",
-            flush=True,
-        )
+    with tempfile.TemporaryDirectory(prefix="fw-baseline-") as tmp:
+        baseline = _extract(args.baseline, Path(tmp)) if args.baseline else None
+        for i in range(args.runs):
+            r = one_run(bs, args, records, baseline, i)
+            runs.append(r)
+            old = (
+                f"; {args.baseline} {r['old_us']:.1f} us/finding "
+                f"(x{r['follower_us'] / r['old_us']:.2f})"
+                if baseline is not None
+                else ""
+            )
+            print(
+                f"run {i + 1}: follower {r['follower_us']:.1f} CPU us/finding{old}, bare "
+                f"consume+loads {r['bare_us']:.1f} us/record (ratio "
+                f"{r['follower_us'] / r['bare_us']:.1f}); {r['rate']:,.0f} findings/s posted; "
+                f"receiver {r['receiver_us']:.1f} us/post; {r['repeated']} repeated posts",
+                flush=True,
+            )
     setting = (
         f"{args.n:,} findings on {args.partitions} partitions, the first {args.warm:,} posts "
         f"not measured; median of {args.runs} runs (fresh topic, follower and receiver each); "
         f"{os.cpu_count()} CPUs"
     )
+    if args.hook_args:
+        setting += f"; follower flags {args.hook_args}"
     print(setting)
-    emit(
-        args.json,
-        [
+    figures = []
+    if args.baseline:
+        figures.append(
             Figure(
-                "findings follower CPU per finding (webhook)",
+                "findings follower CPU per finding against the old client (webhook)",
                 statistics.median(r["follower_us"] for r in runs),
                 "us",
-                "bare consume() + orjson.loads per record, same run",
-                statistics.median(r["bare_us"] for r in runs),
-                "value <= 50",
+                f"the follower of {args.baseline} (hand-written HTTP client), same runs",
+                statistics.median(r["old_us"] for r in runs),
+                "ratio <= 2",
                 setting,
                 runs=[r["follower_us"] for r in runs],
-                limit_runs=[r["bare_us"] for r in runs],
+                limit_runs=[r["old_us"] for r in runs],
+                paired_ratio=statistics.median(r["follower_us"] / r["old_us"] for r in runs),
             )
-        ],
+        )
+    figures.append(
+        Figure(
+            "findings follower CPU per finding (webhook)",
+            statistics.median(r["follower_us"] for r in runs),
+            "us",
+            "bare consume() + orjson.loads per record, same run",
+            statistics.median(r["bare_us"] for r in runs),
+            "value <= 50",
+            setting,
+            runs=[r["follower_us"] for r in runs],
+            limit_runs=[r["bare_us"] for r in runs],
+        )
     )
+    emit(args.json, figures)
     return 0
 
 

@@ -18,6 +18,7 @@ second Ctrl-C stops the hook deliveries at once).
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import signal
 import sys
@@ -44,13 +45,15 @@ from streams.report.terminal import term_safe
 
 __all__ = ["register", "render_finding_line"]
 
-#: Webhook lanes (sender threads) by default, and the requests each has in
-#: flight at once (with several lanes; one connection each): libcurl waits
-#: for a lane's answers together, so fewer threads each with more requests
-#: cost less CPU per finding (bench/findings_follow_cpu.py, 20,000 findings:
-#: ~42 µs with 2 x 8, ~46-55 with 4 x 4, ~59 with 4 x 1; docs/operate.md).
-DEFAULT_WEBHOOK_LANES = 2
-DEFAULT_CONCURRENCY = 8
+#: Webhook lanes (sender threads) by default, and the requests each keeps
+#: in flight at once (one connection each): one thread driving a window of
+#: requests on libcurl's multi interface costs the least CPU per finding
+#: (bench/findings_follow_cpu.py, 20,000 findings, load average ~20 on 2
+#: cores: 47-52 µs with 1 x 32, 71-74 with 2 x 8, before the consumer's
+#: acknowledgements were batched; docs/performance.md). Each finding's
+#: revisions still arrive in order.
+DEFAULT_WEBHOOK_LANES = 1
+DEFAULT_CONCURRENCY = 32
 
 
 def register(sub: Any) -> None:
@@ -120,9 +123,9 @@ def register(sub: Any) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="webhook: first attempts a lane makes at once, each on a connection of its own "
-        "(so up to lanes x N connections; a finding's revisions never together); default "
-        f"{DEFAULT_CONCURRENCY} with several lanes, 1 (total order) with one",
+        help="webhook: first attempts a lane keeps in flight at once, each on a connection of "
+        "its own (so up to lanes x N connections; a finding's revisions never together); "
+        f"default {DEFAULT_CONCURRENCY}, or 1 (total order) when --hook-lanes 1 is given",
     )
     h.add_argument(
         "--hook-timeout",
@@ -384,7 +387,8 @@ def _hook_targets(args: argparse.Namespace) -> list[Any]:
     from streams.findings import ExecTarget, WebhookTarget
     from streams.findings.webhook import parse_header
 
-    lanes = args.hook_lanes
+    given = args.hook_lanes
+    lanes = given
     if lanes is None:
         lanes = DEFAULT_WEBHOOK_LANES if args.webhook is not None else 1
     if lanes < 1:
@@ -394,10 +398,11 @@ def _hook_targets(args: argparse.Namespace) -> list[Any]:
     if args.webhook is None:
         return [ExecTarget(args.exec_cmd, timeout_s=args.hook_timeout) for _ in range(lanes)]
     # One lane is the total-order choice: a failure among requests made
-    # together is retried after them, so one lane sends together only when told.
+    # together is retried after them, so a lane asked for (--hook-lanes 1)
+    # sends together only when told; the default lane keeps a window.
     together = args.hook_pipeline
     if together is None:
-        together = DEFAULT_CONCURRENCY if lanes > 1 else 1
+        together = DEFAULT_CONCURRENCY if given is None or lanes > 1 else 1
     if together < 1:
         raise ValueError("--hook-pipeline must be at least 1")
     headers = [parse_header(spec) for spec in args.webhook_header]
@@ -435,8 +440,14 @@ def _hooked(consumer: Any, args: argparse.Namespace, stop: _Stop, targets: list[
         dead_letters=DeadLetterFile(Path(args.dead_letter)),
         max_in_flight=args.max_in_flight,
         on_health=_health_line("webhook" if args.webhook is not None else "command"),
+        done_all=consumer.ack_all,
     )
     stop.sender = sender
+    # Everything made so far (modules, the clients) lives as long as the
+    # process: out of the collector's way, so that its full collections,
+    # which the deliveries' short-lived objects keep triggering, walk only
+    # what the deliveries make (a few % of the CPU per finding).
+    gc.freeze()
     handed = 0
     try:
         while not consumer.stopping and not consumer.finished:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -90,6 +91,21 @@ def register(sub: Any) -> None:
         help="timeline replays running at once; more get 503 with Retry-After (default 2)",
     )
     p.add_argument(
+        "--app-id",
+        default=None,
+        help="the processor's app id, its consumer group, whose committed offsets say "
+        "whether it makes progress (default $FENCEWATCH_APP_ID or fencewatch-live)",
+    )
+    p.add_argument(
+        "--stall-after",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds a partition with lag may go without a commit before the console says "
+        "the processor is stalled (default: the worker's, from $FENCEWATCH_STALL_TIMEOUT "
+        "and $FENCEWATCH_COMMIT_INTERVAL: 60)",
+    )
+    p.add_argument(
         "--max-workflows",
         type=int,
         default=DEFAULT_MAX_WORKFLOWS,
@@ -103,6 +119,38 @@ def register(sub: Any) -> None:
 def _err(msg: str) -> int:
     print(f"fencewatch serve: {msg}", file=sys.stderr)
     return 2
+
+
+def _processor(args: argparse.Namespace, env: Any) -> tuple[str, float]:
+    """The processor's group and stall threshold, from the flags or else the
+    variables the worker reads, with the worker's defaults and rule
+    (streams/live/settings.py: ``app_id``; ``stall_after`` is its
+    ``stall_timeout``, never under 3 commit intervals). ValueError names a
+    bad value."""
+    import dataclasses
+
+    from streams.live.settings import LiveSettings
+
+    defaults: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(LiveSettings)}
+    app_id = args.app_id or env.get("FENCEWATCH_APP_ID") or str(defaults["app_id"])
+    stall_after = args.stall_after
+    if stall_after is None:
+        values: dict[str, float] = {}
+        for name, var in (
+            ("stall_timeout", "FENCEWATCH_STALL_TIMEOUT"),
+            ("commit_interval", "FENCEWATCH_COMMIT_INTERVAL"),
+        ):
+            text = env.get(var)
+            try:
+                values[name] = float(text) if text else float(defaults[name])
+            except ValueError:
+                raise ValueError(f"{var} must be a number of seconds, got {text!r}") from None
+        stall_after = max(values["stall_timeout"], 3 * values["commit_interval"])
+    if not 0 < stall_after < math.inf:
+        raise ValueError(
+            f"--stall-after must be a number of seconds more than 0, got {stall_after:g}"
+        )
+    return app_id, stall_after
 
 
 def _missing_named_topics(conn: Any, settings: Any) -> list[str]:
@@ -156,6 +204,10 @@ def _main(args: argparse.Namespace) -> int:
         return _err(f"{TOKEN_ENV} must be at least {_MIN_TOKEN} characters")
     env = os.environ
     try:
+        app_id, stall_after = _processor(args, env)
+    except ValueError as exc:
+        return _err(str(exc))
+    try:
         conn = connection_from_args(args, extra=kafka_config(args.kafka_config))
         check_reachable(conn)
         settings = ConsoleSettings(
@@ -176,6 +228,8 @@ def _main(args: argparse.Namespace) -> int:
             replay_scan=args.replay_scan,
             max_workflows=args.max_workflows,
             limits=limits,
+            processor_group=app_id,
+            stall_after=stall_after,
         )
         missing = _missing_named_topics(conn, settings)
         if missing:

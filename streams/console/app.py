@@ -6,10 +6,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from streams.console.auth import Auth
-from streams.console.follow import Follower, findings_follower, status_follower
+from streams.console.follow import (
+    Follower,
+    findings_follower,
+    processor_follower,
+    status_follower,
+)
 from streams.console.hosting import ConsoleServer
 from streams.console.limits import ServerLimits
 from streams.console.metrics import ConsoleMetrics
+from streams.console.processor import DEFAULT_EVERY_S, ProcessorWatch
 from streams.console.server import Console
 from streams.console.sessions import Sessions
 from streams.console.timeline import (
@@ -52,6 +58,14 @@ class ConsoleSettings:
     replay_scan: int = DEFAULT_REPLAY_SCAN
     max_workflows: int = DEFAULT_MAX_WORKFLOWS
     limits: ServerLimits = field(default_factory=ServerLimits)
+    #: The processor's consumer group (its app id, FENCEWATCH_APP_ID), whose
+    #: committed offsets say whether it makes progress.
+    processor_group: str = "fencewatch-live"
+    #: Seconds a partition with lag may go without a commit before the
+    #: console says the processor is stalled (the worker's own default).
+    stall_after: float = 60.0
+    #: Seconds between two looks at the processor's offsets.
+    processor_every_s: float = DEFAULT_EVERY_S
 
 
 class ConsoleApp:
@@ -62,16 +76,28 @@ class ConsoleApp:
         self.settings = s = settings
         self.view = ConsoleView(s.max_workflows)
         self.metrics = ConsoleMetrics()
+        self.processor = ProcessorWatch(s.processor_group, s.stall_after)
         self.followers: list[Follower] = [
             status_follower(s.connection, s.status_topic, self.view, self.metrics),
             findings_follower(s.connection, s.findings_topic, self.view, self.metrics),
+            processor_follower(
+                s.connection, s.events_topic, self.processor, self.metrics, s.processor_every_s
+            ),
         ]
         lim = s.limits
         auth = Auth(s.token, Sessions(lim.session_ttl_s, lim.max_sessions))
         self._replay_connection = replace(
             s.connection, extra={**s.connection.extra, **REPLAY_CONSUMER}
         )
-        console = Console(self.view, auth, self.metrics, self._replay, self._verify, self._errors)
+        console = Console(
+            self.view,
+            auth,
+            self.metrics,
+            self._replay,
+            self._verify,
+            self._errors,
+            self.processor,
+        )
         self.server = ConsoleServer((s.host, s.port), console, lim)
 
     @property
@@ -79,7 +105,7 @@ class ConsoleApp:
         return self.server.url
 
     def _errors(self) -> list[str]:
-        out = [f"lost the {f.name} topic: {f.error} (retrying)" for f in self.followers if f.error]
+        out = [f"lost {f.what}: {f.error} (retrying)" for f in self.followers if f.error]
         if self.view.refused:
             out.append(
                 f"{self.view.refused:,} workflows not shown: the view holds at most "

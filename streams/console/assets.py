@@ -11,6 +11,7 @@ header.top{display:flex;gap:16px;align-items:baseline;flex-wrap:wrap;margin-bott
 header.top .sp{flex:1}
 .banner.ro{background:#eef3fd;border:1px solid #b6c9f0;color:#1f3b72}
 .banner.err{background:#fdf0ef;border:1px solid #f1b5b0;color:#8c1d18}
+.banner[hidden]{display:none}
 form.filters{display:flex;gap:10px;align-items:center;flex-wrap:wrap;margin:0 0 12px}
 form.filters input[type=text]{width:22em}
 input,select,button{font:inherit;padding:4px 8px}
@@ -37,11 +38,13 @@ background:#f3f4f6;padding:8px;border-radius:6px;font-size:12px}
 # rebuilds the rows; a failed poll says so and keeps the last rows. A row the
 # script cannot draw (a value it did not expect: the server checks values,
 # this is the second line) is drawn as invalid with the error, and the poll
-# goes on whatever happened: one record never blanks the list.
+# goes on whatever happened: one record never blanks the list. The processor
+# banner follows the poll's ``processor`` (its message as text; hidden when null).
 INDEX_JS = r"""
 (function(){
   var body = document.getElementById('rows'), info = document.getElementById('live');
   var pager = document.getElementById('pager'), note = document.getElementById('empty');
+  var proc = document.getElementById('processor');
   function cell(tr, text, cls){ var td = document.createElement('td');
     if (cls) td.className = cls; if (text !== null) td.textContent = text; tr.appendChild(td); return td; }
   function ok(ms){ return typeof ms === 'number' && isFinite(new Date(ms).getTime()); }
@@ -97,7 +100,11 @@ INDEX_JS = r"""
         a.setAttribute('href', '?' + q.toString()); } });
     info.textContent = 'live · updated ' + new Date().toLocaleTimeString() + ' · ' + d.held + ' workflows held' +
       (d.errors.length ? ' · ' + d.errors.join('; ') : '');
-    document.body.setAttribute('data-version', String(d.version)); }
+    document.body.setAttribute('data-version', String(d.version));
+    if (proc){ var p = d.processor;
+      proc.hidden = !p; proc.textContent = p ? String(p.message) : '';
+      proc.className = 'banner ' + (p && p.stalled ? 'err' : 'ro');
+      proc.setAttribute('data-stalled', p && p.stalled ? 'true' : 'false'); } }
   function poll(){
     var x = new XMLHttpRequest(); x.open('GET', '/api/workflows' + location.search);
     x.onload = function(){

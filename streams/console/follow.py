@@ -1,7 +1,8 @@
-"""The two followers that keep the console's view current: one thread reads
+"""The followers that keep the console's view current: one thread reads
 the status topic from its start and follows it, one reads the findings
 topic the same way (through the findings consumer API, which delivers each
-finding's revisions in order, never one twice). A follower that loses the
+finding's revisions in order, never one twice), and one looks at the
+processor's committed offsets every few seconds (:mod:`.processor`). A follower that loses the
 broker says why (:attr:`Follower.error`, shown on the page) and starts
 again after a pause; re-reading is harmless (the view keeps the latest
 status and ignores a revision it holds).
@@ -22,12 +23,13 @@ from typing import Any
 import orjson
 
 from streams.console.metrics import ConsoleMetrics
+from streams.console.processor import MAX_PARTITIONS, ProcessorWatch
 from streams.console.view import ConsoleView
 from streams.core.status import WorkflowStatus
-from streams.errors import FencewatchError
+from streams.errors import FencewatchError, TopicMissing
 from streams.kafka.connection import KafkaConnection
 
-__all__ = ["RETRY_S", "Follower", "findings_follower", "status_follower"]
+__all__ = ["RETRY_S", "Follower", "findings_follower", "processor_follower", "status_follower"]
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +42,12 @@ class Follower:
     """A daemon thread running ``body(stop)`` until stopped, restarting it
     after a broker failure."""
 
-    def __init__(self, name: str, body: Callable[[threading.Event], None]) -> None:
+    def __init__(
+        self, name: str, body: Callable[[threading.Event], None], what: str | None = None
+    ) -> None:
         self.name = name
+        #: What it reads, as its error line names it.
+        self.what = what or f"the {name} topic"
         self._body = body
         self._stop = threading.Event()
         self.error: str | None = None
@@ -167,3 +173,77 @@ def findings_follower(
 
     follower = Follower("findings", body)
     return follower
+
+
+def processor_follower(
+    connection: KafkaConnection,
+    topic: str,
+    watch: ProcessorWatch,
+    metrics: ConsoleMetrics,
+    every_s: float,
+) -> Follower:
+    """Every ``every_s`` seconds: the committed offsets of the processor's
+    group (``watch.group``) on ``topic`` (the events topic) and the topic's
+    ends, handed to ``watch``. The consumer never subscribes: it reads the
+    group's offsets without joining it (and never commits)."""
+
+    def body(stop: threading.Event) -> None:
+        from confluent_kafka import Consumer
+
+        from streams.kafka.errors import kafka_errors
+
+        conf = connection.librdkafka(
+            **{
+                "group.id": watch.group,
+                "enable.auto.commit": False,
+                # The last committed offsets, not a wait for a transaction
+                # that commits new ones: read_committed asks the coordinator
+                # for stable offsets, and a frozen worker's open transaction
+                # would hold every look until the broker aborts it.
+                "isolation.level": "read_uncommitted",
+            }
+        )
+        with kafka_errors(f"the processor's offsets (group {watch.group})"):
+            consumer = Consumer(conf)
+        try:
+            while not stop.is_set():
+                with kafka_errors(f"the processor's offsets (group {watch.group})"):
+                    try:
+                        offsets, total = _offsets(consumer, topic, connection.connect_timeout)
+                    except TopicMissing:
+                        # No events topic yet: no processor has run on it.
+                        offsets, total = {}, 0
+                state = watch.observe(offsets, total)
+                follower.error = None
+                metrics.processor_state(state)
+                stop.wait(every_s)
+        finally:
+            consumer.close()
+
+    follower = Follower("processor", body, "the processor's offsets")
+    return follower
+
+
+def _offsets(
+    consumer: Any, topic: str, timeout: float
+) -> tuple[dict[int, tuple[int | None, int, int]], int]:
+    """Per partition of ``topic`` (the first MAX_PARTITIONS): (the group's
+    committed offset or None, the partition's start, its end); and the
+    topic's partition count."""
+    from confluent_kafka import TopicPartition
+
+    from streams.kafka.clients import fetch_committed
+
+    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+    if meta is None or meta.error is not None:
+        raise TopicMissing(f"topic {topic} not found", code="UNKNOWN_TOPIC_OR_PART")
+    numbers = sorted(meta.partitions)[:MAX_PARTITIONS]
+    tps = fetch_committed(consumer, [TopicPartition(topic, p) for p in numbers], timeout)
+    out: dict[int, tuple[int | None, int, int]] = {}
+    for tp in tps:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, tp.partition), timeout=timeout, cached=False
+        )
+        # A negative offset is librdkafka's "none" (OFFSET_INVALID).
+        out[tp.partition] = (tp.offset if tp.offset >= 0 else None, int(low), int(high))
+    return out, len(meta.partitions)

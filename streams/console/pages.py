@@ -92,8 +92,29 @@ def _top(chrome: Chrome) -> str:
     return "".join(out)
 
 
-def index_page(chrome: Chrome, *, prefix: str, severity: str, page: int) -> str:
-    """The list of workflows: an empty table the script fills and keeps current."""
+def _processor_banner(processor: dict[str, Any] | None) -> str:
+    """The processor's banner (hidden when there is nothing to say): an
+    error while it is stalled, a note while it has not committed; the list's
+    script keeps it current."""
+    if processor is None:
+        return "<div class='banner ro' id='processor' data-stalled='false' hidden></div>"
+    stalled = bool(processor.get("stalled"))
+    return (
+        f"<div class='banner {'err' if stalled else 'ro'}' id='processor' "
+        f"data-stalled='{'true' if stalled else 'false'}'>{_e(processor.get('message', ''))}</div>"
+    )
+
+
+def index_page(
+    chrome: Chrome,
+    *,
+    prefix: str,
+    severity: str,
+    page: int,
+    processor: dict[str, Any] | None = None,
+) -> str:
+    """The list of workflows: an empty table the script fills and keeps current.
+    ``processor``: the processor banner's message and whether it is stalled."""
     options = [("", "any (all workflows)"), ("open", "any open finding")] + [
         (s, f"{s} or worse") for s in _SEVERITIES
     ]
@@ -105,6 +126,7 @@ def index_page(chrome: Chrome, *, prefix: str, severity: str, page: int) -> str:
         _head("fencewatch console", chrome)
         + "<body><main>"
         + _top(chrome)
+        + _processor_banner(processor)
         + "<p class='sub'>Every workflow on the status topic, worst first: its open findings, "
         "its current owner, and the displaced epochs still acting (with when each was last "
         "seen: broker time). The list updates every second.</p>"

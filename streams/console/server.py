@@ -17,8 +17,9 @@ the hosting to every response Hypercorn writes, its own errors included;
 the Content-Security-Policy, which carries a per-page nonce, here); none
 names the server or its version.
 
-Routes: ``/`` and ``/w/<key>`` (HTML), ``/api/workflows``, ``/api/w/<key>``
-and ``/api/w/<key>/timeline`` (JSON), ``/metrics``, ``/health``; POST
+Routes: ``/`` and ``/w/<key>`` (HTML), ``/api/workflows``, ``/api/w/<key>``,
+``/api/w/<key>/timeline`` and ``/api/processor`` (JSON), ``/metrics``,
+``/health``; POST
 ``/login``, ``/logout``, ``/w/<key>/verify`` (a form) and ``/api/verify``
 (JSON). Keys in paths are percent-encoded whole (``/`` too); a key too long
 for a request line is named ``~<sha256 hex>``.
@@ -53,6 +54,7 @@ from streams.console.pages import (
     workflow_href,
     workflow_page,
 )
+from streams.console.processor import ProcessorWatch
 from streams.console.replays import ReplayGate
 from streams.console.sessions import RateLimit
 from streams.console.timeline import Timeline, draw
@@ -93,6 +95,8 @@ class Console:
     verify: Callable[[str, str, str, int, str | None], str]
     #: The followers' current errors (shown on every page).
     errors: Callable[[], list[str]]
+    #: The processor's progress (None: not watched).
+    processor: ProcessorWatch | None = None
 
 
 class _Headers(Mapping[str, str]):
@@ -358,10 +362,13 @@ class ConsoleASGI:
                 prefix=q.get("prefix", [""])[0],
                 severity=q.get("severity", [""])[0],
                 page=_int(q.get("page", ["1"])[0]),
+                processor=self._processor_banner(),
             )
             return _html(200, page, "index", chrome.nonce)
         if path == "/api/workflows":
             return _json(200, self._list(q), "api_workflows")
+        if path == "/api/processor":
+            return _json(200, self._processor(), "api_processor")
         if path == "/metrics":
             view = console.view
             console.metrics.workflows.set(len(view))
@@ -375,6 +382,26 @@ class ConsoleASGI:
             return _json(404, {"error": "no such route"}, "other")
         chrome = self._chrome(req, "/")
         return _html(404, message_page(chrome, "Not found", "No such page."), "other", chrome.nonce)
+
+    def _processor(self) -> dict[str, Any]:
+        """The processor's progress as the last look saw it (``watched``
+        false: the console does not watch it)."""
+        watch = self.console.processor
+        if watch is None:
+            return {"watched": False}
+        return {
+            "watched": True,
+            "group": watch.group,
+            "stall_after_s": watch.stall_after,
+            **watch.state.to_dict(),
+        }
+
+    def _processor_banner(self) -> dict[str, Any] | None:
+        """What the list page's processor banner says (None: nothing)."""
+        watch = self.console.processor
+        if watch is None or watch.state.message is None:
+            return None
+        return {"message": watch.state.message, "stalled": watch.state.stalled}
 
     def _chrome(self, req: _Request, path: str) -> Chrome:
         auth = self.console.auth
@@ -421,6 +448,7 @@ class ConsoleASGI:
             "invalid_records": view.invalid,
             "read_only": not console.auth.enabled,
             "errors": console.errors(),
+            "processor": self._processor_banner(),
         }
 
     def _api_workflow(self, raw: str, tail: str) -> _Reply:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import queue
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -182,15 +182,24 @@ class _Positions:
         return True
 
     def ack(self, partition: int, offset: int) -> None:
+        self.ack_many(partition, (offset,))
+
+    def ack_many(self, partition: int, offsets: Iterable[int]) -> None:
+        """Acknowledge ``offsets`` of ``partition`` (in any order): the
+        position moves past every acknowledged offset at the head."""
         pending = self._open.get(partition)
         if not pending:
             return
         done = self._acked.setdefault(partition, set())
-        done.add(offset)
+        done.update(offsets)
+        if pending[0] not in done:
+            return  # the head is still out: nothing moves (answers out of order)
+        popleft, discard = pending.popleft, done.discard
+        o = pending[0]
         while pending and pending[0] in done:
-            o = pending.popleft()
-            done.discard(o)
-            self.next[partition] = o + 1
+            o = popleft()
+            discard(o)
+        self.next[partition] = o + 1
 
     @property
     def in_flight(self) -> int:
@@ -351,14 +360,23 @@ class FindingsConsumer:
             self._acks.put([(d.partition, d.offset) for d in deliveries])
 
     def _drain_acks(self) -> None:
-        ack = self._positions.ack
+        ack_many = self._positions.ack_many
         while True:
             try:
                 done = self._acks.get_nowait()
             except queue.Empty:
                 return
+            # By partition: one position update per partition and hand-off
+            # (a window's answers come back out of order, many at a time).
+            by_partition: dict[int, list[int]] = {}
             for p, o in done:
-                ack(p, o)
+                offsets = by_partition.get(p)
+                if offsets is None:
+                    by_partition[p] = [o]
+                else:
+                    offsets.append(o)
+            for p, offsets in by_partition.items():
+                ack_many(p, offsets)
 
     @property
     def in_flight(self) -> int:

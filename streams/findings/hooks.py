@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Protocol, cast
 
 import orjson
 
@@ -53,6 +53,7 @@ __all__ = [
     "HookTarget",
     "RetryPolicy",
     "WebhookTarget",
+    "WindowTarget",
 ]
 
 
@@ -60,6 +61,24 @@ class HookTarget(Protocol):
     """Where findings go. ``send`` returns on success, raises DeliveryFailed."""
 
     def send(self, delivery: Delivery) -> None: ...
+
+
+class WindowTarget(HookTarget, Protocol):
+    """A target that keeps up to ``concurrency`` first attempts in flight
+    from the lane's own thread (:class:`WebhookTarget`): ``start`` one,
+    collect those ``finished`` (each with its outcome and start time),
+    ``abandon`` those in flight when stopped."""
+
+    concurrency: int
+
+    @property
+    def in_flight(self) -> int: ...
+
+    def start(self, delivery: Delivery) -> None: ...
+
+    def finished(self, wait_s: float) -> list[tuple[Delivery, DeliveryFailed | None, float]]: ...
+
+    def abandon(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +234,9 @@ class HookSender:
     (``targets``: one, or several of the same kind, e.g. one
     :class:`WebhookTarget` per connection). ``done`` is called (on a sender
     thread, so it must be thread-safe, as :meth:`FindingsConsumer.ack` is)
-    for each delivery once it was delivered or dead-lettered.
+    for each delivery once it was delivered or dead-lettered; ``done_all``,
+    when given, instead of ``done`` for those finished together
+    (:meth:`FindingsConsumer.ack_all`).
 
     The bound: each lane holds at most its share of ``max_in_flight``
     deliveries (queued or being tried); :meth:`submit_batch` blocks while a
@@ -239,6 +260,7 @@ class HookSender:
         dead_letters: DeadLetterFile,
         max_in_flight: int = 100,
         on_health: Callable[[DeliveryFailed | None, int], None] | None = None,
+        done_all: Callable[[Sequence[Delivery]], None] | None = None,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be >= 1")
@@ -248,6 +270,9 @@ class HookSender:
         self.policy = policy or RetryPolicy()
         self.dead_letters = dead_letters
         self._done = done
+        #: ``done`` for several deliveries in one call (one hand-off to the
+        #: consumer instead of one per finding), when the caller has one.
+        self._done_all = done_all
         self._abort = threading.Event()
         self._stop_now = threading.Event()
         self._failure: BaseException | None = None
@@ -443,63 +468,85 @@ class _Lane:
     def _loop(self) -> None:
         sender = self.sender
         try:
-            send_many = getattr(self.target, "send_many", None)
+            target = self.target
+            if getattr(target, "concurrency", 1) > 1 and callable(getattr(target, "start", None)):
+                self._windowed(cast("WindowTarget", target))
+                return
             while (batch := self._take()) is not None:
-                if callable(send_many):
-                    done = self._grouped(batch, send_many)
-                else:
-                    done = all(self._one(item) for item in batch)
-                if not done:
+                if not all(self._one(item) for item in batch):
                     return  # aborted: the rest stays unacknowledged (a restart sends it)
         except BaseException as exc:  # reported to the polling thread by submit()/close()
             sender._failure = exc
 
-    def _grouped(
-        self,
-        batch: list[Delivery],
-        send_many: Callable[[list[Delivery]], list[DeliveryFailed | None]],
-    ) -> bool:
-        """Deliver ``batch`` with first attempts made together (send_many:
-        a webhook's concurrent requests) in groups that hold one revision of
-        a finding at most: a failed one is retried after the group, so a
-        later revision of it must not be in the group (the receiver would
-        see the revisions out of order)."""
+    def _take_now(self) -> list[Delivery]:
+        """Everything queued, without waiting."""
+        with self._lock:
+            batch = list(self._queue)
+            self._queue.clear()
+            return batch
+
+    def _windowed(self, target: WindowTarget) -> None:
+        """Deliver with up to ``target.concurrency`` first attempts in flight,
+        started in queue order as earlier ones finish. Two rules keep each
+        finding's revisions in order at the receiver: a finding with a
+        revision in flight starts no other one until it finished, and once an
+        attempt failed nothing new starts until the window is empty and the
+        failures are retried (or dead-lettered) one by one, in the order they
+        failed. Deliveries finished together are acknowledged together. On
+        abort the attempts in flight are abandoned, unacknowledged."""
         sender = self.sender
-        i, n = 0, len(batch)
-        while i < n:
-            if sender._abort.is_set():
-                return False
-            ids: set[str] = set()
-            j = i
-            while j < n and batch[j].finding.finding_id not in ids:
-                ids.add(batch[j].finding.finding_id)
-                j += 1
-            group = batch[i:j]
-            started = time.monotonic()
-            outcomes = send_many(group)
-            if not outcomes:  # not sent together: the first one on its own
-                if not self._one(group[0]):
-                    return False
-                i += 1
-                continue
-            failed: list[tuple[Delivery, DeliveryFailed]] = []
-            delivered: list[Delivery] = []
-            for d, outcome in zip(group, outcomes, strict=False):
-                if outcome is None:
-                    delivered.append(d)
-                else:
-                    failed.append((d, outcome))
-            # The failures are reported as _deliver() takes them up.
-            if delivered and sender._failing:
-                sender._health(None)
-            self.stats.delivered += len(delivered)
-            self._finished(*delivered)
-            for d, exc in failed:
-                if not self._deliver(d, exc, started):
-                    return False
-                self._finished(d)
-            i += len(outcomes)
-        return True
+        cap = target.concurrency
+        pending: deque[Delivery] = deque()
+        flying: set[str] = set()
+        failed: list[tuple[Delivery, DeliveryFailed, float]] = []
+        try:
+            while not sender._abort.is_set():
+                while pending and not failed and target.in_flight < cap:
+                    d = pending[0]
+                    fid = d.finding.finding_id
+                    if fid in flying:
+                        break
+                    pending.popleft()
+                    try:
+                        target.start(d)
+                    except DeliveryFailed as exc:
+                        failed.append((d, exc, time.monotonic()))
+                        break
+                    flying.add(fid)
+                if not target.in_flight:
+                    if failed:
+                        # The window is empty: retry the failures, then go on.
+                        for d, why, started in failed:
+                            if not self._deliver(d, why, started):
+                                return
+                            self._finished(d)
+                        failed = []
+                    elif not pending:
+                        batch = self._take()
+                        if batch is None:
+                            return
+                        pending.extend(batch)
+                    continue
+                if not pending and not failed:
+                    more = self._take_now()
+                    if more:
+                        pending.extend(more)
+                        continue
+                delivered: list[Delivery] = []
+                for d, outcome, started in target.finished(_IDLE_CHECK_S):
+                    flying.discard(d.finding.finding_id)
+                    if outcome is None:
+                        delivered.append(d)
+                    else:
+                        failed.append((d, outcome, started))
+                if delivered:
+                    if sender._failing:
+                        sender._health(None)
+                    self.stats.delivered += len(delivered)
+                    self._finished(*delivered)
+        finally:
+            if target.in_flight:  # aborted (or failed): none of them is acknowledged
+                target.abandon()
 
     def _one(self, delivery: Delivery) -> bool:
         if self.sender._abort.is_set() or not self._deliver(delivery):
@@ -513,9 +560,14 @@ class _Lane:
         free (or the lane is empty), not per delivery: a wake-up per finding
         was a thread switch per finding while the reader drains a backlog
         (its wait also ends every 0.2 s, so a late wake-up cannot stall it)."""
-        done = self.sender._done
-        for d in deliveries:
-            done(d)
+        sender = self.sender
+        if sender._done_all is not None:
+            if deliveries:
+                sender._done_all(deliveries)
+        else:
+            done = sender._done
+            for d in deliveries:
+                done(d)
         if deliveries:
             with self._lock:
                 self.count -= len(deliveries)

@@ -19,10 +19,12 @@ libcurl's ~30-40 µs keeps the follower within its CPU budget
   dead-lettered, never held in memory. Header lines and their total are
   bounded by libcurl (100 KiB a line, 300 KiB in all).
 - Kept-alive connections: one per target for :meth:`WebhookTarget.send`,
-  and one per request of :meth:`WebhookTarget.send_many` (first attempts
-  made together on libcurl's multi interface: one wait for all their
-  answers, ~20 CPU µs a request where one at a time is ~35); a request on a
-  dead reused connection is tried once more on a fresh one by libcurl; no
+  and one per request of the window (:meth:`WebhookTarget.start` and
+  :meth:`WebhookTarget.finished`: up to ``concurrency`` first attempts in
+  flight on libcurl's multi interface, driven by the lane's one thread, each
+  easy handle used again as soon as its answer is in, its headers built once
+  per target); a request on a dead reused connection is tried once more on
+  a fresh one by libcurl; no
   redirects followed (a 3xx is a failed delivery: give the final URL); only
   http and https; TLS verified against the CAs Python's :mod:`ssl` uses
   (``SSL_CERT_FILE``/``SSL_CERT_DIR`` when set); no compressed answers asked for.
@@ -45,6 +47,7 @@ import math
 import os
 import re
 import ssl
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -57,6 +60,13 @@ from streams.findings.consumer import Delivery
 from streams.findings.select import encode_finding
 
 __all__ = ["MAX_ANSWER_BODY", "WebhookTarget", "parse_header", "redact_url"]
+
+#: After a wake-up with at least half the window in flight (a backlog being
+#: drained), answers are left to gather this long before they are handled:
+#: one pass then handles several, where each answer was a wake-up of its own
+#: (bench/findings_follow_cpu.py: ~8 CPU µs less per finding with a window of
+#: 32; docs/operate.md). At most this much later, and only under load.
+LINGER_S = 0.002
 
 #: Bytes of an answer's body read at most; the transfer stops past them (the
 #: connection is closed). A webhook's answer carries nothing the follower uses.
@@ -213,16 +223,19 @@ def _proxy_for(scheme: str, host: str) -> str:
 
 
 class _Handle:
-    """One libcurl easy handle of a target (one kept-alive connection) and
-    the count of the answer body it is reading."""
+    """One libcurl easy handle of a target (one kept-alive connection), the
+    delivery it carries, when its attempt started, and the count of the
+    answer body it is reading."""
 
-    __slots__ = ("curl", "got", "headers", "max_body")
+    __slots__ = ("curl", "delivery", "got", "headers", "max_body", "started")
 
     def __init__(self, target: WebhookTarget) -> None:
         self.curl = pycurl.Curl()
         self.got = 0
         self.max_body = target.max_body
         self.headers = target._headers
+        self.delivery: Delivery | None = None
+        self.started = 0.0
         target.setup(self.curl)
         self.curl.setopt(pycurl.WRITEFUNCTION, self._body)
 
@@ -232,10 +245,13 @@ class _Handle:
         return 0 if self.got > self.max_body else None
 
     def load(self, key: str, delivery: Delivery) -> None:
-        """Set up the request of ``delivery``."""
-        self.curl.setopt(pycurl.HTTPHEADER, [*self.headers, f"Idempotency-Key: {key}"])
-        self.curl.setopt(pycurl.POSTFIELDS, encode_finding(delivery.finding))
+        """Set up the request of ``delivery``: the headers built once per
+        target, plus this request's Idempotency-Key."""
+        curl = self.curl
+        curl.setopt(pycurl.HTTPHEADER, [*self.headers, f"Idempotency-Key: {key}"])
+        curl.setopt(pycurl.POSTFIELDS, encode_finding(delivery.finding))
         self.got = 0
+        self.delivery = delivery
 
     def close(self) -> None:
         self.curl.close()
@@ -245,9 +261,10 @@ class WebhookTarget:
     """POST each finding to ``url`` (the sender is one thread per target).
     Each attempt ends within ``timeout_s``: connecting, sending and the
     whole answer. ``headers``: extra request headers (:func:`parse_header`).
-    ``concurrency``: first attempts :meth:`send_many` makes at once, each on
-    a kept-alive connection of its own (1: none; every request through
-    :meth:`send`, on one connection)."""
+    ``concurrency``: first attempts the window keeps in flight at once
+    (:meth:`start`, :meth:`finished`), each on a kept-alive connection of
+    its own (1: none; every request through :meth:`send`, on one
+    connection)."""
 
     def __init__(
         self,
@@ -278,7 +295,7 @@ class WebhookTarget:
             raise ValueError("max_body must be >= 0")
         #: The URL as shown in messages and dead letters (redacted).
         self.url = shown
-        #: Requests :meth:`send_many` has in flight at once (1: one at a time).
+        #: Requests the window has in flight at once (1: one at a time).
         self.concurrency = concurrency
         self.timeout_s = timeout_s
         self.max_body = max_body
@@ -334,9 +351,11 @@ class WebhookTarget:
             self._secrets += [h for h in hidden if h]
             self._secrets.sort(key=len, reverse=True)
         self._one = _Handle(self)
-        #: The handles of send_many's concurrent requests (made when first
-        #: used) and the multi handle that drives them.
+        #: The window's handles (made when first used), those free, those
+        #: in flight, and the multi handle that drives them.
         self._group: list[_Handle] = []
+        self._free: list[_Handle] = []
+        self._running: dict[pycurl.Curl, _Handle] = {}
         self._multi: pycurl.CurlMulti | None = None
 
     def setup(self, c: pycurl.Curl) -> None:
@@ -364,10 +383,11 @@ class WebhookTarget:
         self._one.close()
         self._one = _Handle(self)
         if self._multi is not None:
+            self.abandon()
             for handle in self._group:
                 handle.close()
             self._multi.close()
-        self._group, self._multi = [], None
+        self._group, self._free, self._multi = [], [], None
 
     def _key(self, delivery: Delivery) -> str:
         key = delivery.idempotency_key
@@ -393,54 +413,114 @@ class WebhookTarget:
         if failed is not None:
             raise failed
 
+    # -- the window: first attempts kept in flight together -------------------
+    #
+    # Why a window and not groups: a group of requests waited for its slowest
+    # answer before the next group started, and each group cost a thread's
+    # sleep and wake-up for its last answers. The window starts a request on
+    # a handle as soon as its previous one finished: one thread drives up to
+    # ``concurrency`` requests on libcurl's multi interface, each handle
+    # (and its kept-alive connection, in the multi handle's connection cache)
+    # used again for the next request.
+
+    @property
+    def in_flight(self) -> int:
+        """First attempts started and not finished yet."""
+        return len(self._running)
+
+    def start(self, delivery: Delivery) -> None:
+        """Start the first attempt of ``delivery`` on a free handle (at most
+        ``concurrency`` in flight: the caller keeps count with
+        :attr:`in_flight`). Raises DeliveryFailed, not started, for a finding
+        id that cannot be an Idempotency-Key header."""
+        key = self._key(delivery)
+        multi = self._multi if self._multi is not None else self._open_window()
+        handle = self._free.pop()
+        handle.load(key, delivery)
+        handle.started = time.monotonic()
+        multi.add_handle(handle.curl)
+        self._running[handle.curl] = handle
+
+    def _open_window(self) -> pycurl.CurlMulti:
+        multi = pycurl.CurlMulti()
+        self._multi = multi
+        self._group = [_Handle(self) for _ in range(self.concurrency)]
+        self._free = list(self._group)
+        return multi
+
+    def finished(self, wait_s: float) -> list[tuple[Delivery, DeliveryFailed | None, float]]:
+        """The attempts that finished, each with its outcome (None: delivered)
+        and when it started (time.monotonic()); waits up to ``wait_s`` for
+        one when none has yet (each attempt still ends within the deadline:
+        libcurl's timer bounds the wait)."""
+        multi = self._multi
+        if multi is None or not self._running:
+            return []
+        out = self._collect(multi)
+        if not out and self._running and wait_s > 0:
+            wanted_ms = multi.timeout()
+            multi.select(wait_s if wanted_ms < 0 else min(wait_s, wanted_ms / 1000))
+            if 2 * len(self._running) >= self.concurrency > 2:
+                time.sleep(LINGER_S)
+            out = self._collect(multi)
+        return out
+
+    def _collect(
+        self, multi: pycurl.CurlMulti
+    ) -> list[tuple[Delivery, DeliveryFailed | None, float]]:
+        while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
+            pass
+        out: list[tuple[Delivery, DeliveryFailed | None, float]] = []
+        running, free = self._running, self._free
+        while True:
+            queued, done, errors = multi.info_read()
+            for curl in done:
+                handle = running.pop(curl)
+                multi.remove_handle(curl)
+                free.append(handle)
+                assert handle.delivery is not None
+                out.append((handle.delivery, self._outcome(handle, 0, None), handle.started))
+            for curl, code, message in errors:
+                handle = running.pop(curl)
+                multi.remove_handle(curl)
+                free.append(handle)
+                assert handle.delivery is not None
+                failed = self._outcome(handle, code, pycurl.error(code, message))
+                out.append((handle.delivery, failed, handle.started))
+            if not queued:
+                return out
+
+    def abandon(self) -> None:
+        """Stop the attempts in flight (they are neither delivered nor
+        failed: the caller leaves them unacknowledged)."""
+        if self._multi is not None:
+            for curl, handle in self._running.items():
+                self._multi.remove_handle(curl)
+                self._free.append(handle)
+        self._running.clear()
+
     def send_many(self, deliveries: Sequence[Delivery]) -> list[DeliveryFailed | None]:
-        """The first attempt of up to ``concurrency`` deliveries at once,
-        each on a connection of its own (libcurl's multi interface: one
-        wait for all their answers, where one request at a time waits for
-        each), each within the deadline. Returns the outcome of a prefix of
-        ``deliveries`` (None: delivered; else the failed attempt), or []
-        when they are to go through :meth:`send` (concurrency 1, or one
+        """The first attempt of up to ``concurrency`` deliveries at once (the
+        window, waited out), each within the deadline. Returns the outcome of
+        a prefix of ``deliveries`` (None: delivered; else the failed attempt),
+        or [] when they are to go through :meth:`send` (concurrency 1, or one
         delivery). Requests sent together may arrive in any order."""
         if self.concurrency <= 1 or len(deliveries) <= 1:
             return []
         group = list(deliveries[: self.concurrency])
         outcomes: list[DeliveryFailed | None] = [None] * len(group)
-        if self._multi is None:
-            self._multi = pycurl.CurlMulti()
-            self._group = [_Handle(self) for _ in range(self.concurrency)]
-        multi = self._multi
-        running: dict[pycurl.Curl, int] = {}
-        for i, d in enumerate(group):
-            try:
-                key = self._key(d)
-            except DeliveryFailed as exc:
-                outcomes[i] = exc
-                continue
-            handle = self._group[i]
-            handle.load(key, d)
-            multi.add_handle(handle.curl)
-            running[handle.curl] = i
+        index = {id(d): i for i, d in enumerate(group)}
         try:
-            while running:
-                while multi.perform()[0] == pycurl.E_CALL_MULTI_PERFORM:
-                    pass
-                _, done, errors = multi.info_read()
-                for curl in done:
-                    i = running.pop(curl)
-                    outcomes[i] = self._outcome(self._group[i], 0, None)
-                    multi.remove_handle(curl)
-                for curl, code, message in errors:
-                    i = running.pop(curl)
-                    outcomes[i] = self._outcome(self._group[i], code, pycurl.error(code, message))
-                    multi.remove_handle(curl)
-                if running:
-                    # Until the next socket event or libcurl's next timer
-                    # (a transfer's deadline, TIMEOUT_MS, is one of them).
-                    wanted_ms = multi.timeout()
-                    multi.select(0.5 if wanted_ms < 0 else min(0.5, wanted_ms / 1000))
+            for i, d in enumerate(group):
+                try:
+                    self.start(d)
+                except DeliveryFailed as exc:
+                    outcomes[i] = exc
+            while self._running:
+                for d, outcome, _ in self.finished(0.5):
+                    outcomes[index[id(d)]] = outcome
         finally:
-            for curl in running:  # only when interrupted: give the handles back
-                multi.remove_handle(curl)
+            self.abandon()  # only when interrupted: give the handles back
         return outcomes
 
     def _outcome(

@@ -66,6 +66,7 @@ def stack(
                     findings_topic=h.findings,
                     status_topic=h.status,
                     replay_events=500,
+                    processor_group=h.app_id,
                 )
             )
             app.start()

@@ -3,6 +3,7 @@ stops cleanly on SIGTERM; bad settings are one line and exit 2."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import socket
@@ -52,6 +53,8 @@ def test_serve_announces_its_url_serves_and_stops_on_sigterm(kafka_bootstrap: st
         ([], {"FENCEWATCH_SERVE_TOKEN": "short"}, "at least 16 characters"),
         (["--replay-concurrency", "0"], {}, "--replay-concurrency must be at least 1"),
         (["--allowed-hosts", "a.example,b.example:443"], {}, "without a port, got 'b.example:443'"),
+        (["--stall-after", "0"], {}, "--stall-after must be a number of seconds more than 0"),
+        ([], {"FENCEWATCH_STALL_TIMEOUT": "soon"}, "FENCEWATCH_STALL_TIMEOUT must be a number"),
     ],
 )
 def test_bad_settings_are_one_line_and_exit_2(
@@ -67,6 +70,19 @@ def test_bad_settings_are_one_line_and_exit_2(
     assert main(["serve", "--bootstrap-servers", "127.0.0.1:1", *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_processor_watched_is_the_workers_group_with_its_stall_rule() -> None:
+    """Group and threshold from the worker's variables (3 commit intervals at least); flags win."""
+    from streams.cli.serve import _processor
+
+    args = argparse.Namespace(app_id=None, stall_after=None)
+    assert _processor(args, {}) == ("fencewatch-live", 60.0)
+    env = {"FENCEWATCH_APP_ID": "fw-prod", "FENCEWATCH_STALL_TIMEOUT": "5",
+           "FENCEWATCH_COMMIT_INTERVAL": "4"}  # fmt: skip
+    assert _processor(args, env) == ("fw-prod", 12.0)
+    flags = argparse.Namespace(app_id="fw-other", stall_after=7.5)
+    assert _processor(flags, env) == ("fw-other", 7.5)
 
 
 def test_unreachable_broker_and_taken_port_exit_2(

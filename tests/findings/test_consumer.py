@@ -498,3 +498,20 @@ def test_decode_finding_answers_as_orjson_and_from_dict_did() -> None:
     extra = {**doc, "evidence": [{**doc["evidence"][0], "later": 1}]}
     with pytest.raises(NotAFinding, match="later"):
         decode_finding(json.dumps(extra).encode())
+
+
+def test_acknowledgements_out_of_order_move_the_position_only_past_a_whole_prefix() -> None:
+    """Offsets acknowledged out of order (a webhook window's) commit up to the first gap only."""
+    from streams.findings.consumer import _Positions
+
+    pos = _Positions()
+    for o in range(10, 16):
+        assert pos.begin(0, o)
+    pos.ack_many(0, [12, 14])
+    assert 0 not in pos.next and pos.in_flight == 4
+    pos.ack_many(0, [11, 10])
+    assert pos.next[0] == 13
+    pos.ack(0, 15)
+    assert pos.next[0] == 13 and pos.in_flight == 1
+    pos.ack_many(0, [13])
+    assert pos.next[0] == 16 and pos.in_flight == 0

@@ -16,8 +16,8 @@ import pytest
 from streams.core.pending import PendingStatus
 from streams.kafka.admin import TopicAdmin
 from streams.live.prepare import ensure_topics
-from streams.live.rdkafka_engine import ENCODE_AT_ONCE_BELOW, RdkafkaEngine, failure_action
-from streams.live.rdkafka_run import _ensure_changelog
+from streams.live.rdkafka.engine import ENCODE_AT_ONCE_BELOW, RdkafkaEngine, failure_action
+from streams.live.rdkafka.run import _ensure_changelog
 from streams.live.settings import settings_from_env
 from tests.live.conftest import LiveHarness
 from tests.live.test_live_kafka import assert_exactly_once_and_audit, assert_status_equals_audit
@@ -299,7 +299,7 @@ def _watcher(monkeypatch: pytest.MonkeyPatch, reads: list[Any]) -> RdkafkaEngine
             return {"ev": read}
 
     monkeypatch.setattr(streams.kafka.admin, "TopicAdmin", _Admin)
-    monkeypatch.setattr("streams.live.rdkafka_engine.COUNT_CHECK_S", 0.0)
+    monkeypatch.setattr("streams.live.rdkafka.engine.COUNT_CHECK_S", 0.0)
     return engine
 
 

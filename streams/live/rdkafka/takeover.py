@@ -3,7 +3,7 @@ previous owner's transactional id, so the transaction it left open is
 aborted now instead of at the broker's transaction timeout.
 
 Why. Each rdkafka worker has one transactional id of its own (its slot's,
-:func:`~streams.live.rdkafka_engine.transactional_id`). A worker frozen (a GC
+:func:`~streams.live.rdkafka.engine.transactional_id`). A worker frozen (a GC
 pause, a suspended VM) or killed keeps its transaction open on the output
 partitions it wrote to, and read_committed readers see nothing past it there
 until the broker aborts it: the transaction timeout plus up to the broker's

@@ -26,7 +26,7 @@ restores), and carries on: one log line, no traceback. The other way round,
 the worker that takes a departed worker's partitions fences that worker's
 transactional id, named by the committed offsets' metadata, so its open
 transaction is aborted at the takeover rather than at the broker's
-transaction timeout (:mod:`streams.live.takeover`).
+transaction timeout (:mod:`streams.live.rdkafka.takeover`).
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ from streams.live.group_engine import REFUSED_FOR_PROTOCOL, mixed_engines_messag
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionChange, PartitionGuard, PartitionsChanged
 from streams.live.processor import Outgoing, StatusRecord, processor_for
+from streams.live.rdkafka.table import MemoryTable, StateTable, open_table
+from streams.live.rdkafka.takeover import DepartedOwners, owner_metadata
 from streams.live.settings import LiveSettings
-from streams.live.table import MemoryTable, StateTable, open_table
-from streams.live.takeover import DepartedOwners, owner_metadata
 
 if TYPE_CHECKING:
     from streams.kafka.admin import TopicAdmin
@@ -486,7 +486,7 @@ class RdkafkaEngine:
             {
                 "group.id": settings.app_id,
                 # The group's members by transactional id: the next owner of
-                # a departed worker's partitions fences it (streams/live/takeover.py).
+                # a departed worker's partitions fences it (streams/live/rdkafka/takeover.py).
                 "client.id": self.txn_id,
                 "isolation.level": "read_committed",
                 "enable.auto.commit": False,
@@ -1114,7 +1114,7 @@ class RdkafkaEngine:
         transaction open past the transaction timeout (the worker was paused
         or cut off that long), else a newer owner of the transactional id
         fenced it (the next owner of a departed worker's partitions:
-        streams/live/takeover.py, or a worker restarted in its slot)."""
+        streams/live/rdkafka/takeover.py, or a worker restarted in its slot)."""
         open_for = time.monotonic() - self._begun_at if self._begun_at else 0.0
         if open_for >= self.settings.transaction_timeout:
             return (

@@ -35,9 +35,9 @@ LAYERS: dict[str, set[str]] = {
     # A child process that dies with its parent (PR_SET_PDEATHSIG).
     "<lifeline>": set(),
     "<errors>": {"core"},
-    "<extras>": {"core"},
+    "<extras>": {"core", "<errors>"},
     "kafka": _BASE | {"<lifeline>"},
-    "report": {"core"},
+    "report": {"core", "<errors>"},
     # <extras>: a missing database driver is named by its extra (fences/connect.py).
     "fences": _BASE | {"<extras>", "kafka"},
     "findings": _BASE | {"kafka"},

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from streams.errors import FencewatchError
+from streams.errors import FaustSeamMismatch
+from streams.kafka.errors import ProducerFailed, TransactionFenced, TransactionUnavailable
 
 __all__ = [
     "ALLOW_UNVERIFIED_ENV",
@@ -191,11 +192,6 @@ TARGETS: tuple[str, ...] = (
 
 #: name -> the function a patch replaced (what the digest is taken of).
 _ORIGINALS: dict[str, Any] = {}
-
-
-class FaustSeamMismatch(FencewatchError):
-    """The installed faust-streaming/aiokafka are not the code the seam was
-    checked against."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -853,33 +849,6 @@ def transaction_lock(producer: Any, tid: str) -> asyncio.Lock:
     """faust's per-transaction lock (held by its commit and begin)."""
     lock: asyncio.Lock = producer._trn_locks[tid]
     return lock
-
-
-class TransactionUnavailable(FencewatchError):
-    """No transactional producer (or none in a transaction) for a partition."""
-
-
-class TransactionFenced(FencewatchError):
-    """The broker refused this worker's transactions for ``partitions``: their
-    producer was fenced (another producer took the transactional id, or the
-    transaction timed out) or its group generation is stale. Nothing of the
-    open transactions can be committed any more (see also :class:`ProducerFailed`)."""
-
-    def __init__(self, partitions: Sequence[int], cause: BaseException) -> None:
-        self.partitions = list(partitions)
-        self.cause = cause
-        super().__init__(f"{type(cause).__name__} for partitions {self.partitions}")
-
-
-class ProducerFailed(TransactionFenced):
-    """The transactional producer of ``partitions`` failed for good without
-    being fenced: aiokafka's sender routine stopped on an error it does not
-    retry (seen: the broker dies while a transaction commits and the
-    coordinator look-up finds the connection closed) and moved the producer
-    to its fatal state. As with a fenced one, nothing of its open
-    transactions can ever commit and the runtime handles it the same way
-    (new producers, rejoin, restore); unlike one, no other worker took the
-    partitions, so the log line says what failed instead."""
 
 
 #: aiokafka errors that mean this worker's producer or group membership is

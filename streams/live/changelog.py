@@ -44,7 +44,7 @@ CHANGELOG_SUFFIX = "-owner-state-changelog"
 #: an event's own offset, one less. A restore that finds a transaction
 #: open on the changelog reads it to tell a departed worker's transaction,
 #: which can no longer commit, from a committed one whose markers are still
-#: on their way (RdkafkaEngine._restore). The faust engine and readers that
+#: on their way (ChangelogRestore.restore). The faust engine and readers that
 #: do not know it ignore it.
 SOURCE_POSITION_HEADER = "fencewatch-source-position"
 

@@ -37,7 +37,7 @@ from live_throughput import interleaved
 from results import Figure, add_json_arg, emit
 
 from streams.core import Detector
-from streams.live.app import MAX_BATCH
+from streams.live.faust.app import MAX_BATCH
 from streams.live.processor import Processor, SourceRecord
 from streams.live.runner import GC_THRESHOLDS
 

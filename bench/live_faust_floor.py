@@ -7,7 +7,7 @@ bench/live_throughput.py, run as a subprocess by it).
 
 MODE: ``events`` (``async for event in stream.events()``, faust acks) or
 ``take`` (``stream.take_events(1000, within=0.05)``). Same app settings as
-the real worker (``streams.live.app._app_config``), same processing
+the real worker (``streams.live.faust.app._app_config``), same processing
 guarantee. Writes the rate (events/s between 10 % and 90 % of TOTAL) to
 the file OUT and exits.
 """
@@ -23,8 +23,8 @@ from typing import Any
 def main() -> int:
     import faust
 
-    from streams.live import faust_seam
-    from streams.live.app import TABLE_NAME, _app_config, raw_topic
+    from streams.live.faust import seam as faust_seam
+    from streams.live.faust.app import TABLE_NAME, _app_config, raw_topic
     from streams.live.prepare import ensure_topics
     from streams.live.settings import settings_from_env
 

@@ -127,7 +127,7 @@ def restore_run(
             out["direct"] = out["recovery"] = n / secs if secs > 0 else None
         return out
     # The faust memory store loads the changelog directly before faust's
-    # recovery starts (streams/live/fast_restore.py).
+    # recovery starts (streams/live/faust/fast_restore.py).
     t_start = log_time(log, "fast restore: reading") or log_time(
         log, "Highwater for active changelog"
     )

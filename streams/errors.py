@@ -27,8 +27,8 @@ re-exported here. Every error round-trips through pickle (tests/sdk/test_public_
     │   ├── TopicMissing
     │   ├── ProducerFenced
     │   ├── MigrationError              fencewatch migrate cannot run
-    │   ├── LeaseUnpublished *          (streams.fences.lease: carries the Lease)
-    │   └── PartitionsChanged *         (streams.live.partitions: carries the change)
+    │   ├── LeaseUnpublished            a lease held, its evidence not published
+    │   └── PartitionsChanged           the live engine refuses a changed partition count
     ├── StoreError                      a lease-store or sink database failed
     │   └── StoreUnavailable
     ├── EffectRefused, LeaseHeld, LeaseLost, StaleOwner   the fences' refusals
@@ -37,18 +37,30 @@ re-exported here. Every error round-trips through pickle (tests/sdk/test_public_
     ├── NoCurrentEpoch                  fencewatch verify: no current epoch known
     ├── WorkerCrashed                   the live worker stopped on an error
     ├── DemoError                       a demo could not run to its end
-    └── MissingExtra * (ModuleNotFoundError)   (streams.extras: an extra not installed)
+    ├── ProcessorStalled                a demo's processor did not commit in time
+    ├── StrictStop, Interrupted         a file audit stopped (--strict; Ctrl-C)
+    ├── WorkerDied                      a sharded audit's worker ended without a result
+    ├── MergeRefused                    shard reports that do not merge into one
+    ├── FaustSeamMismatch               faust/aiokafka are not the code the seam was checked against
+    ├── TransactionUnavailable          the faust engine's transactions (these three
+    ├── TransactionFenced               are defined in streams.kafka.errors)
+    │   └── ProducerFailed
+    └── MissingExtra (ModuleNotFoundError)   an optional extra not installed
 
-``*``: defined in the module named, next to what it carries (a Lease, a
-partition change, the extras table); every other error is defined here and
-re-exported where it is raised.
+Every error is defined here, but the faust engine's transaction errors, which
+are defined in :mod:`streams.kafka.errors`; each is re-exported where it is
+raised (``streams.extras.MissingExtra``, ``streams.fences.lease.LeaseUnpublished``,
+``streams.live.partitions.PartitionsChanged``...), so those imports keep working.
 ``__all__`` is the public part (``fencewatch`` exports each); InvalidSpan,
 MigrationError, NoCurrentEpoch, StatusTopicError, UnknownEffect,
-WorkerCrashed and DemoError are the commands' and adapters' own, defined here
-with the family but not public API.
+WorkerCrashed, DemoError, ProcessorStalled, StrictStop, Interrupted,
+PartitionsChanged, FaustSeamMismatch, WorkerDied and MergeRefused are the
+commands' and adapters' own, defined here with the family but not public API.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from streams.core.errors import ConfigError, FencewatchError, InvalidEvent, StateError
 
@@ -66,6 +78,8 @@ __all__ = [
     "InvalidEvent",
     "LeaseHeld",
     "LeaseLost",
+    "LeaseUnpublished",
+    "MissingExtra",
     "NotAFinding",
     "ProducerFenced",
     "StaleOwner",
@@ -303,3 +317,74 @@ class InvalidSpan(FencewatchError, ValueError):
         self.attribute = attribute
         self.reason = reason
         super().__init__(f"{attribute}: {reason}" if attribute else reason)
+
+
+class LeaseUnpublished(BrokerError):
+    """The lease was granted but its ``lease_acquired`` event could not be
+    published: the lease (``lease``) is still held, so the caller can publish
+    the evidence again or release it. Message, ``code`` and ``retriable`` are
+    the publisher's :class:`~streams.errors.BrokerError` (``__cause__``).
+    ``lease`` is a :class:`streams.fences.lease.Lease` (typed loosely: this
+    module imports nothing above the core)."""
+
+    def __init__(self, lease: Any, cause: BrokerError) -> None:
+        super().__init__(str(cause), code=cause.code, retriable=cause.retriable)
+        self.lease = lease
+
+
+class PartitionsChanged(BrokerError):
+    """The engine refuses to consume: the events topic's partitions changed.
+    ``change`` is a :class:`streams.live.partitions.PartitionChange`."""
+
+    def __init__(self, change: Any) -> None:
+        super().__init__(change.message(), code="PARTITIONS_CHANGED")
+        self.change = change
+
+
+class MissingExtra(FencewatchError, ModuleNotFoundError):
+    """An optional dependency is not installed; the message names the extra.
+
+    A ``ModuleNotFoundError`` still, so code that already tolerates a missing
+    module keeps working."""
+
+    def __init__(self, extra: str, module: str | None) -> None:
+        super().__init__(
+            f"needs the {extra} extra: pip install 'fencewatch[{extra}]'"
+            f" (no module named {module!r})",
+            name=module,
+        )
+        self.extra = extra
+
+    def __reduce__(self) -> tuple[type[MissingExtra], tuple[str, str | None]]:
+        # Exceptions pickle their ``args``; this one's constructor takes two.
+        return (type(self), (self.extra, self.name))
+
+
+class StrictStop(FencewatchError):
+    """First invalid record under --strict (``inputs``: the files read so far,
+    :class:`streams.audit.files.Input`)."""
+
+    def __init__(self, inputs: list[Any] | None = None) -> None:
+        super().__init__()
+        self.inputs = inputs or []
+
+
+class Interrupted(FencewatchError):
+    """Ctrl-C while reading a file: the replay stops between two records."""
+
+
+class ProcessorStalled(FencewatchError):
+    """The processor did not commit all events within the wait."""
+
+
+class FaustSeamMismatch(FencewatchError):
+    """The installed faust-streaming/aiokafka are not the code the seam was
+    checked against."""
+
+
+class WorkerDied(FencewatchError):
+    """A worker process ended without a result (killed)."""
+
+
+class MergeRefused(FencewatchError):
+    """Shard reports that do not merge into one report (the message says why)."""

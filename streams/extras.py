@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from streams.core.errors import FencewatchError
+from streams.errors import MissingExtra
 
 __all__ = ["MissingExtra", "extra_for", "needs_extra"]
 
@@ -39,25 +39,6 @@ _EXTRA_OF_MODULE: dict[str, str] = {
     "futurist": "etcd",  # etcd3gw's thread pools
     "temporalio": "temporal",
 }
-
-
-class MissingExtra(FencewatchError, ModuleNotFoundError):
-    """An optional dependency is not installed; the message names the extra.
-
-    A ``ModuleNotFoundError`` still, so code that already tolerates a missing
-    module keeps working."""
-
-    def __init__(self, extra: str, module: str | None) -> None:
-        super().__init__(
-            f"needs the {extra} extra: pip install 'fencewatch[{extra}]'"
-            f" (no module named {module!r})",
-            name=module,
-        )
-        self.extra = extra
-
-    def __reduce__(self) -> tuple[type[MissingExtra], tuple[str, str | None]]:
-        # Exceptions pickle their ``args``; this one's constructor takes two.
-        return (type(self), (self.extra, self.name))
 
 
 def extra_for(exc: ModuleNotFoundError) -> str | None:

@@ -17,7 +17,7 @@ from typing import IO
 
 from streams.audit.ports import FileProgress, Interruptible
 from streams.core.replay import Invalid, Replay
-from streams.errors import FencewatchError
+from streams.errors import Interrupted, StrictStop
 
 __all__ = [
     "HEAD_BYTES",
@@ -31,18 +31,6 @@ __all__ = [
     "not_json_lines_hint",
     "run_files",
 ]
-
-
-class StrictStop(FencewatchError):
-    """First invalid record under --strict (``inputs``: the files read so far)."""
-
-    def __init__(self, inputs: list[Input] | None = None) -> None:
-        super().__init__()
-        self.inputs = inputs or []
-
-
-class Interrupted(FencewatchError):
-    """Ctrl-C while reading a file: the replay stops between two records."""
 
 
 def run_files(

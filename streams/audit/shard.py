@@ -47,7 +47,7 @@ from streams.core.detector import Detector, DetectorConfig, KeyState
 from streams.core.findings import Finding
 from streams.core.health import Health
 from streams.core.replay import Invalid, Replay
-from streams.errors import FencewatchError
+from streams.errors import WorkerDied
 from streams.kafka.connection import KafkaConnection
 from streams.kafka.reader import BEGINNING, END, Bound, iter_topic
 from streams.report.coverage import MissingHistory
@@ -77,10 +77,6 @@ _STATE_COUNTS = ("redeliveries_dropped", "workflows", "evidence_evicted", "late_
 
 #: Longest --partitions text accepted (a list of a few thousand partitions).
 MAX_PARTITIONS_TEXT = 65536
-
-
-class WorkerDied(FencewatchError):
-    """A worker process ended without a result (killed)."""
 
 
 def parse_partitions(text: str) -> tuple[int, ...]:

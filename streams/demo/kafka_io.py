@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from streams.core.findings import Finding
-from streams.errors import BrokerError, FencewatchError
+from streams.errors import BrokerError, ProcessorStalled
 from streams.kafka.connection import KafkaConnection
 
 __all__ = [
@@ -37,10 +37,6 @@ __all__ = [
 ]
 
 _TIMEOUT_S = 10.0
-
-
-class ProcessorStalled(FencewatchError):
-    """The processor did not commit all events within the wait."""
 
 
 def jsonl_records(path: Path) -> list[tuple[bytes | None, bytes]]:

@@ -33,7 +33,7 @@ Output = Callable[[str], None]
 
 # faust names a table's changelog "<app id>-<table name>-changelog" and keeps
 # partition assignment in "<app id>-__assignor-__leader"; the table name is
-# streams.live.app.TABLE_NAME (not imported: that would load faust here).
+# streams.live.faust.app.TABLE_NAME (not imported: that would load faust here).
 _INTERNAL_TOPICS = ("{app}-owner-state-changelog", "{app}-__assignor-__leader")
 
 

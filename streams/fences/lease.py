@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from streams.core.records import Event
-from streams.errors import BrokerError
+from streams.errors import LeaseUnpublished
 
 __all__ = [
     "MAX_KEY_CHARS",
@@ -53,17 +53,6 @@ class Stamp:
     seq: int
     current: bool
     current_epoch: int
-
-
-class LeaseUnpublished(BrokerError):
-    """The lease was granted but its ``lease_acquired`` event could not be
-    published: the lease (``lease``) is still held, so the caller can publish
-    the evidence again or release it. Message, ``code`` and ``retriable`` are
-    the publisher's :class:`~streams.errors.BrokerError` (``__cause__``)."""
-
-    def __init__(self, lease: Lease, cause: BrokerError) -> None:
-        super().__init__(str(cause), code=cause.code, retriable=cause.retriable)
-        self.lease = lease
 
 
 class EventPublisher(Protocol):

@@ -194,6 +194,45 @@ class TopicAdmin:
             except TopicMissing:
                 pass  # already gone: what was asked
 
+    def recreate(
+        self, name: str, partitions: int, timeout: float, *, action: str | None = None
+    ) -> None:
+        """Delete ``name`` and create it again with ``partitions``, keeping its
+        replication and the settings set on the topic (``fencewatch migrate``
+        rewrites a changelog so). ``timeout`` bounds each step; a client error
+        leaves as the typed error of ``action`` (default: recreating the topic)."""
+        from confluent_kafka.admin._config import ConfigResource, ConfigSource
+        from confluent_kafka.cimpl import NewTopic
+
+        admin = self._client
+        with kafka_errors(action or f"recreating topic {name}"):
+            meta = admin.list_topics(name, timeout=timeout).topics[name]
+            replication = len(next(iter(meta.partitions.values())).replicas)
+            res = ConfigResource(ConfigResource.Type.TOPIC, name)
+            described = admin.describe_configs([res])[res].result(timeout)
+            config = {
+                k: v.value
+                for k, v in described.items()
+                if v.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+            }
+            admin.delete_topics([name], operation_timeout=timeout)[name].result(timeout)
+            deadline = time.monotonic() + timeout
+            while True:  # deletion completes asynchronously: create until accepted
+                try:
+                    fut = admin.create_topics(
+                        [NewTopic(name, partitions, replication, config=config)],
+                        operation_timeout=timeout,
+                    )[name]
+                    fut.result(timeout)
+                    return
+                except Exception as exc:
+                    if time.monotonic() > deadline:
+                        raise
+                    text = str(exc)
+                    if "TOPIC_ALREADY_EXISTS" not in text and "marked for deletion" not in text:
+                        raise
+                    time.sleep(0.5)
+
     def _await_partitions(self, names: Sequence[str]) -> dict[str, int]:
         """Metadata right after creation can lag; poll briefly until all topics show."""
         deadline = time.monotonic() + self._timeout_s

@@ -54,6 +54,7 @@ __all__ = [
     "CommittedOffset",
     "GroupDescription",
     "ask",
+    "committed_and_members",
     "committed_offsets",
     "describe_group",
 ]
@@ -113,6 +114,28 @@ def committed_offsets(
     request = {"op": "committed", "group": group, "topic": topic, "partitions": list(partitions)}
     (answer,) = ask(connection, [request], timeout_s=timeout_s)
     return answer  # type: ignore[no-any-return]
+
+
+def committed_and_members(
+    connection: KafkaConnection,
+    group: str,
+    topic: str,
+    partitions: Sequence[int],
+    *,
+    timeout_s: float,
+) -> tuple[dict[int, CommittedOffset], GroupDescription]:
+    """:func:`committed_offsets` and :func:`describe_group` of ``group``,
+    both asked in one child process (one process start: the rdkafka
+    engine's takeover fence asks both on every assignment)."""
+    offsets, members = ask(
+        connection,
+        [
+            {"op": "committed", "group": group, "topic": topic, "partitions": list(partitions)},
+            {"op": "describe", "group": group},
+        ],
+        timeout_s=timeout_s,
+    )
+    return offsets, members
 
 
 def ask(

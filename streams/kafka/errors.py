@@ -30,7 +30,7 @@ the one place a client call is wrapped (:func:`kafka_errors`)::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
 from types import TracebackType
 from typing import Any
@@ -40,6 +40,7 @@ from streams.errors import (
     AuthorizationFailed,
     BrokerError,
     BrokerUnreachable,
+    FencewatchError,
     ProducerFenced,
     TopicMissing,
 )
@@ -48,8 +49,11 @@ __all__ = [
     "AuthenticationFailed",
     "AuthorizationFailed",
     "BrokerUnreachable",
+    "ProducerFailed",
     "ProducerFenced",
     "TopicMissing",
+    "TransactionFenced",
+    "TransactionUnavailable",
     "first_metadata",
     "from_kafka_error",
     "is_fenced",
@@ -60,6 +64,37 @@ __all__ = [
     "translate",
     "watch_credentials",
 ]
+
+
+# The faust engine's transactions (aiokafka's transactional producers, one per
+# input partition: streams/live/faust/seam.py and txn.py raise these).
+
+
+class TransactionUnavailable(FencewatchError):
+    """No transactional producer (or none in a transaction) for a partition."""
+
+
+class TransactionFenced(FencewatchError):
+    """The broker refused this worker's transactions for ``partitions``: their
+    producer was fenced (another producer took the transactional id, or the
+    transaction timed out) or its group generation is stale. Nothing of the
+    open transactions can be committed any more (see also :class:`ProducerFailed`)."""
+
+    def __init__(self, partitions: Sequence[int], cause: BaseException) -> None:
+        self.partitions = list(partitions)
+        self.cause = cause
+        super().__init__(f"{type(cause).__name__} for partitions {self.partitions}")
+
+
+class ProducerFailed(TransactionFenced):
+    """The transactional producer of ``partitions`` failed for good without
+    being fenced: aiokafka's sender routine stopped on an error it does not
+    retry (seen: the broker dies while a transaction commits and the
+    coordinator look-up finds the connection closed) and moved the producer
+    to its fatal state. As with a fenced one, nothing of its open
+    transactions can ever commit and the runtime handles it the same way
+    (new producers, rejoin, restore); unlike one, no other worker took the
+    partitions, so the log line says what failed instead."""
 
 
 _UNREACHABLE = frozenset(

@@ -1,7 +1,7 @@
 """Read a state changelog directly with a read_committed librdkafka consumer,
 up to each partition's last stable offset: the restore of both engines (the
-faust engine's fast memory restore, :mod:`streams.live.fast_restore`, and the
-rdkafka engine, :mod:`streams.live.rdkafka_engine`). One reader, so both
+faust engine's fast memory restore, :mod:`streams.live.faust.fast_restore`, and the
+rdkafka engine, :mod:`streams.live.rdkafka.engine`). One reader, so both
 engines apply the same committed records in the same order.
 
 Not the bounded reader of :mod:`streams.kafka.reader` (which ``fencewatch
@@ -34,7 +34,7 @@ __all__ = [
 
 _BATCH = 10_000
 #: faust names a table's changelog ``<app-id>-<table>-changelog``; the table
-#: is ``owner-state`` (streams.live.app.TABLE_NAME). Both engines use it.
+#: is ``owner-state`` (streams.live.faust.app.TABLE_NAME). Both engines use it.
 CHANGELOG_SUFFIX = "-owner-state-changelog"
 #: A header the rdkafka engine puts on one changelog record per source
 #: partition and batch (or commit): the events partition's position after
@@ -44,7 +44,7 @@ CHANGELOG_SUFFIX = "-owner-state-changelog"
 #: an event's own offset, one less. A restore that finds a transaction
 #: open on the changelog reads it to tell a departed worker's transaction,
 #: which can no longer commit, from a committed one whose markers are still
-#: on their way (RdkafkaEngine._restore). The faust engine and readers that
+#: on their way (ChangelogRestore.restore). The faust engine and readers that
 #: do not know it ignore it.
 SOURCE_POSITION_HEADER = "fencewatch-source-position"
 

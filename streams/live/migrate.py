@@ -171,40 +171,6 @@ def _committed(settings: LiveSettings, partitions: range, timeout: float) -> dic
         consumer.close()
 
 
-def _recreate(admin: Any, name: str, partitions: int, timeout: float) -> None:
-    """Delete ``name`` and create it again with ``partitions``, keeping its
-    replication and the settings set on the topic."""
-    from confluent_kafka.admin._config import ConfigResource, ConfigSource
-    from confluent_kafka.cimpl import NewTopic
-
-    meta = admin.list_topics(name, timeout=timeout).topics[name]
-    replication = len(next(iter(meta.partitions.values())).replicas)
-    res = ConfigResource(ConfigResource.Type.TOPIC, name)
-    described = admin.describe_configs([res])[res].result(timeout)
-    config = {
-        k: v.value
-        for k, v in described.items()
-        if v.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
-    }
-    admin.delete_topics([name], operation_timeout=timeout)[name].result(timeout)
-    deadline = time.monotonic() + timeout
-    while True:  # deletion completes asynchronously: create until accepted
-        try:
-            fut = admin.create_topics(
-                [NewTopic(name, partitions, replication, config=config)],
-                operation_timeout=timeout,
-            )[name]
-            fut.result(timeout)
-            return
-        except Exception as exc:
-            if time.monotonic() > deadline:
-                raise
-            text = str(exc)
-            if "TOPIC_ALREADY_EXISTS" not in text and "marked for deletion" not in text:
-                raise
-            time.sleep(0.5)
-
-
 def migrate_state(
     settings: LiveSettings,
     *,
@@ -219,7 +185,6 @@ def migrate_state(
     ``partitions`` partitions (module docstring). Raises
     :class:`MigrationError` / :class:`~streams.errors.BrokerError`."""
     from confluent_kafka import Consumer, Producer, TopicPartition
-    from confluent_kafka.admin import AdminClient
 
     place = PARTITIONERS.get(partitioner)
     if place is None:
@@ -251,7 +216,6 @@ def migrate_state(
             "Kafka cannot remove partitions; recreate the events topic instead",
             code="PARTITIONS_MISMATCH",
         )
-    admin = AdminClient(_conf(settings))
     # A worker that just stopped may still count as a member until its session
     # times out: wait for that, within the timeout.
     deadline = time.monotonic() + timeout_s
@@ -310,7 +274,7 @@ def migrate_state(
     log(f"state backup: {backup}")
     try:
         with kafka_errors(f"migrating {changelog}"):
-            _recreate(admin, changelog, partitions, timeout_s)
+            topics.recreate(changelog, partitions, timeout_s, action=f"migrating {changelog}")
             producer = Producer(
                 _conf(
                     settings,

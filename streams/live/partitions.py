@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from streams.errors import BrokerError
+from streams.errors import PartitionsChanged
 
 __all__ = [
     "CHECK_INTERVAL_S",
@@ -77,14 +77,6 @@ class PartitionChange:
             f"run `fencewatch migrate --partitions {target}`, then start them again "
             f"(docs/operate.md)"
         )
-
-
-class PartitionsChanged(BrokerError):
-    """The engine refuses to consume: the events topic's partitions changed."""
-
-    def __init__(self, change: PartitionChange) -> None:
-        super().__init__(change.message(), code="PARTITIONS_CHANGED")
-        self.change = change
 
 
 class PartitionCounter(Protocol):

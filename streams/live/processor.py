@@ -2,7 +2,7 @@
 records to produce (findings, dead letters, status) and each changed key's
 new stored value out.
 
-The engines (:mod:`streams.live.app`, :mod:`streams.live.rdkafka_engine`) only
+The engines (:mod:`streams.live.faust.app`, :mod:`streams.live.rdkafka.engine`) only
 move bytes between Kafka, the state table and this class, so everything that
 decides *what* is produced is tested without a broker
 (``tests/support/driver.py`` drives the batch path with its transaction
@@ -134,7 +134,7 @@ class BatchOutcome:
     stale_effects: dict[tuple[str, str], int] | None = None
     #: Status records per source partition (at most one per key), kept
     #: apart from ``records``: the sender writes them once per key per
-    #: transaction, at its commit (:mod:`streams.live.txn`).
+    #: transaction, at its commit (:mod:`streams.live.faust.txn`).
     status: dict[int, list[StatusRecord]] | None = None
 
 

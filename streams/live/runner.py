@@ -1,5 +1,5 @@
 """Start the live processor: topics, app, faust worker. Used by
-``fencewatch run`` and by :mod:`streams.live.worker_app`."""
+``fencewatch run`` and by :mod:`streams.live.faust.worker_app`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import logging
 from typing import Any
 
 from streams.errors import WorkerCrashed
-from streams.live.app import TABLE_NAME, build_app
 from streams.live.collector import GC_THRESHOLDS
-from streams.live.faust_run import run_faust
+from streams.live.faust.app import TABLE_NAME, build_app
+from streams.live.faust.run import run_faust
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionsChanged, check_state_layout
 from streams.live.prepare import Prepared, prepare
@@ -48,12 +48,12 @@ def prepare_app(
 def run_worker(settings: LiveSettings, prepared: Prepared | None = None) -> int:
     """Run a worker for ``settings`` until SIGTERM/SIGINT (graceful:
     commits the open transactions, bounded) and return the exit status; the
-    engine is ``settings.engine`` (faust in :mod:`streams.live.faust_run`,
-    rdkafka in :mod:`streams.live.rdkafka_run`). ``prepared``: what
+    engine is ``settings.engine`` (faust in :mod:`streams.live.faust.run`,
+    rdkafka in :mod:`streams.live.rdkafka.run`). ``prepared``: what
     :func:`prepare` made (done here when not given)."""
     prepared = prepared or prepare(settings)
     if settings.engine == "rdkafka":
-        from streams.live.rdkafka_run import run_rdkafka
+        from streams.live.rdkafka.run import run_rdkafka
 
         return run_rdkafka(settings, prepared)
 

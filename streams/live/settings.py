@@ -99,7 +99,7 @@ class LiveSettings:
     #: see nothing past an open transaction on its partitions, so this bounds
     #: how long a frozen worker's outputs hold them back when no other worker
     #: takes its partitions; one that does fences it at once
-    #: (streams/live/takeover.py). Kafka Streams uses 10 s under exactly-once v2.
+    #: (streams/live/rdkafka/takeover.py). Kafka Streams uses 10 s under exactly-once v2.
     transaction_timeout: float = 10.0
     max_events_per_key: int = 1024
     max_event_bytes: int = 64 * 1024

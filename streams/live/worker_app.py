@@ -1,18 +1,12 @@
-"""An app for faust's own command line, built from ``FENCEWATCH_*`` settings
-when (and only when) this module is imported::
-
-    FENCEWATCH_BOOTSTRAP_SERVERS=127.0.0.1:9092 faust -A streams.live.worker_app worker -l info
-
-``fencewatch run`` is the same processor without this module.
+"""The faust app for faust's own command line under its first name:
+``faust -A streams.live.worker_app worker`` is in operators' scripts and unit
+files from before the engines had packages of their own, so it keeps working.
+The module is :mod:`streams.live.faust.worker_app`; importing either builds
+the app from ``FENCEWATCH_*`` settings.
 """
 
 from __future__ import annotations
 
-import os
-
-from streams.live.runner import prepare_app
-from streams.live.settings import settings_from_env
+from streams.live.faust.worker_app import app
 
 __all__ = ["app"]
-
-app = prepare_app(settings_from_env(os.environ))

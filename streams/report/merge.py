@@ -26,11 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.core.destinations import Destination, Verdict
-from streams.core.errors import FencewatchError
 from streams.core.findings import Evidence, Finding
 from streams.core.health import Health
 from streams.core.records import SEVERITY_RANK, Severity
 from streams.core.replay import DEFAULT_MAX_INVALID_KEPT, Invalid, sort_findings
+from streams.errors import MergeRefused
 from streams.report.coverage import Coverage, MissingHistory
 from streams.report.source import Source
 
@@ -52,10 +52,6 @@ _ADDED = (
 )
 _ADDED_LATER = ("evidence_evicted", "late_beyond_horizon")
 _VERDICT_ORDER = {v: i for i, v in enumerate(Verdict)}
-
-
-class MergeRefused(FencewatchError):
-    """Shard reports that do not merge into one report (the message says why)."""
 
 
 class MergedReport:

@@ -101,3 +101,49 @@ def test_every_public_error_class_in_the_project_is_a_fencewatch_error() -> None
     assert {"InvalidEvent", "BrokerError", "StateError", "MissingExtra"} <= set(errors)
     strays = [f"{where[n]}: {n}" for n in errors if not n.startswith("_") and not is_ours(n)]
     assert strays == []
+
+
+#: Where the project's error classes are defined (streams/errors.py lists the family).
+_ERRORS_MODULES = {"streams/core/errors.py", "streams/errors.py", "streams/kafka/errors.py"}
+
+
+def _public_errors_outside(paths: list[Path], root: Path) -> list[str]:
+    """``path: Name`` of each public exception class defined outside the errors modules."""
+    classes: dict[str, tuple[str, list[str]]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                names = [b.id if isinstance(b, ast.Name) else ast.unparse(b) for b in node.bases]
+                where = path.relative_to(root).as_posix()
+                classes[node.name] = (where, [n.rsplit(".", 1)[-1] for n in names])
+
+    def is_error(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        if name in _BUILTIN_ERRORS or name == "FencewatchError":
+            return True
+        bases = classes.get(name, ("", []))[1]
+        return name not in seen and any(is_error(b, seen | {name}) for b in bases)
+
+    return sorted(
+        f"{where}: {name}"
+        for name, (where, _bases) in classes.items()
+        if not name.startswith("_") and where not in _ERRORS_MODULES and is_error(name)
+    )
+
+
+def test_public_error_classes_are_defined_in_the_errors_modules() -> None:
+    """Outside streams/errors.py, streams/kafka/errors.py and the core's errors, no module
+    defines a public exception class (a private control-flow signal may live where it is
+    used); the modules that raise them re-export them."""
+    paths = [*(_ROOT / "streams").rglob("*.py"), *(_ROOT / "fencewatch").rglob("*.py")]
+    assert _public_errors_outside(paths, _ROOT) == []
+    assert streams.errors.MissingExtra is importlib.import_module("streams.extras").MissingExtra
+
+
+def test_the_errors_module_check_sees_a_stray(tmp_path: Path) -> None:
+    """A public error class defined in another module is reported; a private one is not."""
+    module = tmp_path / "streams" / "live" / "x.py"
+    module.parent.mkdir(parents=True)
+    module.write_text(
+        "class Stray(ValueError):\n    pass\n\n\nclass _Signal(Exception):\n    pass\n"
+    )
+    assert _public_errors_outside([module], tmp_path) == ["streams/live/x.py: Stray"]

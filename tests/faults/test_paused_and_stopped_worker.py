@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from streams.live.faust_run import STOP_BOUND_S as FAUST_STOP_BOUND_S
-from streams.live.rdkafka_run import STOP_BOUND_S
+from streams.live.faust.run import STOP_BOUND_S as FAUST_STOP_BOUND_S
+from streams.live.rdkafka.run import STOP_BOUND_S
 from tests.faults.test_broker_restart_midstream import topic_factory
 from tests.faults.test_rebalance_storm import feed
 from tests.live.conftest import LiveHarness

@@ -35,7 +35,7 @@ def feed(h: LiveHarness, records: list[tuple[bytes, bytes]], seconds: float) -> 
     assert p.flush(60) == 0
 
 
-# Found by this test before fix 7 of streams/live/faust_seam.py (3 runs of 3
+# Found by this test before fix 7 of streams/live/faust/seam.py (3 runs of 3
 # failed): a rebalance dropped faust's ack bookkeeping before the revoke
 # commit, so a kept partition's acked-but-uncommitted batch stayed in its open
 # transaction, was processed again after the seek, and both copies committed

@@ -85,13 +85,8 @@ def test_offsets_and_members_from_a_real_broker(kafka_bootstrap: str) -> None:
         consumer.commit(
             offsets=[TopicPartition(topic, 1, 42, metadata="fencewatch-txn:w")], asynchronous=False
         )
-        offsets, group_now = coordinator.ask(
-            KafkaConnection(kafka_bootstrap),
-            [
-                {"op": "committed", "group": group, "topic": topic, "partitions": [0, 1]},
-                {"op": "describe", "group": group},
-            ],
-            timeout_s=10,
+        offsets, group_now = coordinator.committed_and_members(
+            KafkaConnection(kafka_bootstrap), group, topic, [0, 1], timeout_s=10
         )
     finally:
         consumer.close()

@@ -12,9 +12,15 @@ STREAMS = ROOT / "streams"
 
 CLIENT_LIBRARIES = {"confluent_kafka", "aiokafka", "kafka", "faust", "mode"}
 # Which packages may import a Kafka client library: the Kafka layer and the
-# faust seam (streams/live, whose reaches into faust internals sit in
-# faust_seam.py: tests/live/test_faust_seam.py).
+# live processor (streams/live; its reaches into faust internals sit in
+# faust/seam.py: tests/live/test_faust_seam.py).
 ALLOWED = {"kafka", "live"}
+#: faust's own libraries: within streams/live, only the faust engine's package imports them.
+FAUST_LIBRARIES = {"faust", "mode", "aiokafka"}
+LIVE = STREAMS / "live"
+#: The shared modules of streams/live that may import an engine's package: the
+#: runner starts the engine asked for; worker_app.py is the faust app's old name.
+ENGINE_PICKERS = {LIVE / "runner.py", LIVE / "worker_app.py"}
 
 # The layer table: every package under streams/ (a top-level module as
 # ``<name>``, the root package as ``<streams>``) and the public ``fencewatch``
@@ -29,9 +35,9 @@ LAYERS: dict[str, set[str]] = {
     # A child process that dies with its parent (PR_SET_PDEATHSIG).
     "<lifeline>": set(),
     "<errors>": {"core"},
-    "<extras>": {"core"},
+    "<extras>": {"core", "<errors>"},
     "kafka": _BASE | {"<lifeline>"},
-    "report": {"core"},
+    "report": {"core", "<errors>"},
     # <extras>: a missing database driver is named by its extra (fences/connect.py).
     "fences": _BASE | {"<extras>", "kafka"},
     "findings": _BASE | {"kafka"},
@@ -174,6 +180,54 @@ def test_the_layer_check_sees_a_client_import(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
     probe.write_text("def f():\n    from confluent_kafka import Producer\n    import faust as fa\n")
     assert _imported_roots(probe) == {"confluent_kafka", "faust"}
+
+
+def _engine(path: Path, live: Path = LIVE) -> str | None:
+    """``faust`` or ``rdkafka`` for a module of an engine's package, None for a shared one."""
+    rel = path.relative_to(live)
+    return rel.parts[0] if len(rel.parts) > 1 else None
+
+
+def _engine_violations(files: list[Path], root: Path = ROOT) -> list[str]:
+    live = root / "streams" / "live"
+    pickers = {live / p.name for p in ENGINE_PICKERS}
+    out = []
+    for path in files:
+        own = _engine(path, live)
+        where = path.relative_to(root)
+        for name in sorted(_imports(path)):
+            parts = name.split(".")
+            if parts[:2] == ["streams", "live"] and len(parts) > 2:
+                other = parts[2] if parts[2] in ("faust", "rdkafka") else None
+                if other is not None and other != own and path not in pickers:
+                    out.append(f"{where}: imports {name} (the {other} engine)")
+            elif parts[0] in FAUST_LIBRARIES and own != "faust":
+                out.append(f"{where}: imports {name} (faust's libraries: the faust engine's)")
+    return out
+
+
+def test_each_engine_keeps_to_its_own_package() -> None:
+    """In streams/live the faust and the rdkafka engine import nothing of each other, the
+    shared modules nothing of either (bar the runner, which starts one), and only the faust
+    engine's package imports faust, mode or aiokafka."""
+    files = sorted(LIVE.rglob("*.py"))
+    assert {_engine(p) for p in files} == {None, "faust", "rdkafka"}  # both packages seen
+    assert _engine_violations(files) == []
+
+
+def test_the_engine_check_sees_a_crossing(tmp_path: Path) -> None:
+    """A function-level import of the faust engine in the rdkafka engine, and of faust's
+    mode in a shared module, are reported."""
+    live = tmp_path / "streams" / "live"
+    (live / "rdkafka").mkdir(parents=True)
+    engine = live / "rdkafka" / "engine.py"
+    engine.write_text("def f():\n    from streams.live.faust.seam import install\n")
+    shared = live / "processor.py"
+    shared.write_text("import mode\n")
+    assert _engine_violations([engine, shared], tmp_path) == [
+        "streams/live/rdkafka/engine.py: imports streams.live.faust.seam (the faust engine)",
+        "streams/live/processor.py: imports mode (faust's libraries: the faust engine's)",
+    ]
 
 
 def test_topic_names_are_written_in_one_place() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-import streams.live.faust_run as faust_run
+import streams.live.faust.run as faust_run
 from streams.cli import main
 from streams.kafka import admin as kafka_admin_module
 from streams.kafka.admin import TopicAdmin
@@ -92,7 +92,7 @@ def test_run_validates_probes_prepares_and_starts_once(
     the store's extra, one data directory, one start of the engine asked for."""
     import faust
 
-    import streams.live.rdkafka_run as rdkafka_run
+    import streams.live.rdkafka.run as rdkafka_run
 
     counts: Counter[str] = Counter()
     _count_method(monkeypatch, counts, KafkaConnection, "validate")

@@ -1,4 +1,4 @@
-"""The faust seam (streams/live/faust_seam.py), without a broker: the version
+"""The faust seam (streams/live/faust/seam.py), without a broker: the version
 and source pin, and for each patch faust's own behaviour next to the
 corrected one. faust's functions run for real; the consumer/producer objects
 they are called on are minimal stand-ins holding only the state they read."""
@@ -15,8 +15,8 @@ import pytest
 from faust.transport.utils import DefaultSchedulingStrategy
 from faust.types import TP
 
-from streams.live import faust_seam
-from streams.live.faust_seam import FaustSeamMismatch, LiveHooks, Manifest
+from streams.live.faust import seam as faust_seam
+from streams.live.faust.seam import FaustSeamMismatch, LiveHooks, Manifest
 
 faust_seam.install()  # the patches under test (verified against the manifest)
 
@@ -612,14 +612,17 @@ def test_commit_gate_makes_the_commit_wait_for_the_whole_batch() -> None:
 
 
 def test_only_the_seam_touches_private_attributes_of_other_objects() -> None:
-    """Outside faust_seam.py, streams/live reads no ``_private`` attribute except its own (self)."""
+    """Outside faust/seam.py, streams/live (both engines' packages too) reads no ``_private``
+    attribute except its own (self)."""
     import ast
     from pathlib import Path
 
-    live = Path(faust_seam.__file__).parent
+    live = Path(faust_seam.__file__).parent.parent
     found = []
-    for path in sorted(live.glob("*.py")):
-        if path.name in ("faust_seam.py", "faust_manifest.py"):
+    paths = sorted(live.rglob("*.py"))
+    assert live / "rdkafka" / "engine.py" in paths  # the walk reaches into the packages
+    for path in paths:
+        if path.relative_to(live).as_posix() in ("faust/seam.py", "faust/manifest.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             name = None
@@ -640,7 +643,7 @@ def test_only_the_seam_touches_private_attributes_of_other_objects() -> None:
                     name = arg.value
             # librdkafka's local error codes (KafkaError._PARTITION_EOF) are public.
             if name and name.startswith("_") and not name.startswith("__") and not name.isupper():
-                found.append(f"{path.name}:{node.lineno}: {name}")
+                found.append(f"{path.relative_to(live)}:{node.lineno}: {name}")
     assert found == []
 
 

@@ -1,5 +1,5 @@
 """The faust engine's bounded stop counts from the signal's arrival, not from
-when the busy event loop gets to it (streams/live/faust_run.py,
+when the busy event loop gets to it (streams/live/faust/run.py,
 faust_seam.take_stop_signals). A real asyncio loop and mode's real Worker
 signal installation; no broker."""
 
@@ -15,7 +15,8 @@ from collections.abc import Iterator
 import mode
 import pytest
 
-from streams.live import faust_run, faust_seam
+from streams.live.faust import run as faust_run
+from streams.live.faust import seam as faust_seam
 from streams.live.stopping import STOP_BOUND_S
 
 #: The supervisor fixture's clock: a test sets the time it reads.

@@ -1,4 +1,4 @@
-"""The intake between faust's fetcher and the batch loop (streams/live/intake.py),
+"""The intake between faust's fetcher and the batch loop (streams/live/faust/intake.py),
 without a broker: the synchronous offer() and the awaiting accept() keep the
 same read-offset and gap bookkeeping as faust's _drain_messages."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from faust.types import TP
 
-from streams.live.intake import Intake
+from streams.live.faust.intake import Intake
 
 TOPIC = "events"
 

@@ -247,7 +247,7 @@ def test_rocksdb_write_of_an_aborted_transaction_does_not_survive_restart(live: 
     crash mid-transaction leaves) are discarded on restart: the events are
     processed again and their finding is emitted, as the audit says. faust's:
     it keeps its RocksDB across restarts; the rdkafka engine's is a cache it
-    wipes on opening (streams.live.table.RocksTable)."""
+    wipes on opening (streams.live.rdkafka.table.RocksTable)."""
     from rocksdict import Options, Rdict
 
     from streams.core import Detector, parse_event

@@ -16,8 +16,10 @@ import pytest
 from streams.core.pending import PendingStatus
 from streams.kafka.admin import TopicAdmin
 from streams.live.prepare import ensure_topics
-from streams.live.rdkafka_engine import ENCODE_AT_ONCE_BELOW, RdkafkaEngine, failure_action
-from streams.live.rdkafka_run import _ensure_changelog
+from streams.live.rdkafka.commit import failure_action
+from streams.live.rdkafka.count_watch import CountWatch
+from streams.live.rdkafka.engine import ENCODE_AT_ONCE_BELOW, RdkafkaEngine
+from streams.live.rdkafka.run import _ensure_changelog
 from streams.live.settings import settings_from_env
 from tests.live.conftest import LiveHarness
 from tests.live.test_live_kafka import assert_exactly_once_and_audit, assert_status_equals_audit
@@ -178,7 +180,7 @@ def test_a_send_offsets_call_that_never_returns_is_bounded_and_the_worker_carrie
     engine = _engine(h, tmp_path)
     hung = threading.Event()
     release = threading.Event()
-    real = engine.producer
+    real = engine.txn.producer
 
     class _Hangs:
         """The first producer, its send_offsets_to_transaction stuck."""
@@ -190,14 +192,14 @@ def test_a_send_offsets_call_that_never_returns_is_bounded_and_the_worker_carrie
         def __getattr__(self, name: str) -> Any:
             return getattr(real, name)
 
-    engine.producer = _Hangs()
+    engine.txn.producer = _Hangs()
     try:
         with _running(engine):
             assert hung.wait(60)
             h.wait_all_committed(timeout=90)
     finally:
         release.set()
-    assert engine.producer is not real
+    assert engine.txn.producer is not real
     assert len(assert_exactly_once_and_audit(h)) > 20
 
 
@@ -270,21 +272,15 @@ def test_a_commit_that_fails_replaces_the_producer_before_anything_else(
     assert (action.what, action.new_producer, action.generation_over) == expected
 
 
-def _watcher(monkeypatch: pytest.MonkeyPatch, reads: list[Any]) -> RdkafkaEngine:
-    """An engine with only what its partition-count watcher uses, whose
-    TopicAdmin answers ``reads`` in turn (a count, or an exception to raise);
-    the watch is stopped once they are used up."""
-    import types
-
+def _watcher(monkeypatch: pytest.MonkeyPatch, reads: list[Any]) -> CountWatch:
+    """A partition-count watch of topic ``ev`` (2 partitions in the state's layout), whose
+    TopicAdmin answers ``reads`` in turn (a count, or an exception to raise); the watch is
+    stopped once they are used up."""
     import streams.kafka.admin
+    from streams.kafka.connection import KafkaConnection
+    from streams.live.partitions import PartitionGuard
 
-    engine = RdkafkaEngine.__new__(RdkafkaEngine)
-    engine.settings = types.SimpleNamespace(connection=None)  # type: ignore[assignment]
-    engine.events_topic = "ev"
-    engine._counter = None
-    engine._count_change = None
-    engine._count_failure = None
-    engine._stopped = threading.Event()
+    watch = CountWatch(KafkaConnection("127.0.0.1:1"), "ev", PartitionGuard("ev", 2))
 
     class _Admin:
         def __init__(self, _connection: Any) -> None:
@@ -293,14 +289,14 @@ def _watcher(monkeypatch: pytest.MonkeyPatch, reads: list[Any]) -> RdkafkaEngine
         def partitions(self, names: list[str]) -> dict[str, int]:
             read = reads.pop(0)
             if not reads:
-                engine._stopped.set()
+                watch.stop()
             if isinstance(read, BaseException):
                 raise read
             return {"ev": read}
 
     monkeypatch.setattr(streams.kafka.admin, "TopicAdmin", _Admin)
-    monkeypatch.setattr("streams.live.rdkafka_engine.COUNT_CHECK_S", 0.0)
-    return engine
+    monkeypatch.setattr("streams.live.rdkafka.count_watch.COUNT_CHECK_S", 0.0)
+    return watch
 
 
 def test_the_partition_count_watcher_hands_a_grown_count_to_the_loop(
@@ -310,12 +306,12 @@ def test_the_partition_count_watcher_hands_a_grown_count_to_the_loop(
     (a broker that does not answer meanwhile is no change) and leaves the
     change for the loop to raise."""
     from streams.errors import BrokerError
-    from streams.live.partitions import PartitionChange, PartitionGuard
+    from streams.live.partitions import PartitionChange
 
-    engine = _watcher(monkeypatch, [2, BrokerError("no answer", code="TIMEOUT"), 3, 2])
-    engine._watch_count(PartitionGuard("ev", 2))
-    assert engine._count_change == PartitionChange("ev", 2, 3)
-    assert engine._count_failure is None
+    watch = _watcher(monkeypatch, [2, BrokerError("no answer", code="TIMEOUT"), 3, 2])
+    watch.watch()
+    assert watch.change == PartitionChange("ev", 2, 3)
+    assert watch.failure is None
 
 
 def test_a_count_read_failing_otherwise_is_handed_to_the_loop(
@@ -323,13 +319,11 @@ def test_a_count_read_failing_otherwise_is_handed_to_the_loop(
 ) -> None:
     """A read failing with anything but a broker error ends the watcher and is
     left for the loop to raise (not a stray traceback from a dying thread)."""
-    from streams.live.partitions import PartitionGuard
-
     boom = RuntimeError("boom")
-    engine = _watcher(monkeypatch, [2, boom, 2])
-    engine._watch_count(PartitionGuard("ev", 2))
-    assert engine._count_failure is boom
-    assert engine._count_change is None
+    watch = _watcher(monkeypatch, [2, boom, 2])
+    watch.watch()
+    assert watch.failure is boom
+    assert watch.change is None
 
 
 class _SlowOffsets:
@@ -377,13 +371,15 @@ class _ShapedBatches:
 
     def consume(self, num_messages: int, timeout: float) -> list[Any]:
         e = self.engine
-        self.held_status = max(self.held_status, sum(isinstance(r, PendingStatus) for r in e._held))
-        self.deferred_most = max(self.deferred_most, len(e._deferred))
+        self.held_status = max(
+            self.held_status, sum(isinstance(r, PendingStatus) for r in e.txn.held)
+        )
+        self.deferred_most = max(self.deferred_most, len(e.txn.deferred))
         if self.phase == 0:
             self._fill(1, timeout)
             self.phase = 1 if self.buffer else 0
             return self._take(1)
-        pending = e._pending
+        pending = e.txn.pending
         if self.phase == 1 and pending is not None and self.while_pending < 4:
             self.while_pending += 1
             self._fill(5, 0.05)
@@ -431,7 +427,7 @@ def test_status_records_of_small_batches_produced_at_once_held_and_kept_end_with
     partitions, _ = ensure_topics(settings, admin)
     _ensure_changelog(settings, partitions, admin)
     engine = RdkafkaEngine(settings, partitions=partitions)
-    engine.producer = _SlowOffsets(engine.producer, 1.0)
+    engine.txn.producer = _SlowOffsets(engine.txn.producer, 1.0)
     shaped = _ShapedBatches(engine, big)
     engine.consumer = shaped
     with _running(engine):
@@ -442,18 +438,20 @@ def test_status_records_of_small_batches_produced_at_once_held_and_kept_end_with
         # Everything after the first record is one transaction (the
         # interval is a minute): the big batch's status records were kept,
         # and the small batches after it replaced those of their keys.
-        assert engine._txn_events == len(events) - 1
-        assert engine._txn_status > 0
-        assert len(engine._deferred) < shaped.deferred_most
+        assert engine.txn.txn_events == len(events) - 1
+        assert engine.txn._txn_status > 0
+        assert len(engine.txn.deferred) < shaped.deferred_most
         # Committed by the loop (made due now), not by the stop: the stop's
         # commit is bounded (2 x 3 s + 1 s) and, with the offsets call slowed
         # by a second on a loaded CI host, it once gave up and aborted this
         # whole run's transaction (as designed), leaving nothing to compare.
-        engine._last_start = time.monotonic() - 120
+        engine.txn.last_start = time.monotonic() - 120
         deadline = time.monotonic() + 60
-        while (engine._txn_open or engine._pending is not None) and time.monotonic() < deadline:
+        while (
+            engine.txn.txn_open or engine.txn.pending is not None
+        ) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not engine._txn_open and engine._pending is None
+        assert not engine.txn.txn_open and engine.txn.pending is None
         table = dict(engine.values)  # the table is closed with the engine
     assert shaped.held_status > 0
     assert len(shaped.big_keys & shaped.small_keys) > 50
@@ -562,9 +560,9 @@ def test_a_transaction_open_past_the_committed_offsets_is_not_waited_for(
     _commit_state(h, engine.changelog, b"k1", b"v1", 5)
     zombie = _open_changelog_txn(h, engine.changelog, b"k2", b"v2", 9)
     try:
-        engine._restore([0], engine._committed([0]))
+        engine.restorer.restore([0], engine.restorer.committed([0]))
         assert dict(engine.values) == {b"k1": b"v1"}
-        assert engine._open_changelog([0]), "the restore waited for the abort"
+        assert engine.restorer.open_changelog([0]), "the restore waited for the abort"
     finally:
         zombie.abort_transaction(30)
         engine.consumer.close()
@@ -588,7 +586,7 @@ def test_a_transaction_the_committed_offsets_may_count_is_waited_for(
     commit = threading.Timer(1.0, late.commit_transaction, args=(30,))
     commit.start()
     try:
-        engine._restore([0], [TopicPartition(h.events, 0, committed)])
+        engine.restorer.restore([0], [TopicPartition(h.events, 0, committed)])
         assert dict(engine.values) == {b"k1": b"v1", b"k2": b"v2"}
     finally:
         commit.join(30)

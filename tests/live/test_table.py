@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from streams.errors import ConfigError
-from streams.live.table import ROCKS_DIR, MemoryTable, RocksTable, StateTable, open_table
+from streams.live.rdkafka.table import ROCKS_DIR, MemoryTable, RocksTable, StateTable, open_table
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
@@ -81,7 +81,8 @@ def test_the_directory_is_free_again_after_its_holder_is_killed(tmp_path: Path) 
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; from streams.live.table import RocksTable; "
+            "import sys; from pathlib import Path; "
+            "from streams.live.rdkafka.table import RocksTable; "
             "t = RocksTable(Path(sys.argv[1])); print('open', flush=True); sys.stdin.read()",
             str(tmp_path / ROCKS_DIR),
         ],

@@ -1,4 +1,4 @@
-"""The rdkafka engine's takeover fence (streams/live/takeover.py): the next
+"""The rdkafka engine's takeover fence (streams/live/rdkafka/takeover.py): the next
 owner of a departed worker's partitions fences its transactional id, and
 never a previous owner that is still in the group. The broker is real."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from streams.kafka.connection import KafkaConnection
-from streams.live.takeover import (
+from streams.live.rdkafka.takeover import (
     OWNER_PREFIX,
     DepartedOwners,
     departed,
@@ -195,7 +195,7 @@ def test_a_fence_that_cannot_reach_the_broker_says_so_and_returns(
         own="me",
         transaction_timeout_ms=10_000,
     )
-    with caplog.at_level("WARNING", logger="streams.live.takeover"):
+    with caplog.at_level("WARNING", logger="streams.live.rdkafka.takeover"):
         assert fence.fence([0]) == []
-    [line] = [r.getMessage() for r in caplog.records if r.name == "streams.live.takeover"]
+    [line] = [r.getMessage() for r in caplog.records if r.name == "streams.live.rdkafka.takeover"]
     assert "could not look up the previous owners of partitions [0]" in line

@@ -5,7 +5,7 @@ commits -- in milliseconds, without faust or a broker.
 What runs is the worker's own code: :meth:`Processor.process_batch`, the
 changelog records of :func:`~streams.live.processor.with_changelog` and the
 metrics of :meth:`LiveMetrics.record_batch`. What the driver stands in for
-is the transactional sender and faust's commit (:mod:`streams.live.txn`),
+is the transactional sender and faust's commit (:mod:`streams.live.faust.txn`),
 with their semantics:
 
 * a batch's output records (findings, dead letters, changelog records)

@@ -2,7 +2,7 @@
 :class:`~streams.live.settings.LiveSettings`. No module-level app here.
 
 Data path, in batches (partitions processed in offset order): faust's fetcher
--> :class:`~streams.live.intake.Intake` (bounded) -> up to ``MAX_BATCH``
+-> :class:`~streams.live.faust.intake.Intake` (bounded) -> up to ``MAX_BATCH``
 records -> :meth:`~streams.live.processor.Processor.process_batch` (validate,
 detector, findings or dead letters, one state write per changed key) ->
 :meth:`TransactionalSender.send_batch` (findings, dead letters and the
@@ -13,7 +13,7 @@ per workflow key (``KeyState.to_bytes()``), partitioned like the input.
 The faust agent on the events topic only holds the subscription (faust
 subscribes to the topics its agents read, and groups them with the table's
 changelog for assignment); records never reach it, see
-:mod:`streams.live.intake` for why.
+:mod:`streams.live.faust.intake` for why.
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from typing import Any
 import faust
 
 from streams.kafka.topics import min_insync_replicas
-from streams.live import faust_seam
-from streams.live.fast_restore import FastMemoryStore, client_config
-from streams.live.intake import Intake, TapMessage
+from streams.live.faust import seam as faust_seam
+from streams.live.faust.fast_restore import FastMemoryStore, client_config
+from streams.live.faust.intake import Intake, TapMessage
+from streams.live.faust.txn import TransactionalSender, TransactionFenced
 from streams.live.metrics import LiveMetrics, MetricsServer
 from streams.live.partitions import (
     CHECK_INTERVAL_S,
@@ -48,7 +49,6 @@ from streams.live.processor import (
     with_changelog,
 )
 from streams.live.settings import LiveSettings
-from streams.live.txn import TransactionalSender, TransactionFenced
 
 __all__ = ["INTAKE_SIZE", "MAX_BATCH", "TABLE_NAME", "LiveRuntime", "build_app"]
 
@@ -443,7 +443,7 @@ def build_app(
     )
     if settings.store_kind == "memory":
         tbl: Any = table  # faust's TableT does not declare the attributes used here
-        # Restored directly from the changelog (streams/live/fast_restore.py);
+        # Restored directly from the changelog (streams/live/faust/fast_restore.py);
         # the arguments are the ones faust's Collection._new_store_by_url uses.
         store = FastMemoryStore(
             app.conf.store,
@@ -463,7 +463,7 @@ def build_app(
     runtime = LiveRuntime(app, table, processor, metrics, settings, partitions)
     # faust's fetcher hands the events topic's records to the intake, and
     # committed offsets are confirmed stable before faust seeks to them
-    # (streams/live/faust_seam.py).
+    # (streams/live/faust/seam.py).
     faust_seam.attach_hooks(
         app, faust_seam.LiveHooks(runtime, runtime.intake, runtime.wait_stable_offsets)
     )

@@ -40,8 +40,8 @@ from typing import Any
 
 from streams.errors import ConfigError
 from streams.kafka.errors import translate
-from streams.live import faust_seam
 from streams.live.collector import tune_collector
+from streams.live.faust import seam as faust_seam
 from streams.live.group_engine import REFUSED_FOR_PROTOCOL, mixed_engines_message
 from streams.live.metrics import LiveMetrics
 from streams.live.settings import LiveSettings

@@ -28,7 +28,7 @@ from streams.live.changelog import changelog_topic
 from streams.live.collector import tune_collector
 from streams.live.metrics import LiveMetrics, MetricsServer
 from streams.live.partitions import PartitionsChanged, check_state_layout
-from streams.live.rdkafka_engine import RdkafkaEngine
+from streams.live.rdkafka.engine import RdkafkaEngine
 from streams.live.settings import LiveSettings
 from streams.live.stopping import STOP_BOUND_S, hard_exit
 from streams.live.supervisor import Reporter, engine_restarts

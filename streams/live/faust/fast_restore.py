@@ -51,8 +51,8 @@ from faust.stores.memory import Store as MemoryStore
 from faust.types import TP
 
 from streams.errors import BrokerError
-from streams.live import faust_seam
 from streams.live.changelog import LoadResult, load_changelog
+from streams.live.faust import seam as faust_seam
 from streams.live.settings import LiveSettings
 
 __all__ = ["FastMemoryStore", "LoadResult", "client_config", "load_changelog"]

@@ -6,7 +6,7 @@ stream iterator -> event -> sensors -> agent). Measured
 (``bench/live_faust_floor.py``, figures in docs/live.md), faust doing
 *nothing* with the records tops out below the throughput target before any
 work is done. So the fetcher's ``getmany`` (already replaced by
-:mod:`streams.live.faust_seam`) hands records of the events topic to an
+:mod:`streams.live.faust.seam`) hands records of the events topic to an
 :class:`Intake` instead of yielding them to the conductor, and the live
 runtime takes them from there in batches.
 
@@ -21,7 +21,7 @@ transactional input), which faust must know to commit past them.
 
 Records are not registered as faust's "unacked" messages: faust's revocation
 waits for those without a time limit, and a batch dropped because of a
-rebalance is never acked. The commit gate (:mod:`streams.live.txn`) is what
+rebalance is never acked. The commit gate (:mod:`streams.live.faust.txn`) is what
 keeps a commit from splitting a batch.
 
 Bound: at most :attr:`Intake.maxsize` records wait here; when it is full the
@@ -34,7 +34,7 @@ import asyncio
 from collections import deque
 from typing import Any
 
-from streams.live import faust_seam
+from streams.live.faust import seam as faust_seam
 
 __all__ = ["Intake", "TapMessage"]
 

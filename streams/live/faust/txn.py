@@ -23,7 +23,7 @@ Why this exists (faust-streaming 0.15.3, read from its source):
   twice to a read_committed consumer.
 
 Batches (:meth:`TransactionalSender.send_batch`): the live runtime takes up to
-a few hundred records at a time from :mod:`streams.live.intake` and sends all
+a few hundred records at a time from :mod:`streams.live.faust.intake` and sends all
 their outputs while holding the gate once, then acks every record of the
 batch before releasing it: a transaction holds whole batches, hence whole
 events. The records are appended in event order to the aiokafka producer's
@@ -51,8 +51,8 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any, Protocol
 
-from streams.live import faust_seam
-from streams.live.faust_seam import TransactionFenced, TransactionUnavailable
+from streams.live.faust import seam as faust_seam
+from streams.live.faust.seam import TransactionFenced, TransactionUnavailable
 from streams.live.processor import Outgoing, OutRecord
 
 __all__ = [
@@ -109,7 +109,7 @@ class TransactionalSender:
 
     def install_commit_gate(self) -> None:
         """Make the consumer's commit take :attr:`gate` (idempotent; see
-        :func:`streams.live.faust_seam.install_commit_gate`)."""
+        :func:`streams.live.faust.seam.install_commit_gate`)."""
         if self._gated or not self.exactly_once:
             return
         faust_seam.install_commit_gate(

@@ -3,7 +3,7 @@ previous owner's transactional id, so the transaction it left open is
 aborted now instead of at the broker's transaction timeout.
 
 Why. Each rdkafka worker has one transactional id of its own (its slot's,
-:func:`~streams.live.rdkafka_engine.transactional_id`). A worker frozen (a GC
+:func:`~streams.live.rdkafka.engine.transactional_id`). A worker frozen (a GC
 pause, a suspended VM) or killed keeps its transaction open on the output
 partitions it wrote to, and read_committed readers see nothing past it there
 until the broker aborts it: the transaction timeout plus up to the broker's
@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping
 from streams.errors import BrokerError
 from streams.kafka.clients import TransactionalProducer
 from streams.kafka.connection import KafkaConnection
-from streams.kafka.coordinator import ask
+from streams.kafka.coordinator import committed_and_members
 
 __all__ = [
     "OWNER_PREFIX",
@@ -119,15 +119,9 @@ class DepartedOwners:
         process (:mod:`streams.kafka.coordinator`: librdkafka issue 5040
         crashes the process that asks when the coordinator moves, which is
         when a takeover happens)."""
-        offsets, group = ask(
-            self.connection,
-            [
-                {"op": "committed", "group": self.group, "topic": self.topic,
-                 "partitions": partitions},
-                {"op": "describe", "group": self.group},
-            ],
-            timeout_s=CALL_TIMEOUT_S,
-        )  # fmt: skip
+        offsets, group = committed_and_members(
+            self.connection, self.group, self.topic, partitions, timeout_s=CALL_TIMEOUT_S
+        )
         owners = {p: owner_of(c.metadata) for p, c in offsets.items()}
         return owners, set(group.client_ids)
 

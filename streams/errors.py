@@ -54,7 +54,8 @@ raised (``streams.extras.MissingExtra``, ``streams.fences.lease.LeaseUnpublished
 ``__all__`` is the public part (``fencewatch`` exports each); InvalidSpan,
 MigrationError, NoCurrentEpoch, StatusTopicError, UnknownEffect,
 WorkerCrashed, DemoError, ProcessorStalled, StrictStop, Interrupted,
-PartitionsChanged, FaustSeamMismatch, WorkerDied and MergeRefused are the
+PartitionsChanged, FaustSeamMismatch, WorkerDied, MergeRefused, EtcdCompacted
+and TooManyKeys are the
 commands' and adapters' own, defined here with the family but not public API.
 """
 
@@ -388,3 +389,19 @@ class WorkerDied(FencewatchError):
 
 class MergeRefused(FencewatchError):
     """Shard reports that do not merge into one report (the message says why)."""
+
+
+class EtcdCompacted(StoreError):
+    """The etcd revision asked for is older than etcd's compaction point (the
+    etcd source resyncs from a snapshot: docs/integrations.md)."""
+
+    def __init__(self, revision: int, compact_revision: int) -> None:
+        kept = f" (history kept from {compact_revision})" if compact_revision else ""
+        super().__init__(f"etcd compacted revision {revision} away{kept}")
+        self.revision = revision
+        self.compact_revision = compact_revision
+
+
+class TooManyKeys(FencewatchError, ValueError):
+    """The etcd prefix holds more candidate keys than the source may track
+    (``--max-keys``)."""

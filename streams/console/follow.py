@@ -188,62 +188,22 @@ def processor_follower(
     group's offsets without joining it (and never commits)."""
 
     def body(stop: threading.Event) -> None:
-        from confluent_kafka import Consumer
+        from streams.kafka.group_probe import GroupProbe
 
-        from streams.kafka.errors import kafka_errors
-
-        conf = connection.librdkafka(
-            **{
-                "group.id": watch.group,
-                "enable.auto.commit": False,
-                # The last committed offsets, not a wait for a transaction
-                # that commits new ones: read_committed asks the coordinator
-                # for stable offsets, and a frozen worker's open transaction
-                # would hold every look until the broker aborts it.
-                "isolation.level": "read_uncommitted",
-            }
-        )
-        with kafka_errors(f"the processor's offsets (group {watch.group})"):
-            consumer = Consumer(conf)
+        probe = GroupProbe(connection, watch.group)
         try:
             while not stop.is_set():
-                with kafka_errors(f"the processor's offsets (group {watch.group})"):
-                    try:
-                        offsets, total = _offsets(consumer, topic, connection.connect_timeout)
-                    except TopicMissing:
-                        # No events topic yet: no processor has run on it.
-                        offsets, total = {}, 0
+                try:
+                    offsets, total = probe.progress(topic, MAX_PARTITIONS)
+                except TopicMissing:
+                    # No events topic yet: no processor has run on it.
+                    offsets, total = {}, 0
                 state = watch.observe(offsets, total)
                 follower.error = None
                 metrics.processor_state(state)
                 stop.wait(every_s)
         finally:
-            consumer.close()
+            probe.close()
 
     follower = Follower("processor", body, "the processor's offsets")
     return follower
-
-
-def _offsets(
-    consumer: Any, topic: str, timeout: float
-) -> tuple[dict[int, tuple[int | None, int, int]], int]:
-    """Per partition of ``topic`` (the first MAX_PARTITIONS): (the group's
-    committed offset or None, the partition's start, its end); and the
-    topic's partition count."""
-    from confluent_kafka import TopicPartition
-
-    from streams.kafka.clients import fetch_committed
-
-    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-    if meta is None or meta.error is not None:
-        raise TopicMissing(f"topic {topic} not found", code="UNKNOWN_TOPIC_OR_PART")
-    numbers = sorted(meta.partitions)[:MAX_PARTITIONS]
-    tps = fetch_committed(consumer, [TopicPartition(topic, p) for p in numbers], timeout)
-    out: dict[int, tuple[int | None, int, int]] = {}
-    for tp in tps:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, tp.partition), timeout=timeout, cached=False
-        )
-        # A negative offset is librdkafka's "none" (OFFSET_INVALID).
-        out[tp.partition] = (tp.offset if tp.offset >= 0 else None, int(low), int(high))
-    return out, len(meta.partitions)

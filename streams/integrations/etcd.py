@@ -42,7 +42,7 @@ import orjson
 
 from streams.core.records import Event, EventType, event_to_dict
 from streams.core.validate import to_event
-from streams.errors import ConfigError, StoreError, StoreUnavailable
+from streams.errors import ConfigError, EtcdCompacted, StoreError, StoreUnavailable
 from streams.extras import needs_extra
 from streams.fences.lease import Stamp
 from streams.integrations.etcd_map import (
@@ -78,14 +78,7 @@ _MAX_PREFIX_BYTES = 1024
 _STATE_VERSION = 1
 
 
-class Compacted(StoreError):
-    """The revision asked for is older than etcd's compaction point."""
-
-    def __init__(self, revision: int, compact_revision: int) -> None:
-        kept = f" (history kept from {compact_revision})" if compact_revision else ""
-        super().__init__(f"etcd compacted revision {revision} away{kept}")
-        self.revision = revision
-        self.compact_revision = compact_revision
+Compacted = EtcdCompacted  # the name this module raises and catches
 
 
 def _b64(data: bytes) -> str:

@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from streams.errors import TooManyKeys
+
 __all__ = [
     "MAX_KEY_CHARS",
     "MAX_WORKER_CHARS",
@@ -90,10 +92,6 @@ class Rejected:
 
     def describe(self) -> str:
         return f"etcd key {self.etcd_key} at revision {self.revision}: {self.field} {self.reason}"
-
-
-class TooManyKeys(ValueError):
-    """The prefix holds more candidate keys than the source may track."""
 
 
 def _show(key: bytes) -> str:

@@ -118,7 +118,7 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--commit-interval", default="0.1")
-    ap.add_argument("--repeat", type=int, default=3, help="rounds of the three")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of the contenders")
     ap.add_argument("--store", default="memory://", help="the worker's store")
     ap.add_argument(
         "--big-cache",

@@ -69,9 +69,10 @@ def bare_consume(bs: str, topic: str, partitions: int, total: int) -> float:
     return total / elapsed
 
 
-def interleaved(keys: int, epochs: int) -> Iterator[tuple[bytes, bytes]]:
-    """``keys`` keys' events, round-robin over blocks of 1,000 keys."""
-    block = 1000
+def interleaved(keys: int, epochs: int, block: int = 1000) -> Iterator[tuple[bytes, bytes]]:
+    """``keys`` keys' events, round-robin over blocks of ``block`` keys: at
+    most ``block`` keys are live at once (each key's events lie within
+    ``block`` x its event count consecutive events)."""
     for start in range(0, keys, block):
         iters = [key_events(k, epochs) for k in range(start, min(start + block, keys))]
         while iters:

@@ -14,10 +14,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["Figure", "add_json_arg", "add_paced_args", "emit"]
+__all__ = [
+    "Figure",
+    "PairedRates",
+    "add_json_arg",
+    "add_paced_args",
+    "emit",
+    "paired_rates",
+    "rotations",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,3 +102,38 @@ def emit(path: Path | None, figures: list[Figure]) -> None:
     if path is None:
         return
     path.write_text(json.dumps({"figures": [f.to_dict() for f in figures]}, indent=2) + "\n")
+
+
+def rotations(names: list[str], rounds: int) -> list[list[str]]:
+    """``rounds`` orders of ``names``, each the one before rotated by one (A B
+    C, B C A, C A B, A B C...): each contender takes each place in turn, so a
+    load that builds or fades within a round is shared out among them."""
+    if not names:
+        return [[] for _ in range(rounds)]
+    return [names[r % len(names) :] + names[: r % len(names)] for r in range(rounds)]
+
+
+@dataclass(frozen=True, slots=True)
+class PairedRates:
+    """Two contenders measured in the same rounds: the median of each, their
+    rates per round, and the median of the per-round ratios (``Figure``'s
+    ``paired_ratio``: drift between rounds cancels within each round)."""
+
+    value: float
+    limit: float
+    ratio: float
+    runs: list[float]
+    limit_runs: list[float]
+
+
+def paired_rates(rounds: list[dict[str, float]], num: str, den: str) -> PairedRates:
+    """``num`` against ``den`` over ``rounds`` (one dict of rates per round,
+    by contender); ValueError without a round, or with a rate of 0 for ``den``."""
+    if not rounds:
+        raise ValueError("no rounds measured")
+    nums = [r[num] for r in rounds]
+    dens = [r[den] for r in rounds]
+    if any(d <= 0 for d in dens):
+        raise ValueError(f"{den}: a round measured no rate")
+    ratio = statistics.median(a / b for a, b in zip(nums, dens, strict=True))
+    return PairedRates(statistics.median(nums), statistics.median(dens), ratio, nums, dens)

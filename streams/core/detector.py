@@ -320,8 +320,16 @@ def _kept_one(table: dict[Any, Any], value: Any, cap: int) -> Any:
 
 def _ev_of_row(row: list[Any]) -> _Ev:
     """The event a stored row (:meth:`_Ev.row`) holds; ValueError when its
-    ``seq`` is not the one its position implies (a corrupt row)."""
-    ev = _Ev(*row)
+    ``seq`` is not the one its position implies (a corrupt row), TypeError
+    when it is not a row of ten fields of their types."""
+    if len(row) != 10:
+        raise TypeError(f"event row {row!r}: {len(row)} fields, not 10")
+    # Field by field, not ``_Ev(*row)``: compiled, a call with ``*`` goes
+    # through the generic call path and the constructor's argument parsing
+    # (~2 µs a row); this is a native call with a type check per field. A
+    # state is decoded at every cache miss (a worker with more live keys than
+    # --state-cache-keys decodes one per event: docs/performance.md).
+    ev = _Ev(row[0], row[1], row[2], row[3], row[4], row[5], row[6], row[7], row[8], row[9])
     if row[2] != ev.seq:
         raise ValueError(f"event row {row!r}: seq does not match its position")
     return ev

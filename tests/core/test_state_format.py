@@ -77,6 +77,17 @@ def test_a_stored_event_whose_seq_contradicts_its_position_is_corrupt() -> None:
         KeyState.from_bytes(orjson.dumps(doc))
 
 
+@pytest.mark.parametrize("fields", [9, 11])
+def test_a_stored_event_row_of_another_length_is_corrupt(fields: int) -> None:
+    """An event row has ten fields: a shorter or longer one is refused as corrupt."""
+    state_bytes, _meta = split_value(_values()[0])
+    doc = orjson.loads(state_bytes)
+    row = doc["e"][0]
+    doc["e"][0] = row[:fields] if fields < len(row) else [*row, None]
+    with pytest.raises(StateError, match=f"corrupt key state: .*{fields} fields, not 10"):
+        KeyState.from_bytes(orjson.dumps(doc))
+
+
 def test_a_restored_old_state_carries_on_detecting() -> None:
     """Restored from the old changelog, the processor drops a redelivery, does not re-raise
     what was emitted, and raises a new finding for new stale evidence."""

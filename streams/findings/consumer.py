@@ -30,7 +30,6 @@ Guarantees (docs/operate.md):
 
 from __future__ import annotations
 
-import queue
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -291,8 +290,10 @@ class FindingsConsumer:
         self._ready: deque[Delivery] = deque()
         #: Acknowledged deliveries, a sequence per put (ack_all): the
         #: deliveries themselves, not a (partition, offset) pair made for
-        #: each (the window acknowledges thousands a second).
-        self._acks: queue.SimpleQueue[Sequence[Delivery]] = queue.SimpleQueue()
+        #: each (the window acknowledges thousands a second). A deque: its
+        #: append and popleft are atomic, and draining it raises nothing when
+        #: it is empty (queue.Empty was raised at each drain).
+        self._acks: deque[Sequence[Delivery]] = deque()
         #: Positions sent to the broker, and those it confirmed stored.
         self._committed: dict[int, int] = {}
         self._stored: dict[int, int] = {}
@@ -411,22 +412,20 @@ class FindingsConsumer:
     def ack(self, delivery: Delivery) -> None:
         """The handler is done with ``delivery``: its position may be
         committed. Thread-safe."""
-        self._acks.put((delivery,))
+        self._acks.append((delivery,))
 
     def ack_all(self, deliveries: Sequence[Delivery]) -> None:
         """:meth:`ack` for each of ``deliveries``, in one hand-off. Thread-safe.
         The sequence is kept until the polling thread applies it: the caller
         must not change it after (a tuple, or a list it lets go)."""
         if deliveries:
-            self._acks.put(deliveries)
+            self._acks.append(deliveries)
 
     def _drain_acks(self) -> None:
         ack_many = self._positions.ack_many
-        while True:
-            try:
-                done = self._acks.get_nowait()
-            except queue.Empty:
-                return
+        acks = self._acks
+        while acks:
+            done = acks.popleft()  # the polling thread is the only taker
             # By partition: one position update per partition and hand-off
             # (a window's answers come back out of order, many at a time).
             by_partition: dict[int, list[int]] = {}

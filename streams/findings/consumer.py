@@ -100,8 +100,10 @@ class Delivery:
     timestamp_ms: int
     #: The revision of this finding delivered before in this run, if any.
     previous_revision: int | None
-    #: :attr:`body`, once asked for (a cache, not part of the value).
-    _body: bytes | None = field(default=None, repr=False, compare=False)
+    #: :attr:`body`, once asked for (a cache, not part of the value). Not an
+    #: ``__init__`` argument, so ``dataclasses.replace`` never carries it to a
+    #: delivery of another finding (the copy encodes its own).
+    _body: bytes | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def body(self) -> bytes:

@@ -533,16 +533,30 @@ def test_delivery_body_is_encoded_once_and_not_part_of_its_value() -> None:
 
 
 def test_the_consumers_delivery_maker_sets_every_field_as_the_constructor_does() -> None:
-    """_new_delivery gives a Delivery equal to Delivery(...) in every field."""
+    """_new_delivery gives a Delivery equal to Delivery(...) in every field, its body given."""
     from dataclasses import astuple, fields
 
     from streams.findings.consumer import _new_delivery
 
     f = fixture_findings()[0]
-    args = (f, 3, 17, 1234, 2, b"{}")
-    made, built = _new_delivery(*args), Delivery(*args)
-    assert type(made) is Delivery and made == built and astuple(made) == astuple(built)
-    assert [getattr(made, x.name) for x in fields(Delivery)] == list(args)
+    args = (f, 3, 17, 1234, 2)
+    made, built = _new_delivery(*args, b"{}"), Delivery(*args)
+    assert type(made) is Delivery and made == built
+    assert astuple(made)[:-1] == astuple(built)[:-1]  # all but the body, given to one only
+    assert [getattr(made, x.name) for x in fields(Delivery)] == [*args, b"{}"]
+    assert made.body == b"{}"
+
+
+def test_a_replaced_delivery_encodes_its_own_body() -> None:
+    """dataclasses.replace with another finding never keeps the first one's body."""
+    from dataclasses import replace
+
+    from streams.findings.select import encode_finding
+
+    first, other = fixture_findings()[0], fixture_findings()[-1]
+    d = Delivery(first, 0, 1, -1, None)
+    assert d.body == encode_finding(first)
+    assert replace(d, finding=other).body == encode_finding(other) != d.body
 
 
 def test_acknowledgements_out_of_order_move_the_position_only_past_a_whole_prefix() -> None:

@@ -338,9 +338,16 @@ def _emit(batch: list[Any], fmt: str) -> None:
     """One line per delivery, written and flushed once per batch (a flush
     per finding was a write system call per finding)."""
     if fmt == "jsonl":
-        from streams.findings.select import encode_finding
-
-        text = "".join([encode_finding(d.finding).decode() + "\n" for d in batch])
+        # The delivery's body, the bytes the webhook sends too (encoded once),
+        # written as bytes: no decode to text and encode back per finding.
+        data = b"\n".join([d.body for d in batch]) + b"\n"
+        out = getattr(sys.stdout, "buffer", None)
+        if out is not None:
+            sys.stdout.flush()  # anything written as text before goes first
+            out.write(data)
+            out.flush()
+            return
+        text = data.decode()
     else:
         text = "".join([render_finding_line(d.finding, d.previous_revision) + "\n" for d in batch])
     sys.stdout.write(text)

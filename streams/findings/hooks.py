@@ -42,7 +42,6 @@ import orjson
 
 from streams.errors import DeliveryFailed, FencewatchError
 from streams.findings.consumer import Delivery
-from streams.findings.select import encode_finding
 from streams.findings.webhook import WebhookTarget
 
 __all__ = [
@@ -96,10 +95,6 @@ class RetryPolicy:
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
         return float(min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1)))
-
-
-def _body(delivery: Delivery) -> bytes:
-    return encode_finding(delivery.finding)
 
 
 class ExecTarget:
@@ -159,7 +154,7 @@ class ExecTarget:
         try:
             done = subprocess.run(
                 ["/bin/sh", "-c", self.command],
-                input=_body(delivery),
+                input=delivery.body,
                 env=env,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,

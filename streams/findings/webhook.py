@@ -57,7 +57,6 @@ import pycurl
 
 from streams.errors import DeliveryFailed
 from streams.findings.consumer import Delivery
-from streams.findings.select import encode_finding
 
 __all__ = ["MAX_ANSWER_BODY", "WebhookTarget", "parse_header", "redact_url"]
 
@@ -249,7 +248,7 @@ class _Handle:
         target, plus this request's Idempotency-Key."""
         curl = self.curl
         curl.setopt(pycurl.HTTPHEADER, [*self.headers, f"Idempotency-Key: {key}"])
-        curl.setopt(pycurl.POSTFIELDS, encode_finding(delivery.finding))
+        curl.setopt(pycurl.POSTFIELDS, delivery.body)  # encoded once (the jsonl line too)
         self.got = 0
         self.delivery = delivery
 

@@ -500,6 +500,65 @@ def test_decode_finding_answers_as_orjson_and_from_dict_did() -> None:
         decode_finding(json.dumps(extra).encode())
 
 
+def test_decode_finding_body_shares_the_record_bytes_only_when_they_are_the_encoding() -> None:
+    """A record as written is its own body; any other record's body is the re-encoding."""
+    from streams.errors import NotAFinding
+    from streams.findings.select import decode_finding_body, encode_finding
+
+    for f in fixture_findings():
+        raw = f.to_json()
+        got, body = decode_finding_body(raw)
+        assert got == f and body is raw
+        assert decode_finding_body(raw, encode=False) == (f, None)
+    doc = fixture_findings()[-1].to_dict()
+    spaced = json.dumps(doc, indent=1).encode()
+    unknown = json.dumps({**doc, "later": 1}).encode()
+    loose = json.dumps({**doc, "revision": str(doc["revision"])}).encode()
+    for raw in (spaced, unknown, loose):
+        got, body = decode_finding_body(raw)
+        assert body == encode_finding(got) and body != raw
+    extra = {**doc, "evidence": [{**doc["evidence"][0], "later": 1}]}
+    with pytest.raises(NotAFinding, match="later"):
+        decode_finding_body(json.dumps(extra).encode())
+
+
+def test_delivery_body_is_encoded_once_and_not_part_of_its_value() -> None:
+    """Delivery.body is the finding's JSON, the same object on each use; equality ignores it."""
+    from streams.findings.select import encode_finding
+
+    f = fixture_findings()[0]
+    d = Delivery(f, 0, 1, -1, None)
+    assert d.body == encode_finding(f) and d.body is d.body
+    assert d == Delivery(f, 0, 1, -1, None) and "_body" not in repr(d)
+
+
+def test_the_consumers_delivery_maker_sets_every_field_as_the_constructor_does() -> None:
+    """_new_delivery gives a Delivery equal to Delivery(...) in every field, its body given."""
+    from dataclasses import astuple, fields
+
+    from streams.findings.consumer import _new_delivery
+
+    f = fixture_findings()[0]
+    args = (f, 3, 17, 1234, 2)
+    made, built = _new_delivery(*args, b"{}"), Delivery(*args)
+    assert type(made) is Delivery and made == built
+    assert astuple(made)[:-1] == astuple(built)[:-1]  # all but the body, given to one only
+    assert [getattr(made, x.name) for x in fields(Delivery)] == [*args, b"{}"]
+    assert made.body == b"{}"
+
+
+def test_a_replaced_delivery_encodes_its_own_body() -> None:
+    """dataclasses.replace with another finding never keeps the first one's body."""
+    from dataclasses import replace
+
+    from streams.findings.select import encode_finding
+
+    first, other = fixture_findings()[0], fixture_findings()[-1]
+    d = Delivery(first, 0, 1, -1, None)
+    assert d.body == encode_finding(first)
+    assert replace(d, finding=other).body == encode_finding(other) != d.body
+
+
 def test_acknowledgements_out_of_order_move_the_position_only_past_a_whole_prefix() -> None:
     """Offsets acknowledged out of order (a webhook window's) commit up to the first gap only."""
     from streams.findings.consumer import _Positions

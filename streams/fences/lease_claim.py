@@ -20,12 +20,10 @@ from it behaves like one from ``reporter.own``.
 
 from __future__ import annotations
 
-import uuid
-
-from streams.core.records import MAX_INT63, Event, EventType
-from streams.errors import BrokerError, LeaseLost
-from streams.fences.lease import Lease, LeaseUnpublished, check_lease_args
-from streams.fences.lease_sql import SqlLeaseStore, lock_lease_row
+from streams.core.records import MAX_INT63
+from streams.errors import LeaseLost
+from streams.fences.lease import Lease, check_lease_args
+from streams.fences.lease_sql import SqlLeaseStore, lock_lease_row, publish_grant, write_grant
 
 __all__ = ["claim_epoch"]
 
@@ -60,25 +58,6 @@ def claim_epoch(
             )
         if revision >= MAX_INT63:
             raise OverflowError(f"revision of {key!r} would exceed 2^63-1")
-        seq, expires = revision + 1, tx.now() + ttl
-        tx.run(
-            f"UPDATE {p}leases SET epoch = ?, holder = ?, expires_at = ?, revision = ?,"
-            " acquired_seq = ? WHERE workflow_key = ?",
-            (epoch, worker_id, expires, seq, seq, key),
-        )
-    lease = Lease(key, epoch, worker_id, seq, expires)
-    if store.publisher is not None:
-        event = Event(
-            EventType.LEASE_ACQUIRED,
-            key,
-            epoch,
-            worker_id,
-            seq=seq,
-            event_id=uuid.uuid4().hex,
-            attrs={"ttl_s": ttl, **(attrs or {})},
-        )
-        try:
-            store.publisher.publish(event)
-        except BrokerError as exc:
-            raise LeaseUnpublished(lease, exc) from exc
+        lease = write_grant(tx, p, key, epoch, worker_id, revision + 1, tx.now() + ttl)
+    publish_grant(store, lease, {"ttl_s": ttl, **(attrs or {})})
     return lease

@@ -25,7 +25,7 @@ from streams.fences.lease import (
 )
 from streams.fences.schema import ensure_schema
 
-__all__ = ["SqlLeaseStore", "lock_lease_row"]
+__all__ = ["SqlLeaseStore", "lock_lease_row", "publish_grant", "write_grant"]
 
 
 def lock_lease_row(tx: Tx, prefix: str, key: str) -> tuple[int, str | None, float, int, int]:
@@ -103,27 +103,8 @@ class SqlLeaseStore:
                 raise LeaseHeld(key, holder, epoch, expires_at)
             if epoch >= MAX_INT63 or revision >= MAX_INT63:
                 raise OverflowError(f"epoch or revision of {key!r} would exceed 2^63-1")
-            new_epoch, seq, new_expiry = epoch + 1, revision + 1, now + ttl
-            tx.run(
-                f"UPDATE {p}leases SET epoch = ?, holder = ?, expires_at = ?, revision = ?,"
-                " acquired_seq = ? WHERE workflow_key = ?",
-                (new_epoch, worker_id, new_expiry, seq, seq, key),
-            )
-        lease = Lease(key, new_epoch, worker_id, seq, new_expiry)
-        if self.publisher is not None:
-            event = Event(
-                EventType.LEASE_ACQUIRED,
-                key,
-                new_epoch,
-                worker_id,
-                seq=seq,
-                event_id=uuid.uuid4().hex,
-                attrs=grant_attrs(ttl, take_over=take_over),
-            )
-            try:
-                self.publisher.publish(event)
-            except BrokerError as exc:
-                raise LeaseUnpublished(lease, exc) from exc
+            lease = write_grant(tx, p, key, epoch + 1, worker_id, revision + 1, now + ttl)
+        publish_grant(self, lease, grant_attrs(ttl, take_over=take_over))
         return lease
 
     def renew(self, key: str, epoch: int, worker_id: str, ttl: float) -> Lease:
@@ -210,3 +191,37 @@ def _lost_reason(
     if expires_at <= now:
         return "expired by the store's clock"
     return None
+
+
+def write_grant(
+    tx: Tx, prefix: str, key: str, epoch: int, worker_id: str, seq: int, expires: float
+) -> Lease:
+    """Write a grant of ``epoch`` to ``worker_id`` into the locked lease row
+    (its revision and acquisition seq both ``seq``): the one statement every
+    way to a new epoch shares (acquire, take over, claim)."""
+    tx.run(
+        f"UPDATE {prefix}leases SET epoch = ?, holder = ?, expires_at = ?, revision = ?,"
+        " acquired_seq = ? WHERE workflow_key = ?",
+        (epoch, worker_id, expires, seq, seq, key),
+    )
+    return Lease(key, epoch, worker_id, seq, expires)
+
+
+def publish_grant(store: SqlLeaseStore, lease: Lease, attrs: dict[str, Any]) -> None:
+    """Publish the grant's ``lease_acquired`` when the store publishes
+    (``store.publisher``); :class:`LeaseUnpublished` when the broker refuses it."""
+    if store.publisher is None:
+        return
+    event = Event(
+        EventType.LEASE_ACQUIRED,
+        lease.key,
+        lease.epoch,
+        lease.worker_id,
+        seq=lease.seq,
+        event_id=uuid.uuid4().hex,
+        attrs=attrs,
+    )
+    try:
+        store.publisher.publish(event)
+    except BrokerError as exc:
+        raise LeaseUnpublished(lease, exc) from exc

@@ -30,7 +30,8 @@ from tests.console.browser import Browser
 from tests.console.conftest import TOKEN, Stack
 from tests.strategies import takeover_workflow
 
-#: Where the README's screenshots are written when set (docs/img).
+#: Where the verification screenshots are written when set (docs/img; the list's
+#: and a workflow's are scripts/render-console-screenshot --pages operate).
 SHOTS = os.environ.get("FENCEWATCH_CONSOLE_SCREENSHOTS")
 
 
@@ -165,8 +166,6 @@ def test_timeline_of_five_takeovers_shows_every_finding_mark(
     # The report's legend under the timeline: what each mark means.
     legend = browser.evaluate("document.querySelector('.legend').textContent")
     assert "finding (numbered as in its table" in legend and "collapsed run" in legend
-    if SHOTS:
-        browser.screenshot(Path(SHOTS) / "console-workflow.png", full_height=1000)
 
 
 def test_a_replay_stops_at_n_events_and_says_so(stack: Stack, browser: Browser) -> None:
@@ -347,9 +346,6 @@ def test_verification_with_token_shows_the_finding_cleared(stack: Stack, browser
     ]
     if SHOTS:
         browser.screenshot(Path(SHOTS) / "console-verified.png", full_height=1000)
-        browser.goto(app.url + "/")
-        browser.wait_for("document.querySelectorAll('#rows tr').length > 5")
-        browser.screenshot(Path(SHOTS) / "console-list.png", full_height=800)
 
 
 def test_api_verify_with_bearer_token(stack: Stack) -> None:

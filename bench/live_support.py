@@ -300,6 +300,73 @@ class BareRelay:
         c.close()
 
 
+class WritesRelay(BareRelay):
+    """The bare relay writing, per event, what the live processor must write
+    when every event is another key, and nothing else: a state record (to a
+    compacted topic, the source partition, ``state_bytes`` long) and a status
+    document (SPEC §8's fields, from the parsed event, ``orjson``) in place of
+    the relayed copy, in the same transaction as the offsets. No detection,
+    no state kept: the I/O floor of any exactly-once processor of the
+    workload in this runtime (bench/live_peer.py)."""
+
+    def __init__(
+        self, bs: str, src: str, dst: str, partitions: int, interval: float, state_bytes: int
+    ) -> None:
+        super().__init__(bs, src, dst, partitions, interval)
+        self.state = b"s" * state_bytes
+        self.changelog, self.status = f"{dst}.changelog", f"{dst}.status"
+
+    def relay(self, stop: Any) -> None:
+        import orjson
+        from confluent_kafka import TopicPartition
+
+        p, c = self.p, self.c
+        produce, loads, dumps = p.produce, orjson.loads, orjson.dumps
+        changelog, status, state = self.changelog, self.status, self.state
+        p.init_transactions(30)
+        p.begin_transaction()
+        positions: dict[tuple[str, int], int] = {}
+        pending = 0
+        last = time.monotonic()
+        while not stop.is_set():
+            for m in c.consume(500, 0.005):
+                if m.error() is None:
+                    key, q, offset = m.key(), m.partition(), m.offset()
+                    event = loads(m.value())
+                    doc = {
+                        "workflow_key": event["workflow_key"],
+                        "current_epoch": event["epoch"],
+                        "current_worker": event["worker_id"],
+                        "acquired_seq": event.get("seq"),
+                        "acquisition_implied": False,
+                        "released": False,
+                        "last_position": event.get("seq"),
+                        "stale_epochs": [],
+                        "open": [],
+                        "cleared": [],
+                        "worst_open": None,
+                        "updated_ms": m.timestamp()[1],
+                    }
+                    produce(changelog, state, key, partition=q)
+                    produce(status, dumps(doc), key)
+                    positions[m.topic(), q] = offset + 1
+                    pending += 1
+            p.poll(0)
+            if positions and time.monotonic() - last >= self.interval:
+                offsets = [TopicPartition(t, q, o) for (t, q), o in positions.items()]
+                t0 = time.monotonic()
+                p.send_offsets_to_transaction(offsets, c.consumer_group_metadata(), 30)
+                p.commit_transaction(30)
+                p.begin_transaction()
+                self.commit_ms.append((time.monotonic() - t0) * 1000)
+                self.relayed += pending
+                pending = 0
+                positions.clear()
+                last = time.monotonic()
+        p.abort_transaction(30)
+        c.close()
+
+
 def commit_summary(commit_ms: list[float]) -> dict[str, float]:
     """Count, mean, p50, p99 and max (ms) of a relay's transaction commits."""
     if not commit_ms:

@@ -34,7 +34,10 @@ The task prints its steps as JSON lines (tests/integrations/test_celery.py
 reads them). Settings come from the environment: FENCEWATCH_REDIS_URL,
 FENCEWATCH_BOOTSTRAP_SERVERS, FENCEWATCH_TOPIC (ownership.events), FENCEWATCH_FENCES_DB,
 FENCEWATCH_VISIBILITY_S (3), FENCEWATCH_FENCE_TTL (the lease; default: the
-visibility timeout), FENCEWATCH_BUSY_S (0, per worker).
+visibility timeout), FENCEWATCH_BUSY_S (0, per worker), FENCEWATCH_BUSY_UNTIL
+(a file whose first byte, once non-zero, ends the busy call early: the
+tests release the worker once the second one committed, however long a
+loaded machine took to start it).
 
 A redelivered message takes the task's key over even while the first
 delivery's lease is live (give FENCEWATCH_FENCE_TTL=30 to see it: the
@@ -44,6 +47,7 @@ redelivery, not the lease's expiry, displaces the first worker).
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import sys
 import time
@@ -70,6 +74,7 @@ FENCE_TTL = (
     float(os.environ["FENCEWATCH_FENCE_TTL"]) if "FENCEWATCH_FENCE_TTL" in os.environ else None
 )
 BUSY_S = float(os.environ.get("FENCEWATCH_BUSY_S", "0"))
+BUSY_UNTIL = os.environ.get("FENCEWATCH_BUSY_UNTIL")
 
 app = Celery(
     "celery_app", broker=os.environ.get("FENCEWATCH_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -108,19 +113,30 @@ def make_reporter(worker_id: str) -> OwnershipReporter:
     return OwnershipReporter(settings, leases=stores()[0])
 
 
-def hold_the_gil(seconds: float) -> None:
+def hold_the_gil(seconds: float, until: str | None = None) -> None:
     """Busy for ``seconds`` without letting any other thread of this process
     run, like a long call into a C extension that never releases the GIL.
     Emulated in Python with a switch interval longer than the work: the
-    interpreter then never asks this thread to hand the GIL over."""
+    interpreter then never asks this thread to hand the GIL over.
+
+    ``until``: a file whose first byte, once non-zero, ends the call early.
+    It is read through a shared memory map: indexing one keeps the GIL (a
+    read or a stat would release it, and the lease keeper would renew)."""
     old = sys.getswitchinterval()
     sys.setswitchinterval(seconds + 60)
+    flag: mmap.mmap | None = None
+    if until is not None:
+        with open(until, "rb") as fh:
+            flag = mmap.mmap(fh.fileno(), 1, access=mmap.ACCESS_READ)
     try:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            pass
+            if flag is not None and flag[0]:
+                break
     finally:
         sys.setswitchinterval(old)
+        if flag is not None:
+            flag.close()
 
 
 configure(app, make_reporter)
@@ -151,7 +167,7 @@ def export_report(self: FencedTask, day: str, work_seconds: float) -> str:
         redelivered=redelivered,
     )
     if BUSY_S:
-        hold_the_gil(BUSY_S)  # alive and running, but the keeper cannot renew
+        hold_the_gil(BUSY_S, BUSY_UNTIL)  # alive and running, but the keeper cannot renew
         say("busy_done", worker=worker, epoch=run.epoch, lost=run.lost.is_set())
     time.sleep(work_seconds)  # rendering: where a worker may stall
     _, ledger, search = stores()

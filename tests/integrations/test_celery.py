@@ -176,10 +176,11 @@ def test_a_live_busy_worker_loses_its_task_to_the_redelivery_and_its_effect_is_r
     unique_topic: Callable[..., str],
 ) -> None:
     """Alive but slow, real workers: alpha runs an acks_late task and is busy
-    for 12 s in a call that holds the GIL (no SIGSTOP: it keeps running, but
-    its lease keeper cannot renew); after the 3 s visibility timeout Redis
-    redelivers the message to beta while alpha still runs; beta takes the
-    lease at epoch 2 and commits; alpha comes out of its call, its owner
+    in a call that holds the GIL (no SIGSTOP: it keeps running, but its lease
+    keeper cannot renew) until the test releases it; after the 3 s visibility
+    timeout Redis redelivers the message to beta while alpha still runs; beta
+    takes the lease at epoch 2 and commits; released, alpha comes out of its
+    call (however long beta took to start on a loaded machine), its owner
     refuses the publish (nothing attempted, effect_rejected lease_lost), the
     task fails with StaleOwner; the ledger holds only epoch 2's row and the
     detector reports alpha's stale_attempt, sink rejected."""
@@ -189,7 +190,10 @@ def test_a_live_busy_worker_loses_its_task_to_the_redelivery_and_its_effect_is_r
 
     topic = unique_topic()
     env = _env(redis_url, kafka_bootstrap, topic, tmp_path)
-    alpha = _worker(children, tmp_path, "alpha", {**env, "FENCEWATCH_BUSY_S": "12"})
+    release = tmp_path / "release"
+    release.write_bytes(b"\0")
+    busy = {"FENCEWATCH_BUSY_S": "300", "FENCEWATCH_BUSY_UNTIL": str(release)}
+    alpha = _worker(children, tmp_path, "alpha", {**env, **busy})
     client = Celery("client", broker=redis_url)
     task_id = client.send_task("celery_app.export_report", args=[DAY, 1], queue="exports").id
     first = wait_step(children, "alpha", "working", 90)
@@ -204,6 +208,11 @@ def test_a_live_busy_worker_loses_its_task_to_the_redelivery_and_its_effect_is_r
     # has not come out of its busy call, and its process was never stopped.
     assert not any(name == "alpha" for name, _ in seen), seen
     assert alpha.proc.poll() is None
+
+    # alpha's busy call ends now. In place: a truncating write would pull the
+    # page from under alpha's memory map (SIGBUS).
+    with release.open("r+b") as fh:
+        fh.write(b"\1")
 
     rest = steps_until(children, "alpha", "stale", 60)
     assert [doc["step"] for name, doc in rest if name == "alpha"] == ["busy_done", "stale"]

@@ -285,6 +285,9 @@ class FindingsConsumer:
         self.stats = ConsumerStats()
         self._on_commit_state = on_commit_state
         self._tracker = RevisionTracker(settings.max_tracked)
+        #: The filter keeps every finding (the follower's default): not asked
+        #: per record.
+        self._keep_all = settings.filter == FindingFilter()
         #: Bounded reads: finding id -> a newer revision the filter refused.
         self._superseded: dict[str, int] = {}
         self._positions = _Positions()
@@ -389,7 +392,7 @@ class FindingsConsumer:
             if len(st.errors) < _MAX_KEPT_ERRORS:
                 st.errors.append(f"{self.settings.topic}/{rec.partition}@{rec.offset}: {exc}")
             return None
-        if not self.settings.filter.accepts(finding):
+        if not self._keep_all and not self.settings.filter.accepts(finding):
             # Only the kind can leave the filter between revisions (severity
             # never drops, the workflow never changes): a duplicate_commit
             # that escalated to conflicting_commit, under --kind.

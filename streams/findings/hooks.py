@@ -491,23 +491,28 @@ class _Lane:
         abort the attempts in flight are abandoned, unacknowledged."""
         sender = self.sender
         cap = target.concurrency
+        start = target.start
         pending: deque[Delivery] = deque()
         flying: set[str] = set()
         failed: list[tuple[Delivery, DeliveryFailed, float]] = []
         try:
             while not sender._abort.is_set():
-                while pending and not failed and target.in_flight < cap:
+                # The room counted once per pass, not asked of the target
+                # per finding.
+                room = cap - target.in_flight if pending and not failed else 0
+                while room > 0 and pending:
                     d = pending[0]
                     fid = d.finding.finding_id
                     if fid in flying:
                         break
                     pending.popleft()
                     try:
-                        target.start(d)
+                        start(d)
                     except DeliveryFailed as exc:
                         failed.append((d, exc, time.monotonic()))
                         break
                     flying.add(fid)
+                    room -= 1
                 if not target.in_flight:
                     if failed:
                         # The window is empty: retry the failures, then go on.

@@ -37,6 +37,18 @@ def test_tracker_delivers_each_revision_once_and_forgets_at_the_bound() -> None:
     assert t.offer("a", 1) == (True, None)  # forgotten: a duplicate, never a loss
 
 
+def test_tracker_forgets_the_least_recently_delivered_id_first() -> None:
+    """A newer revision makes its id the most recent one: the bound then evicts the other."""
+    t = RevisionTracker(max_tracked=2)
+    assert t.offer("a", 1) == (True, None)
+    assert t.offer("b", 1) == (True, None)
+    assert t.offer("a", 2) == (True, 1)
+    assert t.offer("c", 1) == (True, None)  # evicts "b", not "a"
+    assert t.offer("a", 2) == (False, 2)  # still known
+    assert t.offer("b", 1) == (True, None)  # forgotten; evicts "a" (a refusal is no delivery)
+    assert (len(t), t.forgotten) == (2, 2) and t.previous("a") is None and t.previous("c") == 1
+
+
 def test_bounded_read_gives_the_latest_revision_of_each_finding(
     kafka_bootstrap: str, findings_topic: Callable[..., str]
 ) -> None:

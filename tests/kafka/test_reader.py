@@ -171,3 +171,16 @@ def test_the_tail_and_the_bounded_read_share_records_and_bounds(
     assert sorted((r.partition, r.offset) for r in tail(Timestamp(T0 + 8000))) == [(0, 4), (1, 4)]
     only = list(iter_topic(KafkaConnection(kafka_bootstrap), topic, only_partitions=[1]))
     assert [(r.partition, r.offset) for r in only] == [(1, o) for o in range(5)]
+
+
+def test_the_tails_record_maker_sets_every_field_as_the_constructor_does() -> None:
+    """_new_record gives a TopicRecord equal to TopicRecord(...) in every field."""
+    from dataclasses import astuple, fields
+
+    from streams.kafka.tail import _new_record
+
+    args = (b"k", b"v", 3, 17, T0)
+    made, built = _new_record(*args), TopicRecord(*args)
+    assert type(made) is TopicRecord and made == built and astuple(made) == args
+    assert [getattr(made, f.name) for f in fields(TopicRecord)] == list(args)
+    assert _new_record(None, None, 0, 0, -1) == TopicRecord(None, None, 0, 0)

@@ -73,6 +73,25 @@ def test_jobs_write_the_single_process_report(
     assert sorted(doc["source"]["partitions"]) == [str(p) for p in range(PARTITIONS)]
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_forked_and_spawned_workers_write_the_same_report(
+    kafka_bootstrap: str,
+    events_topic: str,
+    method: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Workers forked (a one-thread parent) or spawned (one with threads) give the single JSON."""
+    import multiprocessing
+
+    from streams.audit import shard
+
+    code, single, _ = _audit(capsys, kafka_bootstrap, events_topic, "--format", "json")
+    monkeypatch.setattr(shard, "_start_context", lambda: multiprocessing.get_context(method))
+    got = _audit(capsys, kafka_bootstrap, events_topic, "--format", "json", "--jobs", "2")
+    assert got == (code, single, "")
+
+
 def test_merged_shard_reports_equal_the_single_report(
     kafka_bootstrap: str, events_topic: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

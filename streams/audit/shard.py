@@ -1,8 +1,9 @@
 """A topic audit over several processes (``fencewatch audit --topic T --jobs
-N``): the topic's partitions are split over N worker processes, each reads
-its partitions into its own replay, and the parent merges the replays into
-the one a single process would have built, so that every report format
-(HTML timelines too) renders exactly as a single process's.
+N``): the topic's partitions are split over N processes (this one and N - 1
+workers), each reads its partitions into its own replay, and this process
+merges the replays into the one a single process would have built, so that
+every report format (HTML timelines too) renders exactly as a single
+process's.
 
 Keys never span partitions (the events topic is keyed by workflow key), so
 partitions are independent shards: the merge is a union of the workers'
@@ -13,12 +14,18 @@ key states and findings, their counts added.
     audit = run_jobs(conn, "ownership.events", jobs=4, config=DetectorConfig())
     render_json(audit.replay, source=...)
 
-* Workers are spawned, not forked: the confluent-kafka client does not
-  survive a fork. The pool is :class:`concurrent.futures.ProcessPoolExecutor`.
+* Workers are forked when this process has no thread but the caller's
+  (the plan's Kafka client is closed by then), spawned otherwise: a fork
+  copies no other thread, so the locks librdkafka's threads held would stay
+  held in the child (:func:`_start_context`). Each worker makes its own
+  client. The pool is :class:`concurrent.futures.ProcessPoolExecutor`.
 * The split: the parent resolves the bounds once (as the reader does) and
   deals the partitions out largest first, each to the worker with the
   fewest records so far.
-* Progress: each worker writes its figures to shared memory; the parent
+* The parent reads the first share itself while the workers read theirs
+  (one worker fewer to start, one result fewer pickled across); a worker
+  that fails stops the parent's read too.
+* Progress: each process writes its figures to shared memory; the parent
   sums them for the one display (:class:`~streams.audit.ports.TopicProgress`).
 * Ctrl-C: workers ignore SIGINT; the parent's ``interrupt`` sets an event
   that every worker checks between records (every :data:`CHECK_EVERY`),
@@ -33,10 +40,14 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import multiprocessing.context
+import os
 import signal
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -285,7 +296,7 @@ class _Result:
     n_records: int
 
 
-# Worker process state, set by _init (spawned workers share nothing else).
+# Worker process state, set by _init (a spawned worker shares nothing else).
 _FIG: Any = None
 _STOP: Any = None
 
@@ -336,6 +347,13 @@ def _work(task: _Task) -> _Result:
     """One worker's shard: a topic audit of its partitions."""
     from streams.audit.files import batch_gc
 
+    with batch_gc():
+        audit = _read(task, _SharedProgress(task.index), _StopEvent())
+    return _result(audit, task.keep_states)
+
+
+def _read(task: _Task, progress: TopicProgress, interrupt: Interruptible) -> TopicAudit:
+    """A topic audit of the task's partitions, into a replay of its own."""
     replay = Replay(Detector(DetectorConfig(*task.config)), max_event_bytes=task.max_event_bytes)
     audit = TopicAudit(
         task.conn,
@@ -345,13 +363,15 @@ def _work(task: _Task) -> _Result:
         end=task.end,
         partitions=task.partitions,
     )
-    with batch_gc():
-        audit.run(
-            progress=_SharedProgress(task.index), interrupt=_StopEvent(), timeout=task.timeout
-        )
+    return audit.run(progress=progress, interrupt=interrupt, timeout=task.timeout)
+
+
+def _result(audit: TopicAudit, keep_states: bool) -> _Result:
+    """What the merge takes of a shard's audit (see :class:`_Result`)."""
+    replay = audit.replay
     summary = replay.summary()
     return _Result(
-        states={k: st.to_bytes() for k, st in replay.states.items()} if task.keep_states else {},
+        states={k: st.to_bytes() for k, st in replay.states.items()} if keep_states else {},
         health=[_flat(h) for h in replay.health()],
         state_counts=tuple(summary[k] for k in _STATE_COUNTS),
         latest=replay.latest,
@@ -387,9 +407,10 @@ def run_jobs(
     timeout: float | None = None,
     keep_states: bool = False,
 ) -> TopicAudit:
-    """Audit ``topic`` (its ``partitions``, default all) in ``jobs`` worker
-    processes and return the :class:`TopicAudit` one process would have
-    made (its attributes filled from the workers'), its ``replay`` the
+    """Audit ``topic`` (its ``partitions``, default all) in ``jobs``
+    processes (this one and ``jobs - 1`` workers) and return the
+    :class:`TopicAudit` one process would have made (its attributes filled
+    from the shards'), its ``replay`` the
     :class:`MergedReplay` (with the key states when ``keep_states``: for the
     HTML report and --what-if-fenced). Raises the reader's errors (from the
     plan, or from a worker), :class:`WorkerDied`, and ValueError for an
@@ -405,9 +426,12 @@ def run_jobs(
     )
     if not shares:
         return audit
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _start_context()
     figures = ctx.Array("q", _FIGURES * len(shares), lock=False)
     stop = ctx.Event()
+    # This process reads the first share itself rather than wait for the
+    # workers: one worker fewer to start, and one result that is not
+    # pickled across (see _Lead).
     tasks = [
         _Task(
             i,
@@ -423,18 +447,127 @@ def run_jobs(
         )
         for i, s in enumerate(shares)
     ]
-    with ProcessPoolExecutor(
-        max_workers=len(shares), mp_context=ctx, initializer=_init, initargs=(figures, stop)
-    ) as pool:
-        futures = [pool.submit(_work, t) for t in tasks]
-        _watch(futures, figures, len(shares), topic, progress, interrupt, stop)
+    from streams.audit.files import batch_gc
+
+    futures: list[Future[_Result]] = []
+    with ExitStack() as stack:
+        if len(tasks) > 1:
+            pool = stack.enter_context(
+                ProcessPoolExecutor(
+                    max_workers=len(tasks) - 1,
+                    mp_context=ctx,
+                    initializer=_init,
+                    initargs=(figures, stop),
+                )
+            )
+            # The workers start (a fork: now, before this process makes a
+            # Kafka client again) and read while this process reads share 0.
+            futures = [pool.submit(_work, t) for t in tasks[1:]]
+        lead = _Lead(futures, figures, len(tasks), topic, progress, interrupt, stop)
         try:
-            results = [f.result() for f in futures]
+            with batch_gc():
+                own = _read(tasks[0], lead, lead)
+        except BaseException:
+            stop.set()  # the workers stop at their next look; the pool waits for them
+            raise
+        first = _result(own, keep_states)
+        lead.shown = _watch(
+            futures, figures, len(tasks), topic, progress, interrupt, stop, lead.shown
+        )
+        try:
+            results = [first, *(f.result() for f in futures)]
         except BrokenProcessPool as exc:
             # A worker killed (the OOM killer, a signal): no traceback, the line.
             raise WorkerDied(f"an audit worker process died ({exc})") from None
     _merge(audit, replay, results)
     return audit
+
+
+def _start_context() -> multiprocessing.context.BaseContext:
+    """``fork`` while this process has one thread, else ``spawn``.
+
+    A forked worker starts at once with the parent's modules imported; a
+    spawned one starts a new interpreter and imports the compiled core and
+    the Kafka client first (0.3-0.8 s of wall time per worker, measured, and
+    0.15-0.2 CPU s each, on 2 shared cores). But a fork copies no thread
+    but the caller's, so a lock that another thread held (librdkafka's
+    threads: a Kafka client alive in the parent) would stay held in the
+    child forever. The plan's consumer is closed (its threads joined) by
+    the time the workers start, so the CLI forks; a caller that keeps a
+    client or a thread of its own gets spawned workers. Where
+    ``/proc/self/task`` does not list the threads (not Linux), spawn."""
+    try:
+        threads = len(os.listdir("/proc/self/task"))
+    except OSError:
+        threads = 0
+    return multiprocessing.get_context("fork" if threads == 1 else "spawn")
+
+
+class _Lead:
+    """This process's :class:`TopicProgress` and :class:`Interruptible`
+    while it reads its own share (the first): its figures go where a
+    worker's would (``figures``' first row) and the display is fed the sum
+    every :data:`_TICK`; every :data:`CHECK_EVERY` records it passes the
+    caller's Ctrl-C on to the workers (the stop event) and stops this read
+    when a worker failed (its error is raised once the workers are done)."""
+
+    def __init__(
+        self,
+        futures: Sequence[Future[_Result]],
+        figures: Any,
+        n: int,
+        topic: str,
+        progress: TopicProgress | None,
+        interrupt: Interruptible | None,
+        stop: Any,
+    ) -> None:
+        self.requested = False
+        #: The display was given the topic's totals (see _show).
+        self.shown = False
+        self._futures = futures
+        self._figures = figures
+        self._n = n
+        self._topic = topic
+        self._progress = progress
+        self._interrupt = interrupt
+        self._stop = stop
+        self._calls = 0
+        self._next_show = 0.0
+
+    def topic(self, name: str, total_records: int, partitions: int) -> None:
+        self._figures[0], self._figures[1], self._figures[4] = total_records, partitions, 1
+        self._tick()
+
+    def records(self, done: int, partitions_done: int) -> None:
+        self._figures[2], self._figures[3] = done, partitions_done
+        self._tick()
+
+    def _tick(self) -> None:
+        if self._progress is not None and time.monotonic() >= self._next_show:
+            self.shown = _show(self._progress, self._topic, self._figures, self._n, self.shown)
+            self._next_show = time.monotonic() + _TICK
+
+    def call(self, fn: Callable[..., _T], *args: Any) -> _T | None:
+        # The first call looks too, as a worker's does.
+        if self._calls % CHECK_EVERY == 0:
+            self._look()
+        self._calls += 1
+        if self.requested:
+            return None
+        if self._interrupt is None:
+            return fn(*args)
+        out = self._interrupt.call(fn, *args)
+        if self._interrupt.requested:  # a Ctrl-C while this process waited
+            self._look()
+        return out
+
+    def _look(self) -> None:
+        if self._interrupt is not None and self._interrupt.requested:
+            self.requested = True
+            self._stop.set()
+        if any(f.done() and f.exception() is not None for f in self._futures):
+            self.requested = True
+            self._stop.set()
 
 
 def _watch(
@@ -445,20 +578,23 @@ def _watch(
     progress: TopicProgress | None,
     interrupt: Interruptible | None,
     stop: Any,
-) -> None:
+    shown: bool,
+) -> bool:
     """Wait for the workers: the display fed their summed figures, a Ctrl-C
-    passed on (the stop event), the first failure ending the wait."""
-    shown = False
+    passed on (the stop event), the first failure ending the wait. Returns
+    ``shown`` (see :func:`_show`)."""
     pending: set[Future[_Result]] = set(futures)
-    while pending:
+    while True:
         if interrupt is not None and interrupt.requested:
             stop.set()
+        if progress is not None:
+            shown = _show(progress, topic, figures, n, shown)
+        if not pending:
+            return shown
         done, pending = wait(pending, timeout=_TICK, return_when=FIRST_EXCEPTION)
         if any(f.exception() is not None for f in done):
             stop.set()  # the others stop soon; the error is raised by result()
-            return
-        if progress is not None:
-            shown = _show(progress, topic, figures, n, shown)
+            return shown
 
 
 def _show(progress: TopicProgress, topic: str, figures: Any, n: int, shown: bool) -> bool:

@@ -73,6 +73,25 @@ def test_jobs_write_the_single_process_report(
     assert sorted(doc["source"]["partitions"]) == [str(p) for p in range(PARTITIONS)]
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_forked_and_spawned_workers_write_the_same_report(
+    kafka_bootstrap: str,
+    events_topic: str,
+    method: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Workers forked (a one-thread parent) or spawned (one with threads) give the single JSON."""
+    import multiprocessing
+
+    from streams.audit import shard
+
+    code, single, _ = _audit(capsys, kafka_bootstrap, events_topic, "--format", "json")
+    monkeypatch.setattr(shard, "_start_context", lambda: multiprocessing.get_context(method))
+    got = _audit(capsys, kafka_bootstrap, events_topic, "--format", "json", "--jobs", "2")
+    assert got == (code, single, "")
+
+
 def test_merged_shard_reports_equal_the_single_report(
     kafka_bootstrap: str, events_topic: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -349,3 +368,29 @@ def test_a_ctrl_c_reaches_every_worker(kafka_bootstrap: str, events_topic: str) 
     assert audit.replay.records == 0
     whole = run_jobs(conn, events_topic, jobs=2, config=DetectorConfig(), max_event_bytes=1 << 20)
     assert not whole.partial and whole.replay.records > 0
+
+
+def _killed(task: object) -> object:
+    """A worker's shard that ends its process without a result (as the OOM killer would)."""
+    import os
+
+    os._exit(9)
+
+
+def test_a_killed_worker_is_one_line(
+    kafka_bootstrap: str,
+    events_topic: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker that dies (no result) is one line, exit 2, and no report."""
+    import multiprocessing
+
+    from streams.audit import shard
+
+    # Forked, so the worker runs this module's replacement of the shard's work.
+    monkeypatch.setattr(shard, "_start_context", lambda: multiprocessing.get_context("fork"))
+    monkeypatch.setattr(shard, "_work", _killed)
+    code, out, err = _audit(capsys, kafka_bootstrap, events_topic, "--jobs", "2")
+    assert (code, out) == (2, "")
+    assert err.startswith("fencewatch audit: an audit worker process died") and err.count("\n") == 1

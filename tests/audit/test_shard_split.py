@@ -38,3 +38,34 @@ def test_no_worker_is_left_without_a_partition() -> None:
     """More jobs than partitions: one worker per partition; no partition: no worker."""
     assert split({0: 1, 1: 0}, 8) == [[0], [1]]
     assert split({}, 4) == []
+
+
+_START_METHOD = """
+import threading
+from confluent_kafka import Consumer
+from streams.audit.shard import _start_context
+
+print(_start_context().get_start_method())
+consumer = Consumer({"bootstrap.servers": "127.0.0.1:9", "group.id": "g"})
+print(_start_context().get_start_method())  # librdkafka's threads are running
+consumer.close()
+print(_start_context().get_start_method())  # closed: its threads are joined
+stop = threading.Event()
+thread = threading.Thread(target=stop.wait)
+thread.start()
+print(_start_context().get_start_method())
+stop.set()
+thread.join()
+"""
+
+
+def test_workers_are_forked_only_from_a_process_without_other_threads() -> None:
+    """--jobs forks its workers from a one-thread process, spawns them while a Kafka
+    client's or any other thread runs (a fork would copy the locks they hold)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _START_METHOD], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.split() == ["fork", "spawn", "fork", "spawn"]

@@ -3,7 +3,8 @@ live keys (issue 46), and of the broker in the same run; optionally against
 another build of fencewatch, alternated round by round.
 
     .venv/bin/python bench/live_worker_cpu.py [--keys 25000] [--block 25000]
-        [--rounds 3] [--baseline /path/to/other/checkout] [--perf out.data]
+        [--rounds 3] [--baseline /path/to/other/checkout]
+        [--variant NAME:KEY=VALUE[,KEY=VALUE]] [--perf out.data]
 
 The workload is ``bench/live_peer.py``'s: ``--keys`` keys of 8 events (2
 epochs), round-robin over blocks of ``--block`` keys (default: all live at
@@ -11,7 +12,8 @@ once), 4 partitions, commit interval 0.1 s. Each run is a fresh worker (its
 own group, from the topic's start); the CPU is the engine process's user +
 system time (``/proc/<pid>/stat``, every thread: the loop, librdkafka's, the
 commit thread) from its first ready /health answer until it has processed
-every event, divided by the events. CPU per event moves less with the
+every event, divided by the events; the loop thread's is that of the
+thread that used the most. CPU per event moves less with the
 machine's load than the rate does, which is why this bench exists: a change
 to the engine's per-event cost is measured here, its throughput in
 ``bench/live_throughput.py`` and ``bench/live_peer.py``.
@@ -20,7 +22,8 @@ to the engine's per-event cost is measured here, its throughput in
 working directory, so ``python -m streams`` imports that ``streams``
 package: a ``git worktree`` of the commit to compare with, its compiled
 modules built or copied in); the figures are the medians of each side and
-of the per-round ratios.
+of the per-round ratios. ``--variant``: a worker of this checkout with
+those environment variables (``FENCEWATCH_STATE_CACHE_KEYS=50000``...).
 ``--perf FILE``: ``perf record`` of the first run's engine process (or, for a
 ``FILE.txt``, ``py-spy record --native``'s collapsed stacks: py-spy installed
 beside the interpreter, not a dependency).

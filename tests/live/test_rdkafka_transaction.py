@@ -130,3 +130,61 @@ def test_a_producer_fenced_by_its_successor_is_replaced(
     assert txn.commit() is True
     assert _findings(h) == [b"after"]
     assert h.committed() == {0: 2}
+
+
+def test_the_commits_changelog_and_status_records_as_produced(live: Live, tmp_path: Path) -> None:
+    """The transaction's kept changelog records go to their source partition, the first of
+    each partition alone with the source position header (the transaction's offset), the
+    rest without headers; its deferred status record to the producer's partitioner."""
+    from confluent_kafka import Consumer
+
+    from streams.kafka.admin import TopicAdmin
+    from streams.live.changelog import SOURCE_POSITION_HEADER, load_changelog
+    from streams.live.rdkafka.run import _ensure_changelog
+
+    h = live(partitions=2, engine="rdkafka")
+    settings = settings_from_env({**h.env(), "FENCEWATCH_DATA_DIR": str(tmp_path / "data")})
+    _ensure_changelog(settings, 2, TopicAdmin(settings.connection))
+    client = settings.connection.librdkafka()
+    consumer = Consumer({**client, "group.id": settings.app_id, "enable.auto.commit": False})
+    failures: list[Any] = []
+    changelog = changelog_topic(settings.app_id)
+    txn = TransactionUnit(
+        settings,
+        client,
+        consumer,
+        LiveMetrics(),
+        txn_id=f"{settings.app_id}-unit",
+        changelog=changelog,
+        on_failure=lambda exc, during, events=None: failures.append((during, exc)),
+    )
+    try:
+        txn.producer.begin_transaction()
+        txn.begun = True
+        states = {(f"k{i}".encode(), i % 2): f"state-{i}".encode() for i in range(6)}
+        txn.changes.update(states)
+        txn.deferred[b"k0"] = OutRecord(h.status, b"k0", b"status-0")
+        txn.txn_offsets.update({0: 11, 1: 22})
+        txn.txn_events, txn.txn_open = 6, True
+        txn.start_commit()
+        assert txn.settle(block=True) is True
+    finally:
+        consumer.close()
+    assert failures == []
+    # The last stable offset moves once the commit's markers are written.
+    deadline = time.monotonic() + 30
+    while len(records := h.read_with_headers(changelog)) < 6 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    loaded: dict[tuple[int, bytes], bytes | None] = {}
+    result = load_changelog(
+        client,
+        changelog,
+        {0: None, 1: None},
+        lambda p, k, v: loaded.__setitem__((p, k), v),
+        positions=True,
+    )
+    assert loaded == {(p, k): v for (k, p), v in states.items()}
+    assert result.positions == {0: 11, 1: 22}
+    tagged = [hdrs for _k, _v, hdrs in records if hdrs]
+    assert sorted(t[SOURCE_POSITION_HEADER] for t in tagged) == ["11", "22"]
+    assert [(r.key, r.value) for r in h.read(h.status)] == [(b"k0", b"status-0")]

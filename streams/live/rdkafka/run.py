@@ -48,7 +48,27 @@ log = logging.getLogger(__name__)
 #: batches of 5,000, status on, six interleaved pairs on a loaded machine
 #: (2026-12-02): 13.6-19.9 CPU µs/event (median 16.9) at 20,000, 10.7-14.5
 #: (median 12.8) at 100,000, lower in each pair.
-GC_YOUNG = 100_000
+#:
+#: A million since 2026-12-06 (issue 46). Python counts the young
+#: generation as tracked allocations minus deallocations, and with more
+#: keys live than the LRU of decoded states holds, every event decodes one
+#: state (~30 tracked objects) and evicts another: the count rose by a
+#: batch's decodes (~150,000) and fell back at its evictions, so at 100,000
+#: a young collection ran almost every batch and walked every state decoded
+#: since the last one (~50 ms each, 8 per 200,000 events), then promoted
+#: them, and a full collection followed. gc.callbacks in the worker at
+#: 25,000 live keys (bench/live_worker_cpu.py): 0.27-0.49 of the engine's
+#: 3.6-4.5 CPU s for 200,000 events at 100,000, 0.005 s at a million (none
+#: but the start-up's). At a million a young collection comes only when
+#: the tracked heap has grown by that much (an LRU filling with large
+#: states; cyclic garbage, which is never freed otherwise, so it stays
+#: bounded at about a million objects): none in steady state, and one that
+#: does come walks what grew. An LRU of 60,000 filling with 60,000 keys'
+#: states (in process, 480,000 events): one young collection of 0.64 s at a
+#: million, against 15 young of 32-136 ms and a middle one of 0.55 s at
+#: 100,000 (1.7 s in all). Nothing of the batch logic makes cycles
+#: (gc.collect() found none after 200,000 events with the collector off).
+GC_YOUNG = 1_000_000
 
 
 def _tune_collector() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol, final
+from typing import Any, Final, Protocol, final
 
 from streams.core.detector import Detector, KeyState
 from streams.core.errors import InvalidEvent
@@ -23,6 +23,14 @@ from streams.core.records import WORKFLOW_KEY_FIELD, Event, Kind
 from streams.core.status import stale_effects, stale_seen
 from streams.core.stored import SEP, StatusMeta, encode_meta, split_value
 from streams.core.validate import decode_event
+
+try:
+    # Compiled (mypyc brings mypy_extensions): see _KeyWork.
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover - interpreted, without mypy installed
+
+    def mypyc_attr(*_attrs: Any, **_kwattrs: Any) -> Any:  # type: ignore[misc]
+        return lambda cls: cls
 
 __all__ = [
     "INTERNAL_ERROR",
@@ -118,8 +126,13 @@ class BatchResult:
 
 
 @final
+@mypyc_attr(acyclic=True)
 class _KeyWork:
-    """One key's state while a batch is processed."""
+    """One key's state while a batch is processed.
+
+    Acyclic (mypyc): left out of the cyclic collector, like the state it
+    holds (``KeyState``); nothing it holds refers back to it. One is made
+    per key per batch: with every event another key, one per event."""
 
     __slots__ = (
         "applied",
@@ -175,12 +188,15 @@ def _times(applied: Sequence[tuple[Event, int, int | None]]) -> dict[int, int]:
 
 
 @final
+@mypyc_attr(acyclic=True)
 class _Meta:
     """A key's status meta while the batch logic holds it: a
     :class:`~streams.core.stored.StatusMeta`'s fields in a compiled class.
     One is made per changed key per batch and read by the key's next batch:
     the Struct cost a call to build and a generic attribute look-up per
-    field read; this costs neither. The Struct stays the stored format."""
+    field read; this costs neither. The Struct stays the stored format.
+    Acyclic (mypyc), as the Struct was ``gc=False``: it holds ints and a
+    dict of ints."""
 
     __slots__ = ("accepted", "seen", "updated_ms")
 

@@ -47,10 +47,13 @@ from streams.core.records import SEVERITY_RANK, Confidence, Event, EventType, Fa
 
 try:
     # A machine integer when compiled (mypyc, which brings mypy_extensions);
-    # interpreted, an int.
-    from mypy_extensions import i64
+    # interpreted, an int. mypyc_attr: see _Ev.
+    from mypy_extensions import i64, mypyc_attr
 except ImportError:  # pragma: no cover - interpreted, without mypy installed
     i64 = int  # type: ignore[misc]
+
+    def mypyc_attr(*_attrs: Any, **_kwattrs: Any) -> Any:  # type: ignore[misc]
+        return lambda cls: cls
 
 __all__ = [
     "DEFAULT_MAX_EVENTS_PER_KEY",
@@ -222,6 +225,7 @@ class DetectorConfig:
 
 
 @final
+@mypyc_attr(acyclic=True)
 class _Ev:
     """One retained event. Its sort key (:attr:`k`) is position first
     (``major``, ``minor``), then a content tie-break (``code``, ``epoch``,
@@ -231,7 +235,13 @@ class _Ev:
     The key's parts are plain typed fields rather than a stored tuple: the
     in-order path compares them field by field (:func:`_gt`), which compiled
     (mypyc, see ``scripts/build-native``) is a handful of C comparisons and
-    saves one tuple per retained event."""
+    saves one tuple per retained event.
+
+    Acyclic (mypyc, ``mypyc_attr``): not tracked by the cyclic collector, no
+    GC header. It holds ints and strings only, so no cycle can run through
+    it; a key decoded at a state-cache miss builds one per retained event,
+    and each tracked one counted toward the next young collection, which
+    then traversed them all (docs/performance.md, "Many live keys")."""
 
     __slots__ = (
         "code",
@@ -408,11 +418,17 @@ _NO_STALE: Final[dict[int, list[Any]]] = {}
 _StaleMemo = tuple[list[_Ev], int, _Ev, dict[int, tuple[Any, ...] | None], dict[int, list[Any]]]
 
 
+@mypyc_attr(acyclic=True)
 class KeyState:
     """All the detector knows about one workflow key.
 
     Serializes to bytes (orjson) for a changelog-backed table; the indexes are
     derived and rebuilt on load, so the bytes hold each event once.
+
+    Acyclic (see :class:`_Ev`): nothing it holds refers back to it (events,
+    indexes and memos hold events, ints, strings and tuples of them), so it
+    is left out of the cyclic collector; its lists and dicts are tracked as
+    ever.
     """
 
     __slots__ = (

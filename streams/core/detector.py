@@ -615,17 +615,53 @@ class KeyState:
         return None if g is None else _as_list(g)
 
     def _reindex(self) -> None:
-        self.acq = {}
-        self.max_epoch = -1
-        self.groups = {}
-        self.event_ids = set() if len(self.events) > ID_SET_ABOVE else None
-        self.id_bits = 0
-        self.id_bits2 = 0
+        """The indexes of ``events`` rebuilt: what :meth:`_index` at the tail
+        of each event in turn leaves, in one loop. A state is reindexed at
+        every decode, and a worker with more live keys than its state cache
+        decodes one per event: the method call per event and the second
+        group look-up of ``_add`` were a fifth of a decode (callgrind,
+        docs/performance.md)."""
+        acq: dict[int, _Ev] = {}
+        groups: dict[tuple[str, int | None, str | None], _Ev | list[_Ev]] = {}
+        max_epoch = -1
+        ids: set[str] | None = set() if len(self.events) > ID_SET_ABOVE else None
+        bits1 = 0
+        bits2 = 0
+        for ev in self.events:
+            code = ev.code
+            epoch = ev.epoch
+            # _index's groups, in its order (a commit's effect-key group first).
+            if code == _PROG:
+                pass
+            elif code == _COM:
+                _append(groups, (_G_KEYCOMMITS, None, ev.ek), ev)
+                _append(groups, (_G_COMMIT, epoch, ev.ek), ev)
+            elif code == _ATT or code == _REJ:
+                _append(groups, (_G_ATTEMPT, epoch, ev.ek), ev)
+            elif code == _ACQ:
+                _append(groups, (_G_ACQUIRE, epoch, None), ev)
+            cur = acq.get(epoch)
+            if cur is None or _gt(cur, ev):
+                acq[epoch] = ev
+                if epoch > max_epoch:
+                    max_epoch = epoch
+            eid = ev.eid
+            if eid is not None:
+                if ids is not None:
+                    ids.add(eid)
+                else:
+                    b1, b2 = _id_bits(eid)
+                    bits1 |= b1
+                    bits2 |= b2
+        self.acq = acq
+        self.groups = groups
+        self.max_epoch = max_epoch
+        self.event_ids = ids
+        self.id_bits = bits1
+        self.id_bits2 = bits2
         self._t_cache = None
         self.dests_dirty = True
         self.dests_tail = None
-        for ev in self.events:
-            self._index(ev, tail=True)
 
     def displaced_at(self) -> dict[int, tuple[Any, ...] | None]:
         """epoch -> sort key of the earliest acquisition of any higher epoch

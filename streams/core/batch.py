@@ -21,7 +21,14 @@ from streams.core.findings import Finding
 from streams.core.pending import PendingStatus
 from streams.core.records import WORKFLOW_KEY_FIELD, Event, Kind
 from streams.core.status import stale_effects, stale_seen
-from streams.core.stored import SEP, StatusMeta, encode_meta, split_value
+from streams.core.stored import (
+    META_ERRORS,
+    SEP,
+    StatusMeta,
+    decode_meta,
+    encode_meta,
+    split_value,
+)
 from streams.core.validate import decode_event
 
 try:
@@ -425,14 +432,20 @@ class BatchCore:
         if cached is not None and stored is not None and cached[0] == stored:
             return _KeyWork(cached[1], cached[2], stored, partition)
         if stored is None:
-            return _KeyWork(self.detector.new_state(), None, None, partition)
-        state, meta = split_value(stored)
-        return _KeyWork(
-            KeyState.from_bytes(state),
-            None if meta is None else _Meta(meta.seen, meta.updated_ms, meta.accepted),
-            stored,
-            partition,
-        )
+            # A Detector's new state without a generic method call (it is
+            # KeyState()); a stand-in's from its own method.
+            state = KeyState() if self._native is not None else self.detector.new_state()
+            return _KeyWork(state, None, None, partition)
+        # split_value's, here: compiled, not an interpreted call per cache miss.
+        blob, sep, trailer = stored.partition(SEP)
+        meta: _Meta | None = None
+        if sep:
+            try:
+                m = decode_meta(trailer)
+                meta = _Meta(m.seen, m.updated_ms, m.accepted)
+            except META_ERRORS:
+                pass  # a damaged trailer costs timestamps, never the state
+        return _KeyWork(KeyState.from_bytes(blob), meta, stored, partition)
 
     def _rebuild(
         self, stored: bytes | None, applied: Sequence[tuple[Event, int, int | None]]
@@ -452,7 +465,8 @@ class BatchCore:
         # _take popped the key, so this appends it at the recent end.
         cache[key] = (blob, state, meta)
         while len(cache) > self.cache_keys:
-            cache.popitem(last=False)
+            # Positional: a keyword argument made it a generic call with names.
+            cache.popitem(False)
 
 
 def _out(

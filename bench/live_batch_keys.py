@@ -53,9 +53,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from live_support import key_events
 from live_throughput import interleaved
 
+from streams._native import native_summary
 from streams.core import Detector
 from streams.live.collector import GC_THRESHOLDS
 from streams.live.processor import Processor, SourceRecord, StatusRecord
@@ -244,7 +244,7 @@ def main() -> int:
         f"batch {statistics.median(batch):.2f} + commit status {statistics.median(commit):.2f} "
         f"CPU µs/event (median of {args.repeat}; batch runs {', '.join(f'{b:.2f}' for b in batch)})"
     )
-    print(f"digest {digests.pop()}")
+    print(f"digest {digests.pop()}; core {native_summary()}")
     return 0
 
 

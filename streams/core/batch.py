@@ -39,6 +39,7 @@ except ImportError:  # pragma: no cover - interpreted, without mypy installed
     def mypyc_attr(*_attrs: Any, **_kwattrs: Any) -> Any:  # type: ignore[misc]
         return lambda cls: cls
 
+
 __all__ = [
     "ADMIT_DECODED_EVERY",
     "INTERNAL_ERROR",

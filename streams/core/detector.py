@@ -55,6 +55,7 @@ except ImportError:  # pragma: no cover - interpreted, without mypy installed
     def mypyc_attr(*_attrs: Any, **_kwattrs: Any) -> Any:  # type: ignore[misc]
         return lambda cls: cls
 
+
 __all__ = [
     "DEFAULT_MAX_EVENTS_PER_KEY",
     "DEFAULT_MAX_FINDINGS_PER_KEY",
@@ -638,7 +639,7 @@ class KeyState:
             elif code == _COM:
                 _append(groups, (_G_KEYCOMMITS, None, ev.ek), ev)
                 _append(groups, (_G_COMMIT, epoch, ev.ek), ev)
-            elif code == _ATT or code == _REJ:
+            elif code in (_ATT, _REJ):
                 _append(groups, (_G_ATTEMPT, epoch, ev.ek), ev)
             elif code == _ACQ:
                 _append(groups, (_G_ACQUIRE, epoch, None), ev)

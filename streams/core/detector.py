@@ -817,43 +817,7 @@ class KeyState:
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise StateError(f"corrupt key state: {exc}") from None
         st._reindex()
-        if st.events and type(data) is bytes:
-            st._keep_rows(data)
         return st
-
-    def _keep_rows(self, data: bytes) -> None:
-        """Keep the rows of ``data`` (this state's bytes) as :meth:`to_bytes`'
-        encoded rows, when they are exactly the bytes it would write: a key
-        decoded at a state-cache miss is encoded again at the end of its
-        batch, and encoding its rows again was a third of that (callgrind,
-        docs/performance.md). Exactly: ``data`` is ``to_bytes``' layout
-        around them (its head, and its tail for the decoded values), and the
-        rows hold nothing a JSON writer may spell two ways (an escape, white
-        space, ``-0``); without a backslash a string's bytes are its UTF-8,
-        as orjson writes it. Anything else is encoded again, as before."""
-        start = len(_STATE_HEAD)
-        end = data.find(b'],"m":', start)
-        if end < 0 or not data.startswith(_STATE_HEAD):
-            return
-        rows = data[start:end]
-        if (
-            b"\\" in rows
-            or b" " in rows
-            or b"\n" in rows
-            or b"\t" in rows
-            or b"\r" in rows
-            or b"-0," in rows
-            or b"-0]" in rows
-        ):
-            return
-        rest = self._tail()
-        if len(data) != end + len(rest) or not data.endswith(rest):
-            return
-        events = self.events
-        self._enc_list = events
-        self._enc_n = len(events)
-        self._enc_last = events[-1]
-        self._enc_rows = rows
 
     def __len__(self) -> int:
         return len(self.events)

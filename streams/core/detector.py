@@ -674,7 +674,12 @@ class KeyState:
         if cache is None:
             cache = {}
             best: tuple[Any, ...] | None = None
-            for epoch in sorted(self.acq, reverse=True):
+            # Highest epoch first; sorted() without ``reverse=``: compiled, a
+            # keyword argument made it a generic call with names (the map is
+            # built once per key per batch at a state-cache miss).
+            epochs = sorted(self.acq)
+            for i in range(len(epochs) - 1, -1, -1):
+                epoch = epochs[i]
                 cache[epoch] = best
                 k = self.acq[epoch].k
                 if best is None or k < best:
@@ -758,7 +763,7 @@ class KeyState:
             n = 0
         if n < len(events):
             # An event's fields never change once retained: its row is final.
-            fresh = orjson.dumps([ev.row() for ev in events[n:]])[1:-1]
+            fresh = orjson.dumps([ev.row() for ev in (events[n:] if n else events)])[1:-1]
             # Joined, not concatenated twice: each ``+`` copied every row
             # encoded so far once more (a key holding 1,000 events: ~70 KB).
             rows = fresh if n == 0 else b"".join((self._enc_rows, b",", fresh))

@@ -461,8 +461,10 @@ class KeyState:
         "n_redeliveries",
     )
 
-    def __init__(self) -> None:
-        self.events: list[_Ev] = []
+    def __init__(self, events: list[_Ev] | None = None) -> None:
+        # ``events``: a decoded state's (from_bytes), not an empty list
+        # made to be dropped at once.
+        self.events: list[_Ev] = [] if events is None else events
         self.max_major = -1
         # finding id -> [revision, content hash, severity rank]; None until
         # the key's first finding (most keys have none: ~70 bytes each).
@@ -624,8 +626,14 @@ class KeyState:
         decodes one per event: the method call per event and the second
         group look-up of ``_add`` were a fifth of a decode (callgrind,
         docs/performance.md)."""
-        acq: dict[int, _Ev] = {}
-        groups: dict[tuple[str, int | None, str | None], _Ev | list[_Ev]] = {}
+        # A new state's empty dicts serve (from_bytes); an index in use gets
+        # new ones, as before.
+        acq = self.acq
+        if acq:
+            acq = {}
+        groups = self.groups
+        if groups:
+            groups = {}
         max_epoch = -1
         ids: set[str] | None = set() if len(self.events) > ID_SET_ABOVE else None
         bits1 = 0
@@ -747,9 +755,11 @@ class KeyState:
         return stale
 
     # -- bytes -------------------------------------------------------------
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, suffix: bytes = b"") -> bytes:
         """The state as one JSON object: ``{"v", "e", "m", "f", "h", "c"}``, in
-        that order (the changelog format, ``v`` 1).
+        that order (the changelog format, ``v`` 1), followed by ``suffix``
+        (the live table's status meta trailer: in the same join, not a
+        second copy of the whole value).
 
         The retained events' rows are most of it and are append-mostly (the
         live processor encodes a key once per batch, one event more each
@@ -773,7 +783,7 @@ class KeyState:
             self._enc_rows = rows
         else:
             rows = self._enc_rows if n else b""
-        return b"".join((_STATE_HEAD, rows, self._tail()))
+        return b"".join((_STATE_HEAD, rows, self._tail(), suffix))
 
     def _tail(self) -> bytes:
         """What :meth:`to_bytes` writes after the rows: ``m``, ``f``, ``h``
@@ -810,8 +820,7 @@ class KeyState:
                 raise StateError(f"state version {doc.get('v')!r} is not known to this build")
             # KeyState(), not cls(): compiled, a native constructor call
             # rather than a generic call of the class (no subclass exists).
-            st = KeyState()
-            st.events = [_ev_of_row(row) for row in doc["e"]]
+            st = KeyState([_ev_of_row(row) for row in doc["e"]])
             st.max_major = int(doc["m"])
             st.emitted = dict(doc["f"]) or None
             h = doc["h"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol, final
+from typing import Any, Final, Protocol, final
 
 from streams.core.detector import Detector, KeyState
 from streams.core.errors import InvalidEvent
@@ -21,10 +21,27 @@ from streams.core.findings import Finding
 from streams.core.pending import PendingStatus
 from streams.core.records import WORKFLOW_KEY_FIELD, Event, Kind
 from streams.core.status import stale_effects, stale_seen
-from streams.core.stored import SEP, StatusMeta, encode_meta, split_value
+from streams.core.stored import (
+    META_ERRORS,
+    SEP,
+    StatusMeta,
+    decode_meta,
+    encode_meta,
+    split_value,
+)
 from streams.core.validate import decode_event
 
+try:
+    # Compiled (mypyc brings mypy_extensions): see _KeyWork.
+    from mypy_extensions import mypyc_attr
+except ImportError:  # pragma: no cover - interpreted, without mypy installed
+
+    def mypyc_attr(*_attrs: Any, **_kwattrs: Any) -> Any:  # type: ignore[misc]
+        return lambda cls: cls
+
+
 __all__ = [
+    "ADMIT_DECODED_EVERY",
     "INTERNAL_ERROR",
     "BatchCore",
     "BatchResult",
@@ -37,6 +54,16 @@ __all__ = [
 INTERNAL_ERROR: Final = "internal error"
 #: Findings about an effect: a batch that emits one may have new stale effects.
 _EFFECT_KINDS: Final = frozenset({Kind.STALE_ATTEMPT, Kind.STALE_COMMIT})
+#: A full state cache takes a key whose state was decoded from the table (a
+#: miss of a known key) one time in this many; new keys and hits always
+#: enter. Keys that come back in a cycle longer than the cache (more keys
+#: live at once than ``cache_keys``) each miss under a plain LRU, which
+#: evicts every entry just before its next use; refusing most of them keeps
+#: a share of the cycle cached, and the one in 16 still lets the cache move
+#: to a new working set. bench/live_batch_keys.py (25,000 keys live, 10,000
+#: cached): 0 hits of 175,000 under the LRU, 40,979 with this (8: 38,188,
+#: 32: 43,037); keys in blocks smaller than the cache hit as before.
+ADMIT_DECODED_EVERY: Final = 16
 
 
 class Consumed(Protocol):
@@ -118,11 +145,17 @@ class BatchResult:
 
 
 @final
+@mypyc_attr(acyclic=True)
 class _KeyWork:
-    """One key's state while a batch is processed."""
+    """One key's state while a batch is processed.
+
+    Acyclic (mypyc): left out of the cyclic collector, like the state it
+    holds (``KeyState``); nothing it holds refers back to it. One is made
+    per key per batch: with every event another key, one per event."""
 
     __slots__ = (
         "applied",
+        "decoded",
         "effects",
         "latest",
         "meta",
@@ -161,6 +194,9 @@ class _KeyWork:
         #: status of an earlier batch holds the object given up, so the
         #: status is written again from the rebuilt one.
         self.rebuilt = False
+        #: Whether the state was decoded from the table (not cached, not new):
+        #: see ADMIT_DECODED_EVERY.
+        self.decoded = False
 
 
 def _times(applied: Sequence[tuple[Event, int, int | None]]) -> dict[int, int]:
@@ -175,12 +211,15 @@ def _times(applied: Sequence[tuple[Event, int, int | None]]) -> dict[int, int]:
 
 
 @final
+@mypyc_attr(acyclic=True)
 class _Meta:
     """A key's status meta while the batch logic holds it: a
     :class:`~streams.core.stored.StatusMeta`'s fields in a compiled class.
     One is made per changed key per batch and read by the key's next batch:
     the Struct cost a call to build and a generic attribute look-up per
-    field read; this costs neither. The Struct stays the stored format."""
+    field read; this costs neither. The Struct stays the stored format.
+    Acyclic (mypyc), as the Struct was ``gc=False``: it holds ints and a
+    dict of ints."""
 
     __slots__ = ("accepted", "seen", "updated_ms")
 
@@ -194,32 +233,25 @@ class _Meta:
 _NO_META: Final = _Meta({}, None, -1)
 
 
-def _joined(blob: bytes, meta: _Meta | None) -> bytes:
-    """``join_value(blob, meta)``: the stored value of state bytes ``blob``
-    with ``meta`` (``None``: none). One join, not concatenations: each ``+``
-    copied the whole state once more (a key holding 1,000 events: ~70 KB,
-    20 µs a batch)."""
+def _trailer(meta: _Meta | None) -> bytes:
+    """What ``join_value`` puts after the state's bytes for ``meta``: SEP and
+    the meta's bytes (``None``: nothing). Passed to ``KeyState.to_bytes``,
+    which writes it in the value's one join: a second join of the whole
+    state to append it copied the state once more per changed key."""
     if meta is None:
-        return blob
+        return b""
     seen = meta.seen
     if seen:
-        return b"".join((blob, SEP, encode_meta(StatusMeta(seen, meta.updated_ms, meta.accepted))))
+        return SEP + encode_meta(StatusMeta(seen, meta.updated_ms, meta.accepted))
     # encode_meta's bytes for the usual meta (no stale epoch), without
-    # building a Struct to encode; the parts in the value's one join cost
-    # about what a ``%`` with a tuple into a trailer did (callgrind,
-    # docs/performance.md). tests/live/test_processor_batch.py checks they
-    # are encode_meta's bytes.
+    # building a Struct to encode: SEP, then the meta, one f-string encoded
+    # (compiled, a native string build; each ``b"%d" %`` was a bytes
+    # formatting call: callgrind, docs/performance.md).
+    # tests/live/test_processor_batch.py checks they are encode_meta's bytes.
     updated = meta.updated_ms
-    return b"".join(
-        (
-            blob,
-            b'\x00{"s":{},"u":',  # SEP, then the meta
-            b"null" if updated is None else b"%d" % updated,
-            b',"n":',
-            b"%d" % meta.accepted,
-            b"}",
-        )
-    )
+    if updated is None:
+        return f'\x00{{"s":{{}},"u":null,"n":{meta.accepted}}}'.encode()
+    return f'\x00{{"s":{{}},"u":{updated},"n":{meta.accepted}}}'.encode()
 
 
 #: A cached decoded state: (the stored value it stands for, the state, its meta).
@@ -235,7 +267,9 @@ class BatchCore:
     LRU of decoded states (``cache_keys`` entries) saves decoding the state
     on every event of a busy key; a cached entry is used only when the
     stored value is still the one it was decoded from, so a table restored
-    from its changelog never meets a stale cache."""
+    from its changelog never meets a stale cache. Full, it takes a key
+    decoded from the table only one time in :data:`ADMIT_DECODED_EVERY`
+    (see there)."""
 
     def __init__(
         self,
@@ -256,6 +290,8 @@ class BatchCore:
         self.cache_keys = cache_keys
         #: key -> (stored value, its decoded state, its status meta)
         self.cache: OrderedDict[bytes, _Cached] = OrderedDict()
+        #: Decoded keys refused by the full cache since the last one taken.
+        self._refused = 0
 
     def forget(self) -> None:
         """Drop every cached state (after a rebalance the table is the truth)."""
@@ -312,7 +348,7 @@ class BatchCore:
                 if w.applied:
                     # Its status meta as stored: the status record, if any,
                     # comes with the key's final state.
-                    states.append((key, w.partition, _joined(w.state.to_bytes(), w.meta)))
+                    states.append((key, w.partition, w.state.to_bytes(_trailer(w.meta))))
                 w.partition = partition
             try:
                 if native is not None:
@@ -354,7 +390,7 @@ class BatchCore:
             # holding 1,000 events).
             if w.applied or blob != w.stored:
                 states.append((key, w.partition, blob))
-            self._remember(key, blob, w.state, w.meta)
+            self._remember(key, blob, w.state, w.meta, w.decoded)
         return BatchResult(outputs, states, findings, rejections, effects, status_out)
 
     def _value(
@@ -368,7 +404,6 @@ class BatchCore:
         if the status changed; the stale effects new in this batch counted
         into ``effects``."""
         state = w.state
-        blob = state.to_bytes()
         if w.effects:
             wkey = key.decode("utf-8")
             stored = w.stored
@@ -381,11 +416,11 @@ class BatchCore:
                 effects[outcome, sink] = effects.get((outcome, sink), 0) + 1
         if not self.status:
             w.meta = None
-            return blob
+            return state.to_bytes()
         prev = w.meta if w.meta is not None else _NO_META
         accepted = state.n_events - state.n_redeliveries
         if accepted == prev.accepted and not w.rebuilt:
-            return _joined(blob, w.meta)
+            return state.to_bytes(_trailer(w.meta))
         updated = w.latest if w.latest is not None else prev.updated_ms
         applied = w.applied
         # status_seen's, in two parts: only a key with a stale epoch reads
@@ -399,7 +434,7 @@ class BatchCore:
         meta = _Meta(seen, updated, accepted)
         w.meta = meta
         _status(status_out, w.partition).append(pending)
-        return _joined(blob, meta)
+        return state.to_bytes(_trailer(meta))
 
     def _take(self, key: bytes, stored: bytes | None, partition: int) -> _KeyWork:
         # The entry leaves the cache while the batch mutates it: if the batch
@@ -409,14 +444,22 @@ class BatchCore:
         if cached is not None and stored is not None and cached[0] == stored:
             return _KeyWork(cached[1], cached[2], stored, partition)
         if stored is None:
-            return _KeyWork(self.detector.new_state(), None, None, partition)
-        state, meta = split_value(stored)
-        return _KeyWork(
-            KeyState.from_bytes(state),
-            None if meta is None else _Meta(meta.seen, meta.updated_ms, meta.accepted),
-            stored,
-            partition,
-        )
+            # A Detector's new state without a generic method call (it is
+            # KeyState()); a stand-in's from its own method.
+            state = KeyState() if self._native is not None else self.detector.new_state()
+            return _KeyWork(state, None, None, partition)
+        # split_value's, here: compiled, not an interpreted call per cache miss.
+        blob, sep, trailer = stored.partition(SEP)
+        meta: _Meta | None = None
+        if sep:
+            try:
+                m = decode_meta(trailer)
+                meta = _Meta(m.seen, m.updated_ms, m.accepted)
+            except META_ERRORS:
+                pass  # a damaged trailer costs timestamps, never the state
+        w = _KeyWork(KeyState.from_bytes(blob), meta, stored, partition)
+        w.decoded = True
+        return w
 
     def _rebuild(
         self, stored: bytes | None, applied: Sequence[tuple[Event, int, int | None]]
@@ -429,14 +472,24 @@ class BatchCore:
             detector.process(state, event, offset)
         return state
 
-    def _remember(self, key: bytes, blob: bytes, state: KeyState, meta: _Meta | None) -> None:
-        if self.cache_keys <= 0:
+    def _remember(
+        self, key: bytes, blob: bytes, state: KeyState, meta: _Meta | None, decoded: bool
+    ) -> None:
+        cap = self.cache_keys
+        if cap <= 0:
             return
         cache = self.cache
+        if decoded and len(cache) >= cap:
+            refused = self._refused + 1
+            if refused < ADMIT_DECODED_EVERY:
+                self._refused = refused
+                return
+            self._refused = 0
         # _take popped the key, so this appends it at the recent end.
         cache[key] = (blob, state, meta)
-        while len(cache) > self.cache_keys:
-            cache.popitem(last=False)
+        while len(cache) > cap:
+            # Positional: a keyword argument made it a generic call with names.
+            cache.popitem(False)
 
 
 def _out(

@@ -47,10 +47,14 @@ from streams.core.records import SEVERITY_RANK, Confidence, Event, EventType, Fa
 
 try:
     # A machine integer when compiled (mypyc, which brings mypy_extensions);
-    # interpreted, an int.
-    from mypy_extensions import i64
+    # interpreted, an int. mypyc_attr: see _Ev.
+    from mypy_extensions import i64, mypyc_attr
 except ImportError:  # pragma: no cover - interpreted, without mypy installed
     i64 = int  # type: ignore[misc]
+
+    def mypyc_attr(*_attrs: Any, **_kwattrs: Any) -> Any:  # type: ignore[misc]
+        return lambda cls: cls
+
 
 __all__ = [
     "DEFAULT_MAX_EVENTS_PER_KEY",
@@ -69,11 +73,6 @@ MAX_EVIDENCE: Final = 32
 _STATE_VERSION: Final = 1
 #: How :meth:`KeyState.to_bytes` output starts, up to the first event row.
 _STATE_HEAD: Final = b'{"v":' + str(_STATE_VERSION).encode() + b',"e":['
-#: The rest after the rows, in the order and spelling of :attr:`KeyState.counters`.
-_STATE_TAIL: Final = (
-    b'],"m":%d,"f":%b,"h":%b,"c":{"events":%d,"redeliveries_dropped":%d,"evicted":%d,'
-    b'"late_beyond_horizon":%d,"findings_forgotten":%d}}'
-)
 
 # Compact type codes for the serialized state; order is part of the format.
 _TYPE_CODES: tuple[str, ...] = (
@@ -222,6 +221,7 @@ class DetectorConfig:
 
 
 @final
+@mypyc_attr(acyclic=True)
 class _Ev:
     """One retained event. Its sort key (:attr:`k`) is position first
     (``major``, ``minor``), then a content tie-break (``code``, ``epoch``,
@@ -231,7 +231,13 @@ class _Ev:
     The key's parts are plain typed fields rather than a stored tuple: the
     in-order path compares them field by field (:func:`_gt`), which compiled
     (mypyc, see ``scripts/build-native``) is a handful of C comparisons and
-    saves one tuple per retained event."""
+    saves one tuple per retained event.
+
+    Acyclic (mypyc, ``mypyc_attr``): not tracked by the cyclic collector, no
+    GC header. It holds ints and strings only, so no cycle can run through
+    it; a key decoded at a state-cache miss builds one per retained event,
+    and each tracked one counted toward the next young collection, which
+    then traversed them all (docs/performance.md, "Many live keys")."""
 
     __slots__ = (
         "code",
@@ -399,6 +405,13 @@ def _kept(events: list[_Ev], seen: list[_Ev] | None, n: int, last: _Ev | None) -
     return seen is events and 0 < n <= len(events) and events[n - 1] is last
 
 
+def _count(c: dict[str, Any], name: str) -> int:
+    """``int(c.get(name, 0))``; an int as it is (a stored counter is one):
+    compiled, ``int()`` of an object is a generic call, five per decode."""
+    v = c.get(name, 0)
+    return v if type(v) is int else int(v)
+
+
 #: :meth:`KeyState.stale_epochs` when no epoch is stale: one shared object
 #: (never changed), not an empty dict per key and batch kept in each memo.
 _NO_STALE: Final[dict[int, list[Any]]] = {}
@@ -408,11 +421,17 @@ _NO_STALE: Final[dict[int, list[Any]]] = {}
 _StaleMemo = tuple[list[_Ev], int, _Ev, dict[int, tuple[Any, ...] | None], dict[int, list[Any]]]
 
 
+@mypyc_attr(acyclic=True)
 class KeyState:
     """All the detector knows about one workflow key.
 
     Serializes to bytes (orjson) for a changelog-backed table; the indexes are
     derived and rebuilt on load, so the bytes hold each event once.
+
+    Acyclic (see :class:`_Ev`): nothing it holds refers back to it (events,
+    indexes and memos hold events, ints, strings and tuples of them), so it
+    is left out of the cyclic collector; its lists and dicts are tracked as
+    ever.
     """
 
     __slots__ = (
@@ -442,8 +461,10 @@ class KeyState:
         "n_redeliveries",
     )
 
-    def __init__(self) -> None:
-        self.events: list[_Ev] = []
+    def __init__(self, events: list[_Ev] | None = None) -> None:
+        # ``events``: a decoded state's (from_bytes), not an empty list
+        # made to be dropped at once.
+        self.events: list[_Ev] = [] if events is None else events
         self.max_major = -1
         # finding id -> [revision, content hash, severity rank]; None until
         # the key's first finding (most keys have none: ~70 bytes each).
@@ -507,11 +528,11 @@ class KeyState:
         }
 
     def _set_counters(self, c: dict[str, Any]) -> None:
-        self.n_events = int(c.get("events", 0))
-        self.n_redeliveries = int(c.get("redeliveries_dropped", 0))
-        self.n_evicted = int(c.get("evicted", 0))
-        self.n_late = int(c.get("late_beyond_horizon", 0))
-        self.n_forgotten = int(c.get("findings_forgotten", 0))
+        self.n_events = _count(c, "events")
+        self.n_redeliveries = _count(c, "redeliveries_dropped")
+        self.n_evicted = _count(c, "evicted")
+        self.n_late = _count(c, "late_beyond_horizon")
+        self.n_forgotten = _count(c, "findings_forgotten")
 
     # -- derived indexes ---------------------------------------------------
     def _index(self, ev: _Ev, *, tail: bool) -> None:
@@ -599,17 +620,59 @@ class KeyState:
         return None if g is None else _as_list(g)
 
     def _reindex(self) -> None:
-        self.acq = {}
-        self.max_epoch = -1
-        self.groups = {}
-        self.event_ids = set() if len(self.events) > ID_SET_ABOVE else None
-        self.id_bits = 0
-        self.id_bits2 = 0
+        """The indexes of ``events`` rebuilt: what :meth:`_index` at the tail
+        of each event in turn leaves, in one loop. A state is reindexed at
+        every decode, and a worker with more live keys than its state cache
+        decodes one per event: the method call per event and the second
+        group look-up of ``_add`` were a fifth of a decode (callgrind,
+        docs/performance.md)."""
+        # A new state's empty dicts serve (from_bytes); an index in use gets
+        # new ones, as before.
+        acq = self.acq
+        if acq:
+            acq = {}
+        groups = self.groups
+        if groups:
+            groups = {}
+        max_epoch = -1
+        ids: set[str] | None = set() if len(self.events) > ID_SET_ABOVE else None
+        bits1 = 0
+        bits2 = 0
+        for ev in self.events:
+            code = ev.code
+            epoch = ev.epoch
+            # _index's groups, in its order (a commit's effect-key group first).
+            if code == _PROG:
+                pass
+            elif code == _COM:
+                _append(groups, (_G_KEYCOMMITS, None, ev.ek), ev)
+                _append(groups, (_G_COMMIT, epoch, ev.ek), ev)
+            elif code in (_ATT, _REJ):
+                _append(groups, (_G_ATTEMPT, epoch, ev.ek), ev)
+            elif code == _ACQ:
+                _append(groups, (_G_ACQUIRE, epoch, None), ev)
+            cur = acq.get(epoch)
+            if cur is None or _gt(cur, ev):
+                acq[epoch] = ev
+                if epoch > max_epoch:
+                    max_epoch = epoch
+            eid = ev.eid
+            if eid is not None:
+                if ids is not None:
+                    ids.add(eid)
+                else:
+                    b1, b2 = _id_bits(eid)
+                    bits1 |= b1
+                    bits2 |= b2
+        self.acq = acq
+        self.groups = groups
+        self.max_epoch = max_epoch
+        self.event_ids = ids
+        self.id_bits = bits1
+        self.id_bits2 = bits2
         self._t_cache = None
         self.dests_dirty = True
         self.dests_tail = None
-        for ev in self.events:
-            self._index(ev, tail=True)
 
     def displaced_at(self) -> dict[int, tuple[Any, ...] | None]:
         """epoch -> sort key of the earliest acquisition of any higher epoch
@@ -619,7 +682,12 @@ class KeyState:
         if cache is None:
             cache = {}
             best: tuple[Any, ...] | None = None
-            for epoch in sorted(self.acq, reverse=True):
+            # Highest epoch first; sorted() without ``reverse=``: compiled, a
+            # keyword argument made it a generic call with names (the map is
+            # built once per key per batch at a state-cache miss).
+            epochs = sorted(self.acq)
+            for i in range(len(epochs) - 1, -1, -1):
+                epoch = epochs[i]
                 cache[epoch] = best
                 k = self.acq[epoch].k
                 if best is None or k < best:
@@ -687,9 +755,11 @@ class KeyState:
         return stale
 
     # -- bytes -------------------------------------------------------------
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, suffix: bytes = b"") -> bytes:
         """The state as one JSON object: ``{"v", "e", "m", "f", "h", "c"}``, in
-        that order (the changelog format, ``v`` 1).
+        that order (the changelog format, ``v`` 1), followed by ``suffix``
+        (the live table's status meta trailer: in the same join, not a
+        second copy of the whole value).
 
         The retained events' rows are most of it and are append-mostly (the
         live processor encodes a key once per batch, one event more each
@@ -703,7 +773,7 @@ class KeyState:
             n = 0
         if n < len(events):
             # An event's fields never change once retained: its row is final.
-            fresh = orjson.dumps([ev.row() for ev in events[n:]])[1:-1]
+            fresh = orjson.dumps([ev.row() for ev in (events[n:] if n else events)])[1:-1]
             # Joined, not concatenated twice: each ``+`` copied every row
             # encoded so far once more (a key holding 1,000 events: ~70 KB).
             rows = fresh if n == 0 else b"".join((self._enc_rows, b",", fresh))
@@ -713,19 +783,34 @@ class KeyState:
             self._enc_rows = rows
         else:
             rows = self._enc_rows if n else b""
+        return b"".join((_STATE_HEAD, rows, self._tail(), suffix))
+
+    def _tail(self) -> bytes:
+        """What :meth:`to_bytes` writes after the rows: ``m``, ``f``, ``h``
+        and the counters ``c`` in the order and spelling of :attr:`counters`.
+        Built as a str and encoded once (ASCII: ints and fixed names), not a
+        ``bytes % tuple``: compiled, the f-string is a native string build,
+        where bytes formatting parsed its format and boxed each int, a
+        fifth of an encode (callgrind, docs/performance.md)."""
         emitted = self.emitted
         horizon = self.horizon
-        rest = _STATE_TAIL % (
-            self.max_major,
-            orjson.dumps(emitted) if emitted else b"{}",
-            b"null" if horizon is None else orjson.dumps(list(horizon)),
-            self.n_events,
-            self.n_redeliveries,
-            self.n_evicted,
-            self.n_late,
-            self.n_forgotten,
+        counts = (
+            f'"c":{{"events":{self.n_events},"redeliveries_dropped":{self.n_redeliveries},'
+            f'"evicted":{self.n_evicted},"late_beyond_horizon":{self.n_late},'
+            f'"findings_forgotten":{self.n_forgotten}}}}}'
         )
-        return b"".join((_STATE_HEAD, rows, rest))
+        if not emitted and horizon is None:
+            return f'],"m":{self.max_major},"f":{{}},"h":null,{counts}'.encode()
+        return b"".join(
+            (
+                f'],"m":{self.max_major},"f":'.encode(),
+                orjson.dumps(emitted) if emitted else b"{}",
+                b',"h":',
+                b"null" if horizon is None else orjson.dumps(list(horizon)),
+                b",",
+                counts.encode(),
+            )
+        )
 
     @classmethod
     def from_bytes(cls, data: bytes | bytearray | memoryview) -> KeyState:
@@ -733,8 +818,9 @@ class KeyState:
             doc = orjson.loads(data)
             if doc.get("v") != _STATE_VERSION:
                 raise StateError(f"state version {doc.get('v')!r} is not known to this build")
-            st = cls()
-            st.events = [_ev_of_row(row) for row in doc["e"]]
+            # KeyState(), not cls(): compiled, a native constructor call
+            # rather than a generic call of the class (no subclass exists).
+            st = KeyState([_ev_of_row(row) for row in doc["e"]])
             st.max_major = int(doc["m"])
             st.emitted = dict(doc["f"]) or None
             h = doc["h"]

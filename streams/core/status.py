@@ -351,7 +351,23 @@ def status_json(
         updated_ms=updated_ms,
         stale=stale,
     )
-    return _encode(StatusDocument(*fields)), fields[7]
+    # Positional, not ``*fields``: compiled, a star call packs a tuple and
+    # goes through the generic call path, once per status record.
+    doc = StatusDocument(
+        fields[0],
+        fields[1],
+        fields[2],
+        fields[3],
+        fields[4],
+        fields[5],
+        fields[6],
+        fields[7],
+        fields[8],
+        fields[9],
+        fields[10],
+        fields[11],
+    )
+    return _encode(doc), fields[7]
 
 
 #: The status document's bytes: msgspec writes the same bytes as

@@ -15,7 +15,16 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["NO_META", "SEP", "StatusMeta", "encode_meta", "join_value", "split_value"]
+__all__ = [
+    "META_ERRORS",
+    "NO_META",
+    "SEP",
+    "StatusMeta",
+    "decode_meta",
+    "encode_meta",
+    "join_value",
+    "split_value",
+]
 
 
 class StatusMeta(
@@ -56,6 +65,12 @@ _decode = msgspec.json.Decoder(StatusMeta).decode
 #: ``StatusMeta`` -> its bytes in a stored value (what ``to_bytes`` gives),
 #: for compiled callers: a C call, not an interpreted method.
 encode_meta = _encode
+#: A stored value's meta bytes -> ``StatusMeta`` (``from_bytes``), for
+#: compiled callers, which split the value themselves (see
+#: :func:`split_value`); it raises one of :data:`META_ERRORS` on a damaged one.
+decode_meta = _decode
+#: What decoding a damaged meta raises (msgspec's DecodeError is a ValueError).
+META_ERRORS = (msgspec.DecodeError, KeyError, TypeError, ValueError, AttributeError)
 
 #: No status record written yet.
 NO_META = StatusMeta({}, None, -1)
@@ -69,7 +84,7 @@ def split_value(value: bytes) -> tuple[bytes, StatusMeta | None]:
         return value, None
     try:
         return state, StatusMeta.from_bytes(meta)
-    except (msgspec.DecodeError, KeyError, TypeError, ValueError, AttributeError):
+    except META_ERRORS:
         return state, None  # a damaged trailer costs timestamps, never the state
 
 

@@ -142,11 +142,12 @@ class Processor:
     """Validate, run the detector against the key's stored state, and turn
     findings and rejections into output records.
 
-    ``load_state(key)`` returns the key's stored value or ``None``. A small
-    LRU of decoded states (``cache_keys`` entries) saves decoding the state
-    on every event of a busy key; a cached entry is used only when the
-    stored bytes are still the bytes it was decoded from, so a table restored
-    from its changelog never meets a stale cache.
+    ``load_state(key)`` returns the key's stored value or ``None``. A cache
+    of decoded states (``cache_keys`` entries, the batch core's: least
+    recently used out, see :data:`streams.core.batch.ADMIT_DECODED_EVERY`)
+    saves decoding the state on every event of a busy key; a cached entry is
+    used only when the stored bytes are still the bytes it was decoded from,
+    so a table restored from its changelog never meets a stale cache.
     """
 
     def __init__(

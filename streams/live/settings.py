@@ -103,7 +103,8 @@ class LiveSettings:
     transaction_timeout: float = 10.0
     max_events_per_key: int = 1024
     max_event_bytes: int = 64 * 1024
-    #: Decoded key states kept between events (an LRU; the table holds the truth).
+    #: Decoded key states kept between events (least recently used out; full, a
+    #: key decoded from the table enters one time in 16; the table holds the truth).
     state_cache_keys: int = 10_000
     log_level: str = "info"
     #: Port of the /metrics and /health endpoint; 0 disables it.

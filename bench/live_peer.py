@@ -58,7 +58,7 @@ from live_support import (
     producer,
     worker_env,
 )
-from live_throughput import SAMPLE_S, bare_relay, interleaved, sustained, worker_rate
+from live_throughput import bare_relay, interleaved, relay_rate, sustained, worker_rate
 from results import Figure, add_json_arg, emit, paired_rates, rotations
 
 BENCH = Path(__file__).resolve().parent
@@ -137,18 +137,7 @@ def floor_rate(bs: str, events: str, partitions: int, total: int, interval: floa
     dst = f"{events}.floor"
     create_topics(bs, [f"{dst}.status"], partitions)
     create_topics(bs, [f"{dst}.changelog"], partitions, {"cleanup.policy": "compact"})
-    relay = WritesRelay(bs, events, dst, partitions, interval, STATE_BYTES)
-    relay.thread.start()
-    samples: list[tuple[float, int]] = []
-    try:
-        while relay.relayed < total and relay.thread.is_alive():
-            samples.append((time.monotonic(), relay.relayed))
-            time.sleep(SAMPLE_S)
-        samples.append((time.monotonic(), relay.relayed))
-    finally:
-        relay.stop.set()
-        relay.thread.join()
-    return sustained(samples, total)
+    return relay_rate(WritesRelay(bs, events, dst, partitions, interval, STATE_BYTES), total)
 
 
 def main() -> int:

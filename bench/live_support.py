@@ -270,7 +270,6 @@ class BareRelay:
 
     def relay(self, stop: Any) -> None:
         """The relay loop until ``stop`` (a threading or multiprocessing Event) is set."""
-        from confluent_kafka import TopicPartition
 
         p, c = self.p, self.c
         p.init_transactions(30)
@@ -286,18 +285,26 @@ class BareRelay:
                     pending += 1
             p.poll(0)
             if positions and time.monotonic() - last >= self.interval:
-                offsets = [TopicPartition(t, q, o) for (t, q), o in positions.items()]
-                t0 = time.monotonic()
-                p.send_offsets_to_transaction(offsets, c.consumer_group_metadata(), 30)
-                p.commit_transaction(30)
-                p.begin_transaction()
-                self.commit_ms.append((time.monotonic() - t0) * 1000)
-                self.relayed += pending
+                self.commit(positions, pending)
                 pending = 0
-                positions.clear()
                 last = time.monotonic()
         p.abort_transaction(30)
         c.close()
+
+    def commit(self, positions: dict[tuple[str, int], int], pending: int) -> None:
+        """Commit the open transaction with ``positions`` (then cleared) and
+        begin the next; ``pending`` records are then relayed."""
+        from confluent_kafka import TopicPartition
+
+        p = self.p
+        offsets = [TopicPartition(t, q, o) for (t, q), o in positions.items()]
+        t0 = time.monotonic()
+        p.send_offsets_to_transaction(offsets, self.c.consumer_group_metadata(), 30)
+        p.commit_transaction(30)
+        p.begin_transaction()
+        self.commit_ms.append((time.monotonic() - t0) * 1000)
+        self.relayed += pending
+        positions.clear()
 
 
 class WritesRelay(BareRelay):
@@ -318,7 +325,6 @@ class WritesRelay(BareRelay):
 
     def relay(self, stop: Any) -> None:
         import orjson
-        from confluent_kafka import TopicPartition
 
         p, c = self.p, self.c
         produce, loads, dumps = p.produce, orjson.loads, orjson.dumps
@@ -353,15 +359,8 @@ class WritesRelay(BareRelay):
                     pending += 1
             p.poll(0)
             if positions and time.monotonic() - last >= self.interval:
-                offsets = [TopicPartition(t, q, o) for (t, q), o in positions.items()]
-                t0 = time.monotonic()
-                p.send_offsets_to_transaction(offsets, c.consumer_group_metadata(), 30)
-                p.commit_transaction(30)
-                p.begin_transaction()
-                self.commit_ms.append((time.monotonic() - t0) * 1000)
-                self.relayed += pending
+                self.commit(positions, pending)
                 pending = 0
-                positions.clear()
                 last = time.monotonic()
         p.abort_transaction(30)
         c.close()

@@ -128,7 +128,11 @@ def bare_relay(bs: str, events: str, partitions: int, total: int, interval: floa
     """Sustained events/s of the bare exactly-once relay over the events topic."""
     dst = f"{events}.relay"
     create_topics(bs, [dst], partitions)
-    relay = BareRelay(bs, events, dst, partitions, interval)
+    return relay_rate(BareRelay(bs, events, dst, partitions, interval), total)
+
+
+def relay_rate(relay: BareRelay, total: int) -> float:
+    """Sustained events/s of ``relay`` (started here, stopped after) over ``total`` events."""
     relay.thread.start()
     samples: list[tuple[float, int]] = []
     try:

@@ -417,9 +417,11 @@ def test_sigterm_drains_and_commits_so_a_restart_repeats_nothing(
             "--topic", topic, "--follow", "--group", group, "--format", "jsonl",
             "--webhook", rx.url, "--dead-letter", str(tmp_path / "dead.jsonl"),
         ]  # fmt: skip
-        # ~1.5 s for the 300 with the follower's 16 requests in flight (2 lanes
-        # x 8): the stop lands mid-stream.
-        rx.delay_s = 0.08
+        # ~2.3 s for the 300 with the follower's window of 32 requests in
+        # flight: the stop, sent at the 100th, lands mid-stream with ~1.5 s to
+        # spare (at 0.08 s the 300 took ~0.75 s, and a loaded machine's
+        # signal came after the reader had handed the last one over).
+        rx.delay_s = 0.25
         first = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL)
         rx.wait_for(100)
         first.send_signal(signal.SIGTERM)

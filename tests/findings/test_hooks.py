@@ -408,7 +408,7 @@ def test_sigterm_drains_and_commits_so_a_restart_repeats_nothing(
     kafka_bootstrap: str, findings_topic: Callable[..., str], tmp_path: Path
 ) -> None:
     """A follower stopped with SIGTERM commits what it delivered: a restart sends only the rest."""
-    findings = synthetic_findings(300, revisions=1)
+    findings = synthetic_findings(1_000, revisions=1)
     topic = findings_topic(findings, partitions=3)
     group = f"hook-term-{os.getpid()}-{time.monotonic_ns()}"
     with webhook_receiver() as rx:
@@ -417,11 +417,12 @@ def test_sigterm_drains_and_commits_so_a_restart_repeats_nothing(
             "--topic", topic, "--follow", "--group", group, "--format", "jsonl",
             "--webhook", rx.url, "--dead-letter", str(tmp_path / "dead.jsonl"),
         ]  # fmt: skip
-        # ~2.3 s for the 300 with the follower's window of 32 requests in
-        # flight: the stop, sent at the 100th, lands mid-stream with ~1.5 s to
-        # spare (at 0.08 s the 300 took ~0.75 s, and a loaded machine's
-        # signal came after the reader had handed the last one over).
-        rx.delay_s = 0.25
+        # ~2.5 s for the 1,000 with the follower's window of 32 requests in
+        # flight. A stop still hands over the batch the reader holds (up to
+        # --max-in-flight, 100) and drains what is queued (100 more): sent at
+        # the 100th, it ends the run near the 300th, mid-stream. (With 300
+        # findings, the reader often held the last batch already.)
+        rx.delay_s = 0.08
         first = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL)
         rx.wait_for(100)
         first.send_signal(signal.SIGTERM)

@@ -106,20 +106,25 @@ def sustained(samples: list[tuple[float, int]], total: int) -> float:
     return (hi[1] - lo[1]) / (hi[0] - lo[0])
 
 
+def processed_samples(w: Worker, total: int) -> list[tuple[float, int]]:
+    """(time, events processed) from the worker's /health every SAMPLE_S
+    until it has processed ``total``."""
+    samples: list[tuple[float, int]] = []
+    while True:
+        n = int((w.health() or {}).get("processed", 0))
+        samples.append((time.monotonic(), n))
+        if n >= total:
+            return samples
+        time.sleep(SAMPLE_S)
+
+
 def worker_rate(bs: str, env: dict[str, str], total: int) -> float:
     """Sustained events/s of one worker (own data dir) reading ``total`` events."""
     with tempfile.TemporaryDirectory() as tmp:
         w = Worker(bs, {**env, "FENCEWATCH_DATA_DIR": tmp}, Path(tmp) / "w.log")
         try:
             w.wait_ready()
-            samples: list[tuple[float, int]] = []
-            while True:
-                n = int((w.health() or {}).get("processed", 0))
-                samples.append((time.monotonic(), n))
-                if n >= total:
-                    break
-                time.sleep(SAMPLE_S)
-            return sustained(samples, total)
+            return sustained(processed_samples(w, total), total)
         finally:
             w.stop()
 

@@ -37,14 +37,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from live_support import REPO, bootstrap, create_topics, names, produce_all, producer, worker_env
-from live_throughput import SAMPLE_S, interleaved, sustained
+from live_throughput import interleaved, processed_samples, sustained
 
 from tests.support.worker import WorkerProcess
 
@@ -114,13 +113,7 @@ def one_run(bs: str, env: dict[str, str], total: int, perf: str | None, cwd: Pat
                 rec = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             c0, b0 = cpu_seconds(pid), cpu_seconds(bpid) if bpid else 0.0
             t0 = thread_cpu(pid)
-            samples: list[tuple[float, int]] = []
-            while True:
-                n = int((w.health() or {}).get("processed", 0))
-                samples.append((time.monotonic(), n))
-                if n >= total:
-                    break
-                time.sleep(SAMPLE_S)
+            samples = processed_samples(w, total)
             engine = (cpu_seconds(pid) - c0) / total * 1e6
             # The loop's thread: the one that used the most CPU meanwhile
             # (Python 3.11 does not name its threads for the OS).

@@ -6,6 +6,7 @@ a compacted resume point is resynced from a snapshot."""
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import subprocess
@@ -193,18 +194,27 @@ def _churn(etcd: EtcdClient, prefix: str, n: int) -> list[tuple[str, str, int, i
     """n elections, each a candidate created then deleted: the expected
     (type, election, epoch, seq) of each, in etcd's order."""
     gw = etcd.gateway
+
+    def revision(path: str, key: str, **body: str) -> int:
+        # The revision etcd gave this very write (its response header): the
+        # store's revision read after it may already count a foreign write,
+        # such as the previous test's worker lease expiring.
+        out = gw.post(gw.get_url(path), json={"key": _b64(key), **body})
+        return int(out["header"]["revision"])
+
     expected = []
     for i in range(n):
         election = f"{prefix}job{i:03d}"
         key = f"{election}/k"
-        gw.put(key, f"w{i}")
-        _rev, kvs, _ = etcd.range_prefix(key.encode())
-        created = kvs[0].create_revision
-        gw.delete(key)
-        deleted = etcd.range_prefix(b"/")[0]
+        created = revision("/kv/put", key, value=_b64(f"w{i}"))
+        deleted = revision("/kv/deleterange", key)
         expected += [("lease_acquired", election, created, created)]
         expected += [("lease_released", election, created, deleted)]
     return expected
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
 
 
 def _seen(kafka: str, topic: str) -> list[tuple[str, str, int, int | None]]:

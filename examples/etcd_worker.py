@@ -26,6 +26,9 @@ The split brain, by hand (tests/integrations/test_etcd_source.py runs it):
                                              # alpha wakes, reports, exits 3
     fencewatch audit --topic ownership.events  # stale_activity, confidence high
 
+A SIGTERM resigns: the worker revokes its lease, so its key goes at once and
+the next candidate leads without waiting out the TTL.
+
 Each step is printed as a JSON line. Exit status: 0 after `--steps` steps as
 leader, 3 when it found itself displaced, 2 on errors.
 """
@@ -33,8 +36,10 @@ leader, 3 when it found itself displaced, 2 on errors.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -59,6 +64,13 @@ def _keep_alive(lease: Any, ttl: int, stop: threading.Event) -> None:
             return
 
 
+def _resign(lease: Any) -> None:
+    # Revoking deletes the candidate's key now; a lease etcd already expired
+    # (a frozen worker's) has nothing left to give up, so any failure is moot.
+    with contextlib.suppress(Exception):
+        lease.revoke()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--endpoints", required=True)
@@ -73,6 +85,9 @@ def main() -> int:
     p.add_argument("--topic", default="ownership.events")
     args = p.parse_args()
     stop = threading.Event()
+    # SIGTERM leaves through the finally below (which resigns), not mid-write.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    lease = None
     try:
         etcd = EtcdClient(args.endpoints)
         stamps = EtcdStamps(etcd)
@@ -97,7 +112,8 @@ def main() -> int:
                     _step("displaced", epoch=epoch, current_epoch=stamp.current_epoch)
                     return 3
                 time.sleep(args.interval)
-        lease.revoke()
+        _resign(lease)
+        lease = None
         _step("done", epoch=epoch)
         return 0
     except FencewatchError as exc:
@@ -105,6 +121,8 @@ def main() -> int:
         return 2
     finally:
         stop.set()
+        if lease is not None:
+            _resign(lease)
 
 
 if __name__ == "__main__":

@@ -176,6 +176,8 @@ def test_a_frozen_leader_woken_after_its_successor_gives_a_high_confidence_findi
     assert alpha.wait(30) == 3, alpha.tail()
     wait_step(children, "beta", "progress", 30)
     beta.stop()
+    # A SIGTERM resigns: beta's key is gone now, not when its 2 s lease runs out.
+    assert EtcdClient(etcd_url).range_prefix(election.encode())[1] == []
     source.stop()
 
     replay = replay_topic(kafka_bootstrap, topic)

@@ -471,9 +471,7 @@ def run_jobs(
             stop.set()  # the workers stop at their next look; the pool waits for them
             raise
         first = _result(own, keep_states)
-        lead.shown = _watch(
-            futures, figures, len(tasks), topic, progress, interrupt, stop, lead.shown
-        )
+        lead.join_workers()
         try:
             results = [first, *(f.result() for f in futures)]
         except BrokenProcessPool as exc:
@@ -505,7 +503,8 @@ def _start_context() -> multiprocessing.context.BaseContext:
 
 class _Lead:
     """This process's :class:`TopicProgress` and :class:`Interruptible`
-    while it reads its own share (the first): its figures go where a
+    while it reads its own share (the first), then the wait for the
+    workers (:meth:`join_workers`): its figures go where a
     worker's would (``figures``' first row) and the display is fed the sum
     every :data:`_TICK`; every :data:`CHECK_EVERY` records it passes the
     caller's Ctrl-C on to the workers (the stop event) and stops this read
@@ -569,32 +568,23 @@ class _Lead:
             self.requested = True
             self._stop.set()
 
-
-def _watch(
-    futures: Sequence[Future[_Result]],
-    figures: Any,
-    n: int,
-    topic: str,
-    progress: TopicProgress | None,
-    interrupt: Interruptible | None,
-    stop: Any,
-    shown: bool,
-) -> bool:
-    """Wait for the workers: the display fed their summed figures, a Ctrl-C
-    passed on (the stop event), the first failure ending the wait. Returns
-    ``shown`` (see :func:`_show`)."""
-    pending: set[Future[_Result]] = set(futures)
-    while True:
-        if interrupt is not None and interrupt.requested:
-            stop.set()
-        if progress is not None:
-            shown = _show(progress, topic, figures, n, shown)
-        if not pending:
-            return shown
-        done, pending = wait(pending, timeout=_TICK, return_when=FIRST_EXCEPTION)
-        if any(f.exception() is not None for f in done):
-            stop.set()  # the others stop soon; the error is raised by result()
-            return shown
+    def join_workers(self) -> None:
+        """Once this process's share is read, wait for the workers: the
+        display fed their summed figures, a Ctrl-C passed on (the stop
+        event), the first failure ending the wait (its error is raised by
+        the caller's ``result()``)."""
+        pending: set[Future[_Result]] = set(self._futures)
+        while True:
+            if self._interrupt is not None and self._interrupt.requested:
+                self._stop.set()
+            if self._progress is not None:
+                self.shown = _show(self._progress, self._topic, self._figures, self._n, self.shown)
+            if not pending:
+                return
+            done, pending = wait(pending, timeout=_TICK, return_when=FIRST_EXCEPTION)
+            if any(f.exception() is not None for f in done):
+                self._stop.set()  # the others stop soon
+                return
 
 
 def _show(progress: TopicProgress, topic: str, figures: Any, n: int, shown: bool) -> bool:

@@ -19,6 +19,9 @@ td.key a{overflow-wrap:anywhere;display:-webkit-box;-webkit-line-clamp:3;
 -webkit-box-orient:vertical;overflow:hidden}
 td.key{max-width:36em}
 .stale{display:block;color:var(--crit);overflow-wrap:anywhere}
+.stale.settled{color:var(--muted)}
+tr.stale-row.acting td{color:var(--crit)} tr.stale-row.acting td.stands{font-weight:650}
+tr.stale-row.settled td{color:var(--muted)} td.stands{white-space:nowrap}
 td.stale-cell{min-width:18em}
 .pager{display:flex;gap:12px;align-items:center;margin:10px 0}
 .live{font-size:12px;color:var(--muted)}
@@ -79,10 +82,15 @@ INDEX_JS = r"""
     cell(tr, w.current_epoch === null || w.current_epoch === undefined ? '' :
       'epoch ' + w.current_epoch + ' · ' + w.current_worker + (w.released ? ' (released)' : ''), 'owner');
     var st = cell(tr, null, 'stale-cell');
-    (w.stale_epochs || []).forEach(function(s){ var sp = document.createElement('span'); sp.className = 'stale';
+    // Nothing open: the epochs are still listed (evidence freshness, SPEC §8) but
+    // drawn muted, saying there is nothing left to do about them.
+    var calm = w.open_count === 0, tail = !calm ? '' :
+      w.cleared_count > 0 ? ' · findings cleared' : ' · no finding';
+    (w.stale_epochs || []).forEach(function(s){ var sp = document.createElement('span');
+      sp.className = calm ? 'stale settled' : 'stale';
       sp.textContent = 'epoch ' + s.epoch + ' · ' + s.worker + ' · ' + s.events +
         (s.events === 1 ? ' event' : ' events') + ' · last seen ' +
-        (s.last_seen_ms === null || s.last_seen_ms === undefined ? 'unknown' : ago(s.last_seen_ms));
+        (s.last_seen_ms === null || s.last_seen_ms === undefined ? 'unknown' : ago(s.last_seen_ms)) + tail;
       st.appendChild(sp); });
     var up = cell(tr, w.updated_ms ? rel(w.updated_ms) : '', 'nw muted');
     if (w.updated_ms) up.title = when(w.updated_ms);
@@ -119,7 +127,9 @@ INDEX_JS = r"""
 """  # noqa: E501
 
 # One workflow: polls /api/w/<key> every 2 s and updates each finding's
-# status pill and the counts (the rest of the page is a snapshot).
+# status pill, the counts and how each displaced epoch's findings stand
+# (counted as pages.epoch_findings does, worded as pages.findings_label; the
+# rest of the page is a snapshot).
 WORKFLOW_JS = r"""
 (function(){
   var key = document.body.getAttribute('data-key');
@@ -133,6 +143,15 @@ WORKFLOW_JS = r"""
           p.textContent = s; p.className = 'pill ' + s;
           p.closest('section').querySelectorAll('form.verify').forEach(function(f){
             f.hidden = s === 'cleared'; }); });
+        var by = {}; (d.findings || []).forEach(function(f){ var e = null, r = f.revisions || [];
+          for (var i = r.length - 1; i >= 0 && e === null; i--){ var v = r[i] && r[i].stale_epoch;
+            if (typeof v === 'number' && v % 1 === 0) e = v; }
+          if (e === null) return; var n = by[e] || (by[e] = [0, 0]); n[cleared[f.finding_id] ? 1 : 0]++; });
+        document.querySelectorAll('tr[data-stale-epoch]').forEach(function(tr){
+          var n = by[tr.getAttribute('data-stale-epoch')] || [0, 0], td = tr.querySelector('td.stands');
+          if (td) td.textContent = n[0] ? n[0] + ' open' + (n[1] ? ' · ' + n[1] + ' cleared' : '') :
+            n[1] === 1 ? '1 cleared' : n[1] ? 'all ' + n[1] + ' cleared' : 'no finding';
+          tr.className = 'stale-row ' + (n[0] ? 'acting' : 'settled'); });
         var c = document.getElementById('counts');
         if (c) c.textContent = (st.open_count || 0) + ' open · ' + (st.cleared_count || 0) + ' cleared'; }
       } finally { setTimeout(poll, 2000); } };

@@ -23,7 +23,16 @@ from streams.report.html import timeline_legend
 from streams.report.html_assets import CSS as REPORT_CSS
 from streams.report.html_assets import JS as REPORT_JS
 
-__all__ = ["VERIFIABLE", "Chrome", "index_page", "message_page", "workflow_href", "workflow_page"]
+__all__ = [
+    "VERIFIABLE",
+    "Chrome",
+    "epoch_findings",
+    "findings_label",
+    "index_page",
+    "message_page",
+    "workflow_href",
+    "workflow_page",
+]
 
 #: Kinds a person may verify from the console.
 VERIFIABLE = frozenset({"stale_commit", "conflicting_commit"})
@@ -129,7 +138,8 @@ def index_page(
         + _processor_banner(processor)
         + "<p class='sub'>Every workflow on the status topic, worst first: its open findings, "
         "its current owner, and the displaced epochs still acting (with when each was last "
-        "seen: broker time). The list updates every second.</p>"
+        "seen: broker time; grey when none of the workflow's findings is open). The list "
+        "updates every second.</p>"
         "<form class='filters' method='get' action='/'>"
         f"<label>key prefix <input type='text' name='prefix' value='{_e(prefix)}'></label>"
         f"<label>worst open <select name='severity'>{opts}</select></label>"
@@ -165,7 +175,45 @@ def message_page(chrome: Chrome, title: str, text: str) -> str:
     )
 
 
-def _status_block(status: dict[str, Any] | None) -> str:
+def _finding_epoch(finding: dict[str, Any]) -> int | None:
+    """The stale epoch of a finding: its latest revision's that names one (a
+    revision cut to fit the view's bound keeps no ``stale_epoch``)."""
+    for rev in reversed(finding.get("revisions") or ()):
+        epoch = rev.get("stale_epoch") if isinstance(rev, dict) else None
+        if type(epoch) is int:
+            return epoch
+    return None
+
+
+def epoch_findings(findings: list[dict[str, Any]], cleared: set[str]) -> dict[int, tuple[int, int]]:
+    """Per stale epoch, how many of the findings this page holds are open and
+    how many cleared (the pills' rule: cleared when the status record lists
+    the finding as cleared). The script on the page counts the same way."""
+    counts: dict[int, tuple[int, int]] = {}
+    for f in findings:
+        epoch = _finding_epoch(f)
+        if epoch is None:
+            continue
+        n_open, n_cleared = counts.get(epoch, (0, 0))
+        if str(f.get("finding_id")) in cleared:
+            counts[epoch] = (n_open, n_cleared + 1)
+        else:
+            counts[epoch] = (n_open + 1, n_cleared)
+    return counts
+
+
+def findings_label(n_open: int, n_cleared: int) -> str:
+    """How a displaced epoch's findings stand, in the words WORKFLOW_JS uses."""
+    if n_open:
+        return f"{n_open} open" + (f" · {n_cleared} cleared" if n_cleared else "")
+    if n_cleared:
+        return "1 cleared" if n_cleared == 1 else f"all {n_cleared} cleared"
+    return "no finding"
+
+
+def _status_block(
+    status: dict[str, Any] | None, findings: list[dict[str, Any]], cleared: set[str]
+) -> str:
     if status is None:
         return "<p class='muted'>No status record for this workflow (yet).</p>"
     owner = (
@@ -194,15 +242,25 @@ def _status_block(status: dict[str, Any] | None) -> str:
     out.append("</dl>")
     stale = status.get("stale_epochs") or []
     if stale:
+        # SPEC §8's stale_epochs is evidence freshness: an epoch stays listed
+        # after every finding it caused is cleared. Its findings' standing,
+        # beside it, says whether anything is still to do (muted when not).
+        counts = epoch_findings(findings, cleared)
         out.append(
             "<h3 style='margin:18px 0 8px'>Displaced epochs still acting</h3><div class='panel'>"
-            "<table><tr><th>epoch</th><th>worker</th><th class='num'>stale events</th>"
-            "<th>last position</th><th>last seen (broker time)</th></tr>"
+            "<table><tr><th>epoch</th><th>worker</th><th>its findings</th>"
+            "<th class='num'>stale events</th><th>last position</th>"
+            "<th>last seen (broker time)</th></tr>"
         )
         for s in stale:
+            epoch = s.get("epoch")
+            n_open, n_cleared = counts.get(epoch, (0, 0)) if type(epoch) is int else (0, 0)
+            mark = f" data-stale-epoch='{epoch}'" if type(epoch) is int else ""
             out.append(
-                f"<tr class='stale-row'><td>{_e(s.get('epoch'))}</td><td class='key'>"
-                f"{_e(s.get('worker'))}</td><td class='num'>{_e(s.get('events'))}</td>"
+                f"<tr class='stale-row {'acting' if n_open else 'settled'}'{mark}>"
+                f"<td>{_e(epoch)}</td><td class='key'>{_e(s.get('worker'))}</td>"
+                f"<td class='stands'>{findings_label(n_open, n_cleared)}</td>"
+                f"<td class='num'>{_e(s.get('events'))}</td>"
                 f"<td>{_e(s.get('last_position'))}</td><td>{_ms(s.get('last_seen_ms'))}</td></tr>"
             )
         out.append("</table></div>")
@@ -307,7 +365,7 @@ def workflow_page(
         f"<section class='wf'><div class='wf-head'><h3 class='wkey'>{_e(key)}</h3>"
         f"<span class='muted' id='counts'>{_e(n_open)} open · {_e(n_cleared)} cleared</span>"
         f"<span class='sp'></span><a href='/api/w/{quote(key, safe='')}'>JSON</a></div>"
-        f"{_status_block(status)}</section>"
+        f"{_status_block(status, data['findings'], cleared)}</section>"
     )
     out.append(f"<h2>Ownership timeline</h2>{timeline_note}{timeline_html}")
     if timeline_html:

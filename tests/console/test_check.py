@@ -144,3 +144,30 @@ def test_the_pager_links_are_hidden_until_the_script_knows_the_pages() -> None:
     links = re.findall(r"<a id='(prev|next)'[^>]*>", page)
     assert links == ["prev", "next"]
     assert all(re.search(rf"<a id='{name}'[^>]* hidden>", page) for name in links)
+
+
+def test_the_stale_epochs_findings_cell_counts_by_each_findings_stale_epoch() -> None:
+    """A cut latest revision counts by an earlier revision's epoch; an odd epoch is not counted."""
+    key = "export-ledger"
+    view = ConsoleView()
+    view.put_status(key, {**GOOD, "workflow_key": key})
+    for f in FINDINGS:
+        view.put_finding({**f, "workflow_key": key})
+    data = view.workflow(key)
+    assert data is not None
+    cells = re.compile(r"<tr class='stale-row (\w+)'([^>]*)>.*?<td class='stands'>([^<]*)</td>")
+    page = workflow_page(CHROME, key, data, "", "", None)
+    assert cells.findall(page) == [("acting", " data-stale-epoch='17'", "4 open")]
+    # One finding cleared, another's latest revision cut to fit (no stale_epoch left).
+    cleared = data["findings"][0]["finding_id"]
+    data["status"]["cleared"] = [{"finding_id": cleared}]
+    data["findings"][1]["revisions"].append({"revision": 9, "kind": "stale_attempt"})
+    page = workflow_page(CHROME, key, data, "", "", None)
+    assert cells.findall(page) == [("acting", " data-stale-epoch='17'", "3 open · 1 cleared")]
+    data["status"]["cleared"] = [{"finding_id": f["finding_id"]} for f in data["findings"]]
+    data["status"]["stale_epochs"].append({"epoch": None, "worker": "gamma", "events": 1})
+    page = workflow_page(CHROME, key, data, "", "", None)
+    assert cells.findall(page) == [
+        ("settled", " data-stale-epoch='17'", "all 4 cleared"),
+        ("settled", "", "no finding"),
+    ]

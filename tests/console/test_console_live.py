@@ -12,6 +12,7 @@ import os
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,12 @@ def _held(app: ConsoleApp, key: str, n_findings: int) -> bool:
     (the two topics are followed by two threads: either may come first)."""
     data = app.view.workflow(key)
     return data is not None and data["status"] is not None and len(data["findings"]) == n_findings
+
+
+def _stale_events(app: ConsoleApp, key: str) -> dict[int, int]:
+    """Per displaced epoch, its stale event count on the status record the console holds."""
+    status = (app.view.workflow(key) or {}).get("status") or {}
+    return {s["epoch"]: s["events"] for s in status.get("stale_epochs") or []}
 
 
 def _findings_of(app: ConsoleApp, key: str) -> set[str]:
@@ -296,20 +303,66 @@ def test_without_token_the_form_is_absent_and_posts_are_refused(
     assert _post(f"{other}/api/verify", body, evil) == 403
 
 
+#: Computed colours of the stale epochs' rows: the critical one while a finding
+#: is open, the muted one once none is (the report's --crit and --muted).
+CRIT = "rgb(197, 34, 31)"
+MUTED = "rgb(95, 103, 115)"
+
+
+def _stands(epoch: int) -> str:
+    """An expression: the findings cell and colour of a displaced epoch's row."""
+    row = f"document.querySelector('tr[data-stale-epoch=\"{epoch}\"]')"
+    return (
+        f"(function(r){{ var c = r.querySelector('td.stands');"
+        f" return [c.textContent, getComputedStyle(c).color]; }})({row})"
+    )
+
+
+def _list_stale(app: ConsoleApp, browser: Browser, key: str) -> list[list[str]]:
+    """The list page's stale epoch lines of ``key``: text and colour."""
+    browser.goto(app.url + "/?prefix=" + urllib.parse.quote(key, safe=""))
+    row = f"document.querySelector('tr[data-key={json.dumps(key)}]')"
+    browser.wait_for(f"{row} && {row}.querySelector('span.stale')")
+    return browser.evaluate(  # type: ignore[no-any-return]
+        f"Array.from({row}.querySelectorAll('span.stale')).map(function(s){{"
+        " return [s.textContent, getComputedStyle(s).color]; })"
+    )
+
+
+def _billing_run(key: str) -> list[dict[str, Any]]:
+    """A billing agent paused mid-run and replaced; on waking it charges the
+    invoice anyway (stale_commit), and its retry of that charge is refused by
+    the payment gateway, which fences it (stale_attempt, rejected)."""
+    old, new = "billing-agent-7f3c", "billing-agent-91ad"
+    charge = {"effect_key": "charge:INV-2207", "sink": "payment-gateway"}
+    return [
+        _ev(key, 1, "lease_acquired", 1, old),
+        _ev(key, 2, "progress", 1, old, attrs={"step": "load invoice INV-2207"}),
+        _ev(key, 3, "lease_acquired", 2, new),
+        _ev(key, 4, "progress", 2, new, attrs={"step": "load invoice INV-2207"}),
+        _ev(key, 5, "effect_committed", 1, old, **charge),
+        _ev(key, 6, "effect_rejected", 1, old, **charge),
+        _ev(key, 7, "progress", 2, new, attrs={"step": "hold: charge under review"}),
+    ]
+
+
 def test_verification_with_token_shows_the_finding_cleared(stack: Stack, browser: Browser) -> None:
     """Log in, record a verification in the form: once the processor handled the
     outcome_verified event the stale_commit shows as cleared (fenced and verified)."""
-    key = "verify/case-1"
+    key = "billing-agent/run-2207"
     # The stale worker is fenced: a destination refused it after its displacement.
-    docs = [*_stale_commit(key), _ev(key, 4, "effect_rejected", 1, "agent-a", effect_key="fx-2")]
-    stack.produce(docs)
+    stack.produce(_billing_run(key))
     app = stack.with_token
-    _wait_view(app, lambda v: _held(app, key, 2))
+    _wait_view(app, lambda v: _held(app, key, 2) and _stale_events(app, key) == {1: 2})
     commit = next(
         f["finding_id"]
         for f in app.view.workflow(key)["findings"]  # type: ignore[index]
         if f["revisions"][-1]["kind"] == "stale_commit"
     )
+    # The list: the displaced epoch in the critical colour, no suffix.
+    [(line, colour)] = _list_stale(app, browser, key)
+    assert line.startswith("epoch 1 · billing-agent-7f3c · 2 events · last seen ")
+    assert colour == CRIT and "finding" not in line
     browser.goto(app.url + workflow_href(key))
     assert browser.evaluate("document.querySelectorAll('form.verify').length") == 0
     browser.navigate_by(
@@ -319,8 +372,9 @@ def test_verification_with_token_shows_the_finding_cleared(stack: Stack, browser
     assert browser.evaluate("document.querySelectorAll('form.verify').length") == 1
     pill = f"document.querySelector('[data-health=\"{commit}\"]').textContent"
     assert browser.evaluate(pill) == "open"
+    assert browser.evaluate(_stands(1)) == ["2 open", CRIT]
     if SHOTS:
-        browser.screenshot(Path(SHOTS) / "console-verify.png", full_height=1000)
+        browser.screenshot(Path(SHOTS) / "console-verify.png", full_height=1100)
     browser.navigate_by(
         "var f = document.querySelector('form.verify');"
         " f.querySelector('input[name=by]').value = 'Dana Operator'; f.submit();"
@@ -344,8 +398,60 @@ def test_verification_with_token_shows_the_finding_cleared(stack: Stack, browser
     assert [(d["worker_id"], d["attrs"]["verified_by"], d["epoch"]) for d in verified] == [
         ("person:Dana Operator", "Dana Operator", 2)
     ]
+    # One verification of the charge cleared both (the refused retry was of the
+    # same effect): the page's script says so and mutes the row, in place.
+    browser.wait_for(f"{_stands(1)}[0] === 'all 2 cleared'", timeout_s=30)
+    assert browser.evaluate(_stands(1)) == ["all 2 cleared", MUTED]
     if SHOTS:
-        browser.screenshot(Path(SHOTS) / "console-verified.png", full_height=1000)
+        browser.screenshot(Path(SHOTS) / "console-verified.png", full_height=1100)
+    # The page as the server draws it says the same; the list mutes the epoch.
+    browser.goto(app.url + workflow_href(key))
+    assert browser.evaluate(_stands(1)) == ["all 2 cleared", MUTED]
+    [(line, colour)] = _list_stale(app, browser, key)
+    assert line.startswith("epoch 1 · billing-agent-7f3c · 2 events · last seen ")
+    assert line.endswith(" · findings cleared") and colour == MUTED
+
+
+def test_each_displaced_epoch_says_how_its_findings_stand(stack: Stack, browser: Browser) -> None:
+    """Open and cleared, all cleared, no finding: each epoch's cell and colour, drawn and polled."""
+    key = "refund-agent/run-5120"
+    w = {e: f"refund-agent-{e}c0{e}" for e in range(1, 5)}
+    refund = {"effect_key": "refund:R-5120", "sink": "payments"}
+    stack.produce(
+        [
+            *(_ev(key, e, "lease_acquired", e, w[e]) for e in range(1, 5)),
+            # Epoch 1: a stale refund (cleared below) and a refused stale email (left open).
+            _ev(key, 5, "effect_committed", 1, w[1], **refund),
+            _ev(key, 6, "effect_rejected", 1, w[1], effect_key="email:R-5120", sink="mailer"),
+            # Epoch 2: a refused stale refund (cleared below); epoch 3: a stale release only.
+            _ev(key, 7, "effect_rejected", 2, w[2], **refund),
+            _ev(key, 8, "lease_released", 3, w[3]),
+            _ev(key, 9, "outcome_verified", 4, w[4], effect_key="refund:R-5120"),
+        ]
+    )
+    app = stack.read_only
+
+    def settled(v: Any) -> bool:
+        status = (v.workflow(key) or {}).get("status") or {}
+        return (
+            _held(app, key, 3)
+            and _stale_events(app, key) == {1: 2, 2: 1, 3: 1}
+            and (len(status.get("open") or ()), len(status.get("cleared") or ())) == (1, 2)
+        )
+
+    _wait_view(app, settled)
+    browser.goto(app.url + workflow_href(key))
+    want = {1: ["1 open · 1 cleared", CRIT], 2: ["1 cleared", MUTED], 3: ["no finding", MUTED]}
+    assert {e: browser.evaluate(_stands(e)) for e in want} == want
+    # The page's poll draws the same words (blanked here, redrawn by the script).
+    browser.evaluate(
+        "document.querySelectorAll('td.stands').forEach(function(c){ c.textContent = ''; })"
+    )
+    browser.wait_for(f"{_stands(3)}[0] === 'no finding'", timeout_s=30)
+    assert {e: browser.evaluate(_stands(e)) for e in want} == want
+    # The list: one finding is open, so every epoch stays in the critical colour.
+    lines = _list_stale(app, browser, key)
+    assert [c for _, c in lines] == [CRIT] * 3 and not any("finding" in t for t, _ in lines)
 
 
 def test_api_verify_with_bearer_token(stack: Stack) -> None:

@@ -43,6 +43,26 @@ def chosen_engines(ap: argparse.ArgumentParser, args: argparse.Namespace) -> lis
     return engines
 
 
+def autogroup() -> str:
+    """Whether the kernel shares CPU between sessions first
+    (``sched_autogroup_enabled``): "on", "off", or "unknown" where it cannot say."""
+    try:
+        value = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip()
+    except OSError:
+        return "unknown"
+    return "on" if value == "1" else "off"
+
+
+def machine_load() -> str:
+    """Cores, load average (1, 5, 15 min) and autogroup, for a figure's note:
+    what a multi-process ratio on a shared machine depends on."""
+    one, five, fifteen = os.getloadavg()
+    return (
+        f"{os.cpu_count()} cores, load average {one:.1f} / {five:.1f} / {fifteen:.1f}, "
+        f"sched autogroup {autogroup()}"
+    )
+
+
 def bootstrap() -> str:
     env = os.environ.get("KAFKA_BOOTSTRAP")
     if env:
@@ -181,11 +201,23 @@ class FirstSeen:
 
 
 class Worker(WorkerProcess):
-    """A worker for a benchmark: bootstrap servers given, warnings-only log."""
+    """A worker for a benchmark: bootstrap servers given, warnings-only log.
 
-    def __init__(self, bs: str, env: dict[str, str], log: Path) -> None:
+    ``own_session``: the worker (its supervisor and engine) runs in a session
+    of its own. With ``/proc/sys/kernel/sched_autogroup_enabled`` at 1 the
+    kernel shares the CPU between sessions first, so workers started in the
+    bench's session get together what one process of it would while other
+    sessions are busy; in sessions of their own, each gets a session's share,
+    as services under systemd do. Such a worker does not get the terminal's
+    Ctrl-C: the bench stops it (``stop`` in a ``finally``), and it still dies
+    with the bench when the bench is killed (the guard's ``PR_SET_PDEATHSIG``,
+    which a new session keeps)."""
+
+    def __init__(
+        self, bs: str, env: dict[str, str], log: Path, *, own_session: bool = False
+    ) -> None:
         full = {"FENCEWATCH_LOG_LEVEL": "warning", **env, "FENCEWATCH_BOOTSTRAP_SERVERS": bs}
-        super().__init__(full, log, cwd=REPO)
+        super().__init__(full, log, cwd=REPO, new_session=own_session)
 
     def wait_ready(self, timeout: float = 600) -> dict[str, Any]:
         return super().wait_ready(timeout)

@@ -66,7 +66,8 @@ def is_ready(health: dict[str, Any] | None) -> bool:
 
 
 class Child:
-    """One child process; stderr (and stdout unless piped) go to ``log_path``."""
+    """One child process; stderr (and stdout unless piped) go to ``log_path``.
+    ``new_session``: the child leads a session of its own (see the Popen call)."""
 
     def __init__(
         self,
@@ -78,6 +79,7 @@ class Child:
         lines: queue.Queue[Line] | None = None,
         death_signal: int = signal.SIGTERM,
         cwd: Path | None = None,
+        new_session: bool = False,
     ) -> None:
         from streams.demo.guard import guarded
 
@@ -91,6 +93,12 @@ class Child:
             stderr=self._log,
             env=env,
             cwd=cwd,
+            # A session of its own (setsid) gets its own share of the CPU where
+            # the kernel groups by session (sched_autogroup_enabled), as a
+            # service under systemd would; it no longer gets the terminal's
+            # Ctrl-C, so the starter must stop it, and the guard's death
+            # signal still fires when the starter dies.
+            start_new_session=new_session,
         )
         self.paused = False
         self._reader: threading.Thread | None = None

@@ -1,4 +1,4 @@
-"""bench/live_peer.py keeps the peer's venv in the cache and builds it only once."""
+"""bench/live_peer.py: the peer's venv cached and built only once; the recorded run's size."""
 
 from __future__ import annotations
 
@@ -54,3 +54,20 @@ def test_a_complete_peer_venv_is_reused_and_an_unfinished_one_rebuilt(
     )
     assert not (venv / "leftover").exists() and not (venv / ".complete").exists()
     assert calls[0][1:3] == ["-m", "venv"]
+
+
+def test_the_recorded_run_measures_a_million_events_of_25000_live_keys() -> None:
+    """make bench's live_peer arguments give >= 1,000,000 events, 25,000 keys live at once."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("bench_run_all", BENCH / "run_all.py")
+        assert spec is not None and spec.loader is not None
+        run_all = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(run_all)
+    finally:
+        sys.path.remove(str(BENCH))
+    args = dict(run_all.discover())["live_peer"]
+    opts = dict(zip(args[::2], args[1::2], strict=True))
+    keys, epochs = int(opts.get("--keys", 25_000)), int(opts.get("--epochs", 2))
+    assert int(opts.get("--block", keys)) == 25_000
+    assert keys * epochs * 4 >= 1_000_000

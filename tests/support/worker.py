@@ -43,6 +43,7 @@ class WorkerProcess(Child):
         *,
         name: str = "worker",
         cwd: Path | None = None,
+        new_session: bool = False,
     ) -> None:
         self.port = free_port()
         full = dict(os.environ)
@@ -54,7 +55,12 @@ class WorkerProcess(Child):
         #: Seconds from start to the first ready health answer (wait_ready).
         self.ready_after: float | None = None
         super().__init__(
-            name, [sys.executable, "-m", "streams", "run"], log_path=log_path, env=full, cwd=cwd
+            name,
+            [sys.executable, "-m", "streams", "run"],
+            log_path=log_path,
+            env=full,
+            cwd=cwd,
+            new_session=new_session,
         )
 
     def engine_pid(self, timeout: float = 30.0) -> int:

@@ -1,4 +1,4 @@
-"""streams.live.heap: the free heap pages a restore leaves go back to the OS."""
+"""streams.live.heap: the free heap pages a restore or a burst leaves go back to the OS."""
 
 from __future__ import annotations
 
@@ -55,3 +55,22 @@ def test_a_failing_trim_is_reported_as_false(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr(heap, "_malloc_trim", lambda: boom)
     assert heap.release_free_heap() is False
+
+
+def test_idle_trim_is_due_once_per_quiet_spell_after_work() -> None:
+    """Due once the count has not moved for quiet_s after it moved; not again until it moves."""
+    trim = heap.IdleTrim(quiet_s=10.0)
+    assert trim.due(0, 0.0) is False  # nothing processed yet
+    assert trim.due(0, 100.0) is False  # idle from the start: nothing to give back
+    assert trim.due(500, 101.0) is False  # work
+    assert trim.due(500, 110.9) is False  # quiet for 9.9 s
+    assert trim.due(500, 111.0) is True  # quiet for 10 s
+    assert trim.due(500, 200.0) is False  # still quiet: once per spell
+    assert trim.due(501, 201.0) is False
+    assert trim.due(501, 211.0) is True
+
+
+def test_idle_trim_never_fires_while_events_keep_coming() -> None:
+    """A busy worker (the count moving at every call) is never walked."""
+    trim = heap.IdleTrim(quiet_s=1.0)
+    assert not any(trim.due(n, n * 5.0) for n in range(1, 100))

@@ -44,6 +44,7 @@ import msgspec
 from streams.errors import BrokerError, ConfigError
 from streams.live.changelog import changelog_topic
 from streams.live.group_engine import REFUSED_FOR_PROTOCOL, mixed_engines_message
+from streams.live.heap import IdleTrim, release_free_heap
 from streams.live.metrics import LiveMetrics
 from streams.live.partitions import PartitionGuard, PartitionsChanged
 from streams.live.processor import processor_for
@@ -223,6 +224,8 @@ class RdkafkaEngine(Rebalance):
         self._discarded = False
         self._announced: tuple[int, ...] | None = None
         self._next_tick = 0.0
+        #: Gives a burst's freed heap back once the worker is quiet (heap.py).
+        self._idle_trim = IdleTrim()
         self._highwaters: dict[int, int] = {}
         self._client = settings.connection.librdkafka()
         conf = dict(self._client)
@@ -358,6 +361,8 @@ class RdkafkaEngine(Rebalance):
                 self._read_highwaters()
                 self.refresh_gauges()
                 self.announce()
+                if self._idle_trim.due(self.processed, now):
+                    release_free_heap()
         return self._finish()
 
     def _due(self, interval: float) -> float:

@@ -72,6 +72,12 @@ def register(subparsers: Any) -> None:
         help="s the broker keeps a frozen worker's transaction open (rdkafka engine; default 10)",
     )
     a("--max-events-per-key", type=int, help="detector evidence kept per workflow key")
+    a(
+        "--state-cache-keys",
+        type=int,
+        help="decoded key states kept in memory, ~4.5 KiB each (default 10000); "
+        "set it above the keys live at once",
+    )
     a("--log-level", help="debug, info (default), warning, error; debug shows client logs")
     a("--metrics-port", type=int, help="port of /metrics and /health; 0 disables (default)")
     a("--metrics-host", help="address /metrics binds (default 127.0.0.1; 0.0.0.0 in a container)")
@@ -123,6 +129,7 @@ _SETTING_ARGS = (
     "heartbeat_interval",
     "transaction_timeout",
     "max_events_per_key",
+    "state_cache_keys",
     "log_level",
     "metrics_port",
     "metrics_host",

@@ -105,6 +105,8 @@ class LiveSettings:
     max_event_bytes: int = 64 * 1024
     #: Decoded key states kept between events (least recently used out; full, a
     #: key decoded from the table enters one time in 16; the table holds the truth).
+    #: ~4.5 KiB each; fewer than the keys live at once costs a decode per event
+    #: of an uncached key (docs/live.md, the settings table).
     state_cache_keys: int = 10_000
     log_level: str = "info"
     #: Port of the /metrics and /health endpoint; 0 disables it.
@@ -186,8 +188,13 @@ class LiveSettings:
                 "--max-events-per-key (FENCEWATCH_MAX_EVENTS_PER_KEY) must be at least 8, "
                 f"got {self.max_events_per_key}"
             )
-        if self.max_event_bytes < 1 or self.state_cache_keys < 0:
+        if self.max_event_bytes < 1:
             raise ConfigError("limits must be positive")
+        if self.state_cache_keys < 0:
+            raise ConfigError(
+                "--state-cache-keys (FENCEWATCH_STATE_CACHE_KEYS) must be 0 or more, "
+                f"got {self.state_cache_keys}"
+            )
         if self.log_level.lower() not in _LOG_LEVELS:
             raise ConfigError(f"log level must be one of {', '.join(_LOG_LEVELS)}")
         if not 0 <= self.metrics_port <= 65535:
@@ -247,6 +254,7 @@ _ENV: tuple[tuple[str, str, Any], ...] = (
     ("transaction_timeout", "TRANSACTION_TIMEOUT", float),
     ("max_events_per_key", "MAX_EVENTS_PER_KEY", int),
     ("max_event_bytes", "MAX_EVENT_BYTES", int),
+    ("state_cache_keys", "STATE_CACHE_KEYS", int),
     ("log_level", "LOG_LEVEL", str),
     ("metrics_port", "METRICS_PORT", int),
     ("metrics_host", "METRICS_HOST", str),

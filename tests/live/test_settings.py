@@ -169,3 +169,30 @@ def test_run_with_a_bad_store_flag_is_that_one_line(capsys: pytest.CaptureFixtur
         "fencewatch run: store must be memory:// or rocksdb:// (--store or FENCEWATCH_STORE), "
         "got 'redis://'\n"
     )
+
+
+def test_the_state_cache_is_read_from_flag_and_environment() -> None:
+    """--state-cache-keys wins over FENCEWATCH_STATE_CACHE_KEYS; default 10,000."""
+    env = {"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1", "FENCEWATCH_STATE_CACHE_KEYS": "50000"}
+    assert settings_from_env({"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1"}).state_cache_keys == 10_000
+    assert settings_from_env(env).state_cache_keys == 50_000
+    assert settings_from_env(env, {"state_cache_keys": 0}).state_cache_keys == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("-1", "--state-cache-keys .* must be 0 or more, got -1"), ("many", "STATE_CACHE_KEYS")],
+)
+def test_a_bad_state_cache_is_refused_by_name(value: str, message: str) -> None:
+    """A negative or unparsable cache size is one error naming the setting."""
+    env = {"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1", "FENCEWATCH_STATE_CACHE_KEYS": value}
+    with pytest.raises(ConfigError, match=message):
+        settings_from_env(env)
+
+
+def test_both_engines_processor_gets_the_state_cache_size() -> None:
+    """The processor both engines build (processor_for) holds the configured cache size."""
+    from streams.live.processor import processor_for
+
+    env = {"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1", "FENCEWATCH_STATE_CACHE_KEYS": "123"}
+    assert processor_for(settings_from_env(env)).cache_keys == 123

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 #: Events between two progress samples (the parent reads the 10 %-90 %
-#: window off them; 200,000 events give 200 samples).
+#: window off them; make bench's 1,000,000 events give 1,000 samples).
 SAMPLE_EVERY = 1_000
 
 

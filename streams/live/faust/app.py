@@ -34,6 +34,7 @@ from streams.live.faust import seam as faust_seam
 from streams.live.faust.fast_restore import FastMemoryStore, client_config
 from streams.live.faust.intake import Intake, TapMessage
 from streams.live.faust.txn import TransactionalSender, TransactionFenced
+from streams.live.heap import IdleTrim, release_free_heap
 from streams.live.metrics import LiveMetrics, MetricsServer
 from streams.live.partitions import (
     CHECK_INTERVAL_S,
@@ -481,10 +482,14 @@ def build_app(
     async def process_batches() -> None:
         await runtime.run()
 
+    idle_trim = IdleTrim()  # a burst's freed heap back once quiet (heap.py)
+
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def gauges() -> None:
         runtime.refresh_gauges()
         runtime.announce()
+        if idle_trim.due(runtime.processed, time.monotonic()):
+            release_free_heap()
 
     @app.timer(interval=CHECK_INTERVAL_S)  # type: ignore[untyped-decorator]
     async def partition_count() -> None:

@@ -196,3 +196,17 @@ def test_both_engines_processor_gets_the_state_cache_size() -> None:
 
     env = {"FENCEWATCH_BOOTSTRAP_SERVERS": "h:1", "FENCEWATCH_STATE_CACHE_KEYS": "123"}
     assert processor_for(settings_from_env(env)).cache_keys == 123
+
+
+def test_every_setting_has_a_variable_and_a_flag() -> None:
+    """Each LiveSettings field is read from a FENCEWATCH_* variable and a `run` flag
+    (the event size limit is a variable only, as docs/live.md says): a field
+    without them is a setting no one can set, as --state-cache-keys was."""
+    import dataclasses
+
+    from streams.cli.run import _SETTING_ARGS
+    from streams.live.settings import _ENV, LiveSettings
+
+    fields = {f.name for f in dataclasses.fields(LiveSettings)} - {"connection"}
+    assert fields - {name for name, _var, _type in _ENV} == set()
+    assert fields - set(_SETTING_ARGS) == {"max_event_bytes"}

@@ -310,11 +310,7 @@ class BareRelay:
         pending = 0
         last = time.monotonic()
         while not stop.is_set():
-            for m in c.consume(500, 0.005):
-                if m.error() is None:
-                    p.produce(self.dst, m.value(), key=m.key(), partition=m.partition())
-                    positions[m.topic(), m.partition()] = m.offset() + 1
-                    pending += 1
+            pending += self.forward(c.consume(500, 0.005), positions)
             p.poll(0)
             if positions and time.monotonic() - last >= self.interval:
                 self.commit(positions, pending)
@@ -322,6 +318,20 @@ class BareRelay:
                 last = time.monotonic()
         p.abort_transaction(30)
         c.close()
+
+    def forward(self, msgs: list[Any], positions: dict[tuple[str, int], int]) -> int:
+        """Produce what one consume() returned into the open transaction,
+        noting each partition's next offset in ``positions``; returns how
+        many were relayed. Called per batch, not per record, so a subclass
+        changes what is written without a call per event in the loop."""
+        produce, dst = self.p.produce, self.dst
+        n = 0
+        for m in msgs:
+            if m.error() is None:
+                produce(dst, m.value(), key=m.key(), partition=m.partition())
+                positions[m.topic(), m.partition()] = m.offset() + 1
+                n += 1
+        return n
 
     def commit(self, positions: dict[tuple[str, int], int], pending: int) -> None:
         """Commit the open transaction with ``positions`` (then cleared) and
@@ -355,47 +365,35 @@ class WritesRelay(BareRelay):
         self.state = b"s" * state_bytes
         self.changelog, self.status = f"{dst}.changelog", f"{dst}.status"
 
-    def relay(self, stop: Any) -> None:
+    def forward(self, msgs: list[Any], positions: dict[tuple[str, int], int]) -> int:
         import orjson
 
-        p, c = self.p, self.c
-        produce, loads, dumps = p.produce, orjson.loads, orjson.dumps
+        produce, loads, dumps = self.p.produce, orjson.loads, orjson.dumps
         changelog, status, state = self.changelog, self.status, self.state
-        p.init_transactions(30)
-        p.begin_transaction()
-        positions: dict[tuple[str, int], int] = {}
-        pending = 0
-        last = time.monotonic()
-        while not stop.is_set():
-            for m in c.consume(500, 0.005):
-                if m.error() is None:
-                    key, q, offset = m.key(), m.partition(), m.offset()
-                    event = loads(m.value())
-                    doc = {
-                        "workflow_key": event["workflow_key"],
-                        "current_epoch": event["epoch"],
-                        "current_worker": event["worker_id"],
-                        "acquired_seq": event.get("seq"),
-                        "acquisition_implied": False,
-                        "released": False,
-                        "last_position": event.get("seq"),
-                        "stale_epochs": [],
-                        "open": [],
-                        "cleared": [],
-                        "worst_open": None,
-                        "updated_ms": m.timestamp()[1],
-                    }
-                    produce(changelog, state, key, partition=q)
-                    produce(status, dumps(doc), key)
-                    positions[m.topic(), q] = offset + 1
-                    pending += 1
-            p.poll(0)
-            if positions and time.monotonic() - last >= self.interval:
-                self.commit(positions, pending)
-                pending = 0
-                last = time.monotonic()
-        p.abort_transaction(30)
-        c.close()
+        n = 0
+        for m in msgs:
+            if m.error() is None:
+                key, q, offset = m.key(), m.partition(), m.offset()
+                event = loads(m.value())
+                doc = {
+                    "workflow_key": event["workflow_key"],
+                    "current_epoch": event["epoch"],
+                    "current_worker": event["worker_id"],
+                    "acquired_seq": event.get("seq"),
+                    "acquisition_implied": False,
+                    "released": False,
+                    "last_position": event.get("seq"),
+                    "stale_epochs": [],
+                    "open": [],
+                    "cleared": [],
+                    "worst_open": None,
+                    "updated_ms": m.timestamp()[1],
+                }
+                produce(changelog, state, key, partition=q)
+                produce(status, dumps(doc), key)
+                positions[m.topic(), q] = offset + 1
+                n += 1
+        return n
 
 
 def commit_summary(commit_ms: list[float]) -> dict[str, float]:
